@@ -1,0 +1,346 @@
+package proxy
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"time"
+
+	"keyway/balancer"
+)
+
+// Config configures the proxy: its listener, server limits and the replica
+// sets it routes to. In the YAML file these keys sit at the top level.
+type Config struct {
+	// Listen is the address of the proxy's HTTP listener. Default ":8080".
+	Listen string `yaml:"listen"`
+	// Server holds the front end's limits and timeouts.
+	Server ServerConfig `yaml:"server"`
+	// ReplicaSets lists the replica sets; at least one is required. A
+	// request belongs to the first set whose match it satisfies, most
+	// specific first (see MatchConfig).
+	ReplicaSets []SetConfig `yaml:"replica_sets"`
+}
+
+// ServerConfig bounds what one client may cost the proxy.
+type ServerConfig struct {
+	// ReadTimeout bounds reading one whole request, body included. Default
+	// 30s; at least 100ms.
+	ReadTimeout time.Duration `yaml:"read_timeout"`
+	// WriteTimeout bounds writing one response. Default 30s; at least 100ms.
+	WriteTimeout time.Duration `yaml:"write_timeout"`
+	// IdleTimeout closes a keep-alive connection idle this long. Default
+	// 120s; at least 100ms.
+	IdleTimeout time.Duration `yaml:"idle_timeout"`
+	// MaxHeaderBytes caps a request's headers (431 beyond). Default 16KiB;
+	// allowed 1KiB..1MiB.
+	MaxHeaderBytes ByteSize `yaml:"max_header_bytes"`
+	// MaxConns caps concurrent client connections; over it new connections
+	// get 503. Default 10000; allowed 1..1000000.
+	MaxConns int `yaml:"max_conns"`
+	// ShutdownTimeout is how long a graceful shutdown waits for in-flight
+	// requests before closing connections. Default 30s; at least 100ms.
+	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+}
+
+// SetConfig describes one replica set.
+type SetConfig struct {
+	// Name identifies the set in metrics, logs, errors and gossip
+	// (lower-case letters, digits, '-', '_'; at most 63 bytes). Required.
+	Name string `yaml:"name"`
+	// Match selects the requests that belong to this set.
+	Match MatchConfig `yaml:"match"`
+	// Replicas is the declared replica count, used for the set's phase.
+	// Default 1; allowed 1..1000.
+	Replicas int `yaml:"replicas"`
+	// Key lists where a request's key is looked for, in order. Default
+	// [{header: X-Key}].
+	Key []balancer.KeySource `yaml:"key"`
+	// Fallback routes requests without a key: round_robin (default),
+	// least_inflight, random or reject.
+	Fallback balancer.Fallback `yaml:"fallback"`
+	// Failover says where a key goes when its owner is out of rotation:
+	// next (default) or strict.
+	Failover balancer.Failover `yaml:"failover"`
+	// Hash fixes the ring's shape; every proxy must agree on it.
+	Hash balancer.HashConfig `yaml:"hash"`
+	// Timeouts bound the work with one replica.
+	Timeouts TimeoutsConfig `yaml:"timeouts"`
+	// Retries configures which failed requests are tried on the next
+	// candidate.
+	Retries RetriesConfig `yaml:"retries"`
+	// MaxBodyBytes caps a request body (413 beyond). Default 8MiB; allowed
+	// 1B..1GiB.
+	MaxBodyBytes ByteSize `yaml:"max_body_bytes"`
+	// MaxConnsPerReplica caps the keep-alive pool to each replica. Default
+	// 1024; allowed 1..100000.
+	MaxConnsPerReplica int `yaml:"max_conns_per_replica"`
+	// Static lists replicas that are not discovered by gossip. They are
+	// always on the ring and in rotation unless health checks exclude them.
+	Static []StaticReplica `yaml:"static"`
+}
+
+// MatchConfig selects a replica set's requests. Empty fields match
+// everything. Among sets that match, the one with the longest host, then
+// the longest path prefix, wins.
+type MatchConfig struct {
+	// Host matches the request's Host header exactly (port ignored,
+	// case-insensitive). Empty matches any host.
+	Host string `yaml:"host"`
+	// PathPrefix matches the start of the raw request path. Default "/".
+	PathPrefix string `yaml:"path_prefix"`
+}
+
+// TimeoutsConfig bounds one replica exchange.
+type TimeoutsConfig struct {
+	// Connect bounds dialing a replica. Default 1s; at least 10ms.
+	Connect time.Duration `yaml:"connect"`
+	// Request bounds the whole exchange, retries included, from the first
+	// dial to the last response byte. Default 15s; at least 100ms.
+	Request time.Duration `yaml:"request"`
+	// Idle closes a pooled connection to a replica idle this long; keep it
+	// below the replica's own keep-alive timeout. Default 90s; at least 1s.
+	Idle time.Duration `yaml:"idle"`
+}
+
+// RetriesConfig says how often a request may be tried. A request that
+// never reached a replica (dial failure, refused) may always go to the next
+// candidate; one whose fate is unknown (timeout, reset after sending) only
+// if its method is idempotent or it carries the idempotency header.
+type RetriesConfig struct {
+	// Attempts is the total number of tries per request, the first
+	// included: 1 disables retries. Default 2; allowed 1..8.
+	Attempts int `yaml:"attempts"`
+	// IdempotencyHeader marks a request as safe to replay. Default
+	// "Idempotency-Key"; empty disables it.
+	IdempotencyHeader string `yaml:"idempotency_header"`
+}
+
+// StaticReplica is a replica given in the configuration.
+type StaticReplica struct {
+	// Name is the replica's ring identity. Required, unique within the set.
+	Name string `yaml:"name"`
+	// Addr is host:port of the replica's HTTP listener. Required.
+	Addr string `yaml:"addr"`
+	// Weight is advisory (reported only). Default 1.
+	Weight int `yaml:"weight"`
+	// Zone is an optional failure-domain label.
+	Zone string `yaml:"zone"`
+}
+
+// DefaultConfig returns the proxy configuration used when the YAML omits a
+// field. It has no replica sets: at least one must be configured.
+func DefaultConfig() Config {
+	return Config{
+		Listen: ":8080",
+		Server: ServerConfig{
+			ReadTimeout:     30 * time.Second,
+			WriteTimeout:    30 * time.Second,
+			IdleTimeout:     120 * time.Second,
+			MaxHeaderBytes:  16 << 10,
+			MaxConns:        10000,
+			ShutdownTimeout: 30 * time.Second,
+		},
+	}
+}
+
+// DefaultSetConfig returns the values a replica set starts from.
+func DefaultSetConfig() SetConfig {
+	return SetConfig{
+		Match:              MatchConfig{PathPrefix: "/"},
+		Replicas:           1,
+		Key:                []balancer.KeySource{{Header: "X-Key"}},
+		Fallback:           balancer.FallbackRoundRobin,
+		Failover:           balancer.FailoverNext,
+		Hash:               balancer.DefaultHashConfig(),
+		Timeouts:           TimeoutsConfig{Connect: time.Second, Request: 15 * time.Second, Idle: 90 * time.Second},
+		Retries:            RetriesConfig{Attempts: 2, IdempotencyHeader: "Idempotency-Key"},
+		MaxBodyBytes:       8 << 20,
+		MaxConnsPerReplica: 1024,
+	}
+}
+
+// DefaultStaticReplica returns the values a static replica starts from.
+func DefaultStaticReplica() StaticReplica { return StaticReplica{Weight: 1} }
+
+// Validate reports every problem in the configuration. Each error starts
+// with the YAML path of the offending field followed by ": ".
+func (c Config) Validate() error {
+	var errs []error
+	if err := validateListen(c.Listen); err != nil {
+		errs = append(errs, fmt.Errorf("listen: %w", err))
+	}
+	errs = append(errs, prefixed("server.", c.Server.Validate()))
+	if len(c.ReplicaSets) == 0 {
+		errs = append(errs, errors.New("replica_sets: at least one replica set is required, e.g. [{name: orders, static: [{name: orders-0, addr: \"127.0.0.1:9001\"}]}]"))
+	}
+	names := map[string]int{}
+	matches := map[MatchConfig]int{}
+	for i, s := range c.ReplicaSets {
+		p := fmt.Sprintf("replica_sets[%d].", i)
+		errs = append(errs, prefixed(p, s.Validate()))
+		if j, dup := names[s.Name]; dup && s.Name != "" {
+			errs = append(errs, fmt.Errorf("%sname: %q is already used by replica_sets[%d]; set names must be unique", p, s.Name, j))
+		} else {
+			names[s.Name] = i
+		}
+		m := MatchConfig{Host: strings.ToLower(s.Match.Host), PathPrefix: s.Match.PathPrefix}
+		if j, dup := matches[m]; dup {
+			errs = append(errs, fmt.Errorf("%smatch: host %q and path_prefix %q are the same as replica_sets[%d]'s; the second set would never receive a request", p, s.Match.Host, s.Match.PathPrefix, j))
+		} else {
+			matches[m] = i
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Validate reports every problem with the server settings.
+func (c ServerConfig) Validate() error {
+	var errs []error
+	errs = append(errs,
+		minDuration("read_timeout", c.ReadTimeout, 100*time.Millisecond),
+		minDuration("write_timeout", c.WriteTimeout, 100*time.Millisecond),
+		minDuration("idle_timeout", c.IdleTimeout, 100*time.Millisecond),
+		minDuration("shutdown_timeout", c.ShutdownTimeout, 100*time.Millisecond),
+	)
+	if c.MaxHeaderBytes < 1<<10 || c.MaxHeaderBytes > 1<<20 {
+		errs = append(errs, fmt.Errorf("max_header_bytes: must be between 1KiB and 1MiB, got %s", c.MaxHeaderBytes))
+	}
+	if c.MaxConns < 1 || c.MaxConns > 1000000 {
+		errs = append(errs, fmt.Errorf("max_conns: must be between 1 and 1000000, got %d", c.MaxConns))
+	}
+	return errors.Join(errs...)
+}
+
+// Validate reports every problem with one replica set.
+func (s SetConfig) Validate() error {
+	var errs []error
+	if !validName(s.Name) {
+		errs = append(errs, fmt.Errorf("name: %q is not a valid set name: use 1 to 63 lower-case letters, digits, '-' or '_', e.g. orders", s.Name))
+	}
+	if s.Match.PathPrefix == "" || s.Match.PathPrefix[0] != '/' {
+		errs = append(errs, fmt.Errorf("match.path_prefix: must start with '/', got %q", s.Match.PathPrefix))
+	}
+	if strings.ContainsAny(s.Match.Host, "/ \t") {
+		errs = append(errs, fmt.Errorf("match.host: %q is not a host name; write it without scheme or path, e.g. orders.example.com", s.Match.Host))
+	}
+	if s.Replicas < 1 || s.Replicas > 1000 {
+		errs = append(errs, fmt.Errorf("replicas: must be between 1 and 1000, got %d", s.Replicas))
+	}
+	if len(s.Key) == 0 && s.Fallback != balancer.FallbackRoundRobin && s.Fallback != balancer.FallbackLeastInflight && s.Fallback != balancer.FallbackRandom {
+		errs = append(errs, errors.New("key: no key source is configured and fallback is reject: every request would be rejected; add e.g. [{header: X-Key}]"))
+	}
+	for i, k := range s.Key {
+		if err := k.Validate(); err != nil {
+			sep := ": "
+			if m := err.Error(); strings.HasPrefix(m, "header:") || strings.HasPrefix(m, "path_segment:") || strings.HasPrefix(m, "query:") {
+				sep = "."
+			}
+			errs = append(errs, fmt.Errorf("key[%d]%s%w", i, sep, err))
+		}
+	}
+	errs = append(errs, prefixed("hash.", s.Hash.Validate()))
+	errs = append(errs,
+		minDuration("timeouts.connect", s.Timeouts.Connect, 10*time.Millisecond),
+		minDuration("timeouts.request", s.Timeouts.Request, 100*time.Millisecond),
+		minDuration("timeouts.idle", s.Timeouts.Idle, time.Second),
+	)
+	if s.Timeouts.Connect > s.Timeouts.Request && s.Timeouts.Request > 0 {
+		errs = append(errs, fmt.Errorf("timeouts.connect: %s is longer than timeouts.request (%s), which bounds the whole exchange; lower it", s.Timeouts.Connect, s.Timeouts.Request))
+	}
+	if s.Retries.Attempts < 1 || s.Retries.Attempts > 8 {
+		errs = append(errs, fmt.Errorf("retries.attempts: must be between 1 (no retry) and 8, got %d", s.Retries.Attempts))
+	}
+	if h := s.Retries.IdempotencyHeader; h != "" {
+		if err := (balancer.KeySource{Header: h}).Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("retries.idempotency_header: %q is not a valid HTTP header name", h))
+		}
+	}
+	if s.MaxBodyBytes < 1 || s.MaxBodyBytes > 1<<30 {
+		errs = append(errs, fmt.Errorf("max_body_bytes: must be between 1B and 1GiB, got %s", s.MaxBodyBytes))
+	}
+	if s.MaxConnsPerReplica < 1 || s.MaxConnsPerReplica > 100000 {
+		errs = append(errs, fmt.Errorf("max_conns_per_replica: must be between 1 and 100000, got %d", s.MaxConnsPerReplica))
+	}
+	seen := map[string]int{}
+	addrs := map[string]int{}
+	for i, r := range s.Static {
+		p := fmt.Sprintf("static[%d].", i)
+		if r.Name == "" || strings.ContainsAny(r.Name, " \t\r\n") || len(r.Name) > 128 {
+			errs = append(errs, fmt.Errorf("%sname: %q is not a valid replica name: use 1 to 128 bytes without spaces, e.g. orders-0", p, r.Name))
+		} else if j, dup := seen[r.Name]; dup {
+			errs = append(errs, fmt.Errorf("%sname: %q is already used by static[%d]; replica names must be unique in a set", p, r.Name, j))
+		} else {
+			seen[r.Name] = i
+		}
+		if err := validateHostPort(r.Addr); err != nil {
+			errs = append(errs, fmt.Errorf("%saddr: %w", p, err))
+		} else if j, dup := addrs[r.Addr]; dup {
+			errs = append(errs, fmt.Errorf("%saddr: %q is already used by static[%d]", p, r.Addr, j))
+		} else {
+			addrs[r.Addr] = i
+		}
+		if r.Weight < 1 || r.Weight > 1000 {
+			errs = append(errs, fmt.Errorf("%sweight: must be between 1 and 1000, got %d", p, r.Weight))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func validName(s string) bool {
+	if s == "" || len(s) > 63 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+func validateListen(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%q is not host:port (e.g. \":8080\" or \"127.0.0.1:8080\"): %v", addr, err)
+	}
+	if host != "" && net.ParseIP(host) == nil && strings.ContainsAny(host, "/ ") {
+		return fmt.Errorf("%q has an invalid host", addr)
+	}
+	if _, err := net.LookupPort("tcp", port); err != nil {
+		return fmt.Errorf("%q has an invalid port", addr)
+	}
+	return nil
+}
+
+func validateHostPort(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || host == "" || port == "" || port == "0" {
+		return fmt.Errorf("%q is not host:port with a non-zero port, e.g. \"10.0.0.7:9001\"", addr)
+	}
+	return nil
+}
+
+func minDuration(path string, d, floor time.Duration) error {
+	if d < floor {
+		return fmt.Errorf("%s: must be at least %s, got %s (write a duration with a unit, e.g. \"2s\" or \"500ms\")", path, floor, d)
+	}
+	return nil
+}
+
+// prefixed prepends a YAML path prefix to every error joined in err.
+func prefixed(prefix string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var out []error
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		for _, e := range j.Unwrap() {
+			out = append(out, prefixed(prefix, e))
+		}
+		return errors.Join(out...)
+	}
+	return fmt.Errorf("%s%w", prefix, err)
+}
