@@ -1,0 +1,126 @@
+package proxy
+
+import (
+	"errors"
+	"net"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/valyala/fasthttp"
+
+	"keyway/balancer"
+)
+
+// Backend is the proxy's long-lived state for one replica: its keep-alive
+// connection pool, in-flight count and pre-bound metric series. It
+// survives table rebuilds (the Router keeps one per ring member) and is
+// safe for concurrent use. It must not be copied.
+type Backend struct {
+	_        noCopy
+	name     string
+	addr     string
+	hc       *fasthttp.HostClient
+	inflight atomic.Int64
+
+	requests [6]prometheus.Counter // by status class: 1xx..5xx, and index 0 for transport errors
+	latency  prometheus.Observer
+	upErrs   [errKinds]prometheus.Counter
+}
+
+// Name returns the replica's name.
+func (b *Backend) Name() string { return b.name }
+
+// Addr returns the address the backend dials.
+func (b *Backend) Addr() string { return b.addr }
+
+// Inflight returns the number of requests being forwarded to the replica now.
+func (b *Backend) Inflight() int64 { return b.inflight.Load() }
+
+type noCopy struct{}
+
+func (*noCopy) Lock()   {}
+func (*noCopy) Unlock() {}
+
+// DialError is returned for a connection that could not be made: the
+// request never reached the replica, so it is always safe to retry.
+type DialError struct {
+	Addr string
+	Err  error
+}
+
+func (e *DialError) Error() string { return "dial " + e.Addr + ": " + e.Err.Error() }
+func (e *DialError) Unwrap() error { return e.Err }
+
+func newHostClient(rep balancer.Replica, sc *SetConfig) *fasthttp.HostClient {
+	connect := sc.Timeouts.Connect
+	return &fasthttp.HostClient{
+		Addr: rep.Addr,
+		Name: "",
+		DialTimeout: func(addr string, timeout time.Duration) (net.Conn, error) {
+			if timeout <= 0 || timeout > connect {
+				timeout = connect
+			}
+			c, err := net.DialTimeout("tcp", addr, timeout)
+			if err != nil {
+				return nil, &DialError{Addr: addr, Err: err}
+			}
+			return c, nil
+		},
+		NoDefaultUserAgentHeader:      true,
+		DisableHeaderNamesNormalizing: true,
+		DisablePathNormalizing:        true,
+		MaxConns:                      sc.MaxConnsPerReplica,
+		MaxConnWaitTimeout:            100 * time.Millisecond,
+		MaxIdleConnDuration:           sc.Timeouts.Idle,
+		ReadTimeout:                   sc.Timeouts.Request,
+		WriteTimeout:                  sc.Timeouts.Request,
+		MaxIdemponentCallAttempts:     1, // keyway owns every retry
+		RetryIfErr:                    func(*fasthttp.Request, int, error) (bool, bool) { return false, false },
+		ConnPoolStrategy:              fasthttp.LIFO,
+		MaxResponseBodySize:           0,
+		ReadBufferSize:                16 << 10,
+	}
+}
+
+// errKind classifies a failed exchange with a replica.
+type errKind uint8
+
+const (
+	errDial        errKind = iota // could not connect: never reached the replica
+	errNoFreeConns                // pool exhausted: never reached the replica
+	errTimeout                    // no complete answer in time: fate unknown
+	errReset                      // connection closed or reset after sending: fate unknown
+	errOther                      // anything else (malformed response, ...): fate unknown
+	errKinds
+)
+
+var errKindNames = [errKinds]string{"dial", "no_free_conns", "timeout", "reset", "other"}
+
+func (k errKind) String() string { return errKindNames[k] }
+
+// neverSent reports whether the request provably did not reach the replica.
+func (k errKind) neverSent() bool { return k == errDial || k == errNoFreeConns }
+
+func classify(err error) errKind {
+	var de *DialError
+	switch {
+	case errors.As(err, &de):
+		return errDial
+	case errors.Is(err, fasthttp.ErrNoFreeConns):
+		return errNoFreeConns
+	case errors.Is(err, fasthttp.ErrTimeout), errors.Is(err, fasthttp.ErrDialTimeout):
+		return errTimeout
+	case errors.Is(err, fasthttp.ErrConnectionClosed):
+		return errReset
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return errTimeout
+	}
+	var oe *net.OpError
+	if errors.As(err, &oe) {
+		return errReset
+	}
+	return errOther
+}

@@ -1,0 +1,327 @@
+package proxy
+
+import (
+	"encoding/json"
+	"errors"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/valyala/fasthttp"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"keyway/balancer"
+)
+
+// localReason says why keyway answered a request itself.
+type localReason uint8
+
+const (
+	lrNoKey        localReason = iota // 400: no key and fallback reject
+	lrBadKey                          // 400: key in a non-canonical form
+	lrBodyTooLarge                    // 413
+	lrNoReplica                       // 503: nothing in rotation for this key
+	lrUnreachable                     // 503: every candidate refused or had no free connection
+	lrUpstream                        // 502: the replica failed after the request was sent
+	lrTimeout                         // 504: the replica did not answer in time
+	lrInternal                        // 502: a bug in keyway (recovered panic)
+	localReasons
+)
+
+var localReasonNames = [localReasons]string{"no_key", "bad_key", "body_too_large", "no_replica", "unreachable", "upstream_error", "upstream_timeout", "internal"}
+
+func (r localReason) String() string { return localReasonNames[r] }
+
+var (
+	hdrRetryAfter  = []byte("Retry-After")
+	strRetryAfter1 = []byte("1")
+	strJSON        = []byte("application/json")
+)
+
+// handle is the request path: match set → key → table → forward.
+func (p *Proxy) handle(ctx *fasthttp.RequestCtx) {
+	p.metrics.inflight.Inc()
+	defer p.metrics.inflight.Dec()
+	defer func() {
+		if v := recover(); v != nil {
+			p.log.Error("panic in request handler", zap.Any("panic", v), zap.Stack("stack"))
+			ctx.Response.Reset()
+			p.respondError(ctx, nil, lrInternal, fasthttp.StatusBadGateway, "internal proxy error", "")
+		}
+	}()
+
+	uri := ctx.URI()
+	path := uri.PathOriginal()
+	rs := p.matchSet(ctx.Host(), path)
+	if rs == nil {
+		p.respondNoSet(ctx)
+		return
+	}
+	if len(ctx.Request.Body()) > rs.maxBody {
+		p.respondError(ctx, rs, lrBodyTooLarge, fasthttp.StatusRequestEntityTooLarge,
+			"request body exceeds max_body_bytes ("+ByteSize(rs.maxBody).String()+") of this replica set", "")
+		ctx.SetConnectionClose()
+		return
+	}
+
+	t := rs.router.Table()
+	var hash uint64
+	status := balancer.KeyMissing
+	for i := range rs.sources {
+		src := &rs.sources[i]
+		switch src.kind {
+		case 0:
+			hash, status = balancer.HashHeader(ctx.Request.Header.PeekBytes(src.name))
+		case 1:
+			hash, status = balancer.HashPathSegment(path, src.segment)
+		default:
+			hash, status = balancer.HashQuery(uri.QueryString(), src.name)
+		}
+		if status != balancer.KeyMissing {
+			break
+		}
+	}
+
+	var buf [8]uint16
+	var cands []uint16
+	switch status {
+	case balancer.KeyOK:
+		cands = t.Candidates(hash)
+		if len(cands) == 0 {
+			p.respondNoCandidate(ctx, rs, t, hash)
+			return
+		}
+	case balancer.KeyInvalid:
+		p.respondError(ctx, rs, lrBadKey, fasthttp.StatusBadRequest,
+			"the key is not in canonical form: it contains an encoded '/', '\\', '.' or '%', a backslash, a malformed escape or a dot-segment; send the key unencoded or with other escapes only", "")
+		return
+	default:
+		cands = p.keyless(rs, t, buf[:0])
+		if cands == nil {
+			if rs.cfg.Fallback == balancer.FallbackReject {
+				p.respondError(ctx, rs, lrNoKey, fasthttp.StatusBadRequest,
+					"the request has no key; tried "+rs.sourceMsg, "")
+				return
+			}
+			p.respondError(ctx, rs, lrNoReplica, fasthttp.StatusServiceUnavailable,
+				"no replica of this set is in rotation", "")
+			return
+		}
+	}
+	p.forward(ctx, rs, t, cands)
+}
+
+// keyless picks candidates for a request without a key, or nil.
+func (p *Proxy) keyless(rs *replicaSet, t *balancer.Table[*Backend], dst []uint16) []uint16 {
+	rot := t.Rotation()
+	if len(rot) == 0 || rs.cfg.Fallback == balancer.FallbackReject {
+		return nil
+	}
+	var first int
+	switch rs.cfg.Fallback {
+	case balancer.FallbackRandom:
+		first, _ = t.RandomSlot()
+	case balancer.FallbackLeastInflight:
+		a, _ := t.RandomSlot()
+		b, _ := t.RandomSlot()
+		if t.Backend(b).inflight.Load() < t.Backend(a).inflight.Load() {
+			a = b
+		}
+		first = a
+	default:
+		first, _ = t.NextRoundRobin()
+	}
+	// Retries go to the following replicas of the rotation.
+	i := 0
+	for i < len(rot) && int(rot[i]) != first {
+		i++
+	}
+	for n := 0; n < min(len(rot), rs.attempts, cap(dst)); n++ {
+		dst = append(dst, rot[(i+n)%len(rot)])
+	}
+	return dst
+}
+
+// forward tries the candidates in order, following the delivery contract:
+// a request that never reached a replica may go to the next candidate; one
+// whose fate is unknown only if it is replayable.
+func (p *Proxy) forward(ctx *fasthttp.RequestCtx, rs *replicaSet, t *balancer.Table[*Backend], cands []uint16) {
+	start := time.Now()
+	deadline := start.Add(rs.timeout)
+	clientClose := prepareRequest(ctx)
+	replayable := isIdempotent(ctx.Request.Header.Method()) ||
+		(len(rs.idem) > 0 && len(ctx.Request.Header.PeekBytes(rs.idem)) > 0)
+
+	var lastErr error
+	var lastKind errKind
+	var last *Backend
+	attempts := min(len(cands), rs.attempts)
+	for i := 0; i < attempts; i++ {
+		b := t.Backend(int(cands[i]))
+		last = b
+		if i > 0 {
+			rs.retries.Inc()
+			ctx.Response.Reset()
+		}
+		t0 := time.Now()
+		b.inflight.Add(1)
+		err := b.hc.DoDeadline(&ctx.Request, &ctx.Response, deadline)
+		b.inflight.Add(-1)
+		d := time.Since(t0)
+		if err == nil {
+			code := ctx.Response.StatusCode()
+			if p.opts.Observer != nil {
+				p.opts.Observer.Observe(rs.name, b.name, code, nil, d)
+			}
+			prepareResponse(ctx, clientClose)
+			b.requests[codeClass(code)].Inc()
+			b.latency.Observe(time.Since(start).Seconds())
+			p.logAccess(ctx, rs, b, code, start, i+1)
+			return
+		}
+		lastErr, lastKind = err, classify(err)
+		b.upErrs[lastKind].Inc()
+		if p.opts.Observer != nil {
+			p.opts.Observer.Observe(rs.name, b.name, 0, err, d)
+		}
+		if ce := p.log.Check(zapcore.DebugLevel, "upstream attempt failed"); ce != nil {
+			ce.Write(zap.String("set", rs.name), zap.String("replica", b.name), zap.Stringer("kind", lastKind), zap.Error(err), zap.Int("attempt", i+1))
+		}
+		if !lastKind.neverSent() && !replayable {
+			break
+		}
+		if !time.Now().Before(deadline) {
+			break
+		}
+	}
+	ctx.Response.Reset()
+	if clientClose {
+		ctx.SetConnectionClose()
+	}
+	switch {
+	case lastKind.neverSent():
+		p.respondError(ctx, rs, lrUnreachable, fasthttp.StatusServiceUnavailable,
+			"no replica could be reached for this request ("+lastKind.String()+"); it was not delivered: retry", last.name)
+	case lastKind == errTimeout:
+		p.respondError(ctx, rs, lrTimeout, fasthttp.StatusGatewayTimeout,
+			"the replica did not answer within "+rs.timeout.String()+"; the request may or may not have been processed", last.name)
+	default:
+		p.respondError(ctx, rs, lrUpstream, fasthttp.StatusBadGateway,
+			"the replica failed after the request was sent ("+lastKind.String()+"); the request may or may not have been processed", last.name)
+	}
+	if ce := p.log.Check(zapcore.DebugLevel, "request failed"); ce != nil {
+		ce.Write(zap.String("set", rs.name), zap.String("replica", last.name), zap.Error(lastErr))
+	}
+}
+
+func (p *Proxy) respondNoCandidate(ctx *fasthttp.RequestCtx, rs *replicaSet, t *balancer.Table[*Backend], hash uint64) {
+	owner := ""
+	if o := t.Owner(hash); o >= 0 {
+		owner = t.Replica(o).Name
+	}
+	msg := "no replica of this set is in rotation"
+	if t.Failover() == balancer.FailoverStrict && len(t.Rotation()) > 0 {
+		msg = "the owner of this key is out of rotation and failover is strict"
+	}
+	p.respondError(ctx, rs, lrNoReplica, fasthttp.StatusServiceUnavailable, msg, owner)
+}
+
+func isIdempotent(m []byte) bool {
+	switch string(m) {
+	case "GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE":
+		return true
+	}
+	return false
+}
+
+func codeClass(code int) int {
+	if code < 100 || code > 599 {
+		return 5
+	}
+	return code / 100
+}
+
+type errorBody struct {
+	Error      string `json:"error"`
+	ReplicaSet string `json:"replica_set,omitempty"`
+	Replica    string `json:"replica,omitempty"`
+}
+
+// respondError answers with a small JSON body. 503s carry Retry-After.
+func (p *Proxy) respondError(ctx *fasthttp.RequestCtx, rs *replicaSet, reason localReason, status int, msg, replica string) {
+	set := ""
+	if rs != nil {
+		set = rs.name
+		rs.local[reason].Inc()
+		rs.noneReqs[codeClass(status)].Inc()
+	}
+	writeJSONError(ctx, status, msg, set, replica)
+	if rs != nil {
+		p.logAccess(ctx, rs, nil, status, ctx.Time(), 0)
+	}
+}
+
+func writeJSONError(ctx *fasthttp.RequestCtx, status int, msg, set, replica string) {
+	body, _ := json.Marshal(errorBody{Error: msg, ReplicaSet: set, Replica: replica})
+	ctx.Response.SetStatusCode(status)
+	ctx.Response.Header.SetContentTypeBytes(strJSON)
+	if status == fasthttp.StatusServiceUnavailable {
+		ctx.Response.Header.SetBytesKV(hdrRetryAfter, strRetryAfter1)
+	}
+	ctx.Response.SetBody(append(body, '\n'))
+}
+
+func (p *Proxy) respondNoSet(ctx *fasthttp.RequestCtx) {
+	p.metrics.rejected.WithLabelValues("none", "no_set").Inc()
+	p.metrics.requests.WithLabelValues("none", "none", "4xx").Inc()
+	writeJSONError(ctx, fasthttp.StatusNotFound,
+		"no replica set matches host "+strconv.Quote(string(ctx.Host()))+" and path "+strconv.Quote(string(ctx.URI().PathOriginal())), "", "")
+}
+
+// handleParseError answers requests fasthttp could not read.
+func (p *Proxy) handleParseError(ctx *fasthttp.RequestCtx, err error) {
+	var small *fasthttp.ErrSmallBuffer
+	status, msg := fasthttp.StatusBadRequest, "malformed request"
+	switch {
+	case errors.As(err, &small):
+		status, msg = fasthttp.StatusRequestHeaderFieldsTooLarge, "request headers exceed server.max_header_bytes ("+p.cfg.Server.MaxHeaderBytes.String()+")"
+	case errors.Is(err, fasthttp.ErrBodyTooLarge):
+		status, msg = fasthttp.StatusRequestEntityTooLarge, "request body too large"
+	default:
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			status, msg = fasthttp.StatusRequestTimeout, "request not received within server.read_timeout"
+		}
+	}
+	p.metrics.rejected.WithLabelValues("none", "malformed").Inc()
+	p.metrics.requests.WithLabelValues("none", "none", strconv.Itoa(status/100)+"xx").Inc()
+	writeJSONError(ctx, status, msg, "", "")
+	ctx.SetConnectionClose()
+}
+
+func (p *Proxy) logAccess(ctx *fasthttp.RequestCtx, rs *replicaSet, b *Backend, status int, start time.Time, attempts int) {
+	if p.access == nil {
+		return
+	}
+	ce := p.access.Check(zapcore.InfoLevel, "access")
+	if ce == nil {
+		return
+	}
+	replica := "none"
+	if b != nil {
+		replica = b.name
+	}
+	ce.Write(
+		zap.String("set", rs.name),
+		zap.String("replica", replica),
+		zap.ByteString("method", ctx.Request.Header.Method()),
+		zap.ByteString("path", ctx.URI().PathOriginal()),
+		zap.Int("status", status),
+		zap.Duration("duration", time.Since(start)),
+		zap.Int("attempts", attempts),
+		zap.Int("bytes", len(ctx.Response.Body())),
+		zap.ByteString("request_id", ctx.Request.Header.PeekBytes(hdrRequestID)),
+		zap.Stringer("remote", ctx.RemoteAddr()),
+	)
+}

@@ -1,0 +1,104 @@
+package proxy
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics holds the proxy's collectors. Per-replica children are bound
+// once per Backend and deleted when the replica leaves the ring.
+type metrics struct {
+	requests  *prometheus.CounterVec   // set, replica, code (class)
+	latency   *prometheus.HistogramVec // set, replica
+	upErrors  *prometheus.CounterVec   // set, replica, kind
+	retries   *prometheus.CounterVec   // set
+	rejected  *prometheus.CounterVec   // set, reason: answered by keyway itself
+	inflight  prometheus.Gauge
+	rebuilds  *prometheus.CounterVec // set, ring ("true"/"false")
+	moved     *prometheus.CounterVec // set
+	rotation  *prometheus.GaugeVec   // set
+	ringSize  *prometheus.GaugeVec   // set
+	rebuildSe *prometheus.HistogramVec
+}
+
+// latencyBuckets spans 100µs to 30s.
+var latencyBuckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "keyway", Name: "requests_total",
+			Help: "Requests answered, by replica set, replica (\"none\" when keyway answered itself) and status class (1xx..5xx).",
+		}, []string{"set", "replica", "code"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: "keyway", Name: "request_duration_seconds",
+			Help:    "Time from receiving a request to having its response ready, by replica set and the replica that answered.",
+			Buckets: latencyBuckets,
+		}, []string{"set", "replica"}),
+		upErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "keyway", Name: "upstream_errors_total",
+			Help: "Failed exchanges with a replica, by kind: dial, no_free_conns, timeout, reset, other.",
+		}, []string{"set", "replica", "kind"}),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "keyway", Name: "retries_total",
+			Help: "Requests sent again to the next candidate after a failed attempt.",
+		}, []string{"set"}),
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "keyway", Name: "local_responses_total",
+			Help: "Requests keyway answered itself without a replica's answer, by reason.",
+		}, []string{"set", "reason"}),
+		inflight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "keyway", Name: "inflight_requests",
+			Help: "Requests being handled by the proxy now.",
+		}),
+		rebuilds: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "keyway", Name: "table_rebuilds_total",
+			Help: "Routing tables published, by replica set and whether the ring itself changed.",
+		}, []string{"set", "ring"}),
+		moved: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "keyway", Name: "ring_moved_partitions_total",
+			Help: "Partitions whose ring owner changed in ring rebuilds.",
+		}, []string{"set"}),
+		rotation: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "keyway", Name: "rotation_replicas",
+			Help: "Replicas in rotation now.",
+		}, []string{"set"}),
+		ringSize: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "keyway", Name: "ring_replicas",
+			Help: "Replicas on the ring now.",
+		}, []string{"set"}),
+		rebuildSe: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: "keyway", Name: "table_rebuild_duration_seconds",
+			Help:    "Time to build and publish a routing table.",
+			Buckets: []float64{.00001, .0001, .001, .005, .01, .05, .1, .5, 1},
+		}, []string{"set"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.requests, m.latency, m.upErrors, m.retries, m.rejected, m.inflight,
+			m.rebuilds, m.moved, m.rotation, m.ringSize, m.rebuildSe)
+	}
+	return m
+}
+
+var codeClasses = [6]string{"error", "1xx", "2xx", "3xx", "4xx", "5xx"}
+
+// bind attaches a backend's metric children.
+func (m *metrics) bind(b *Backend, set string) {
+	for i, c := range codeClasses {
+		if i == 0 {
+			continue
+		}
+		b.requests[i] = m.requests.WithLabelValues(set, b.name, c)
+	}
+	b.latency = m.latency.WithLabelValues(set, b.name)
+	for k := errKind(0); k < errKinds; k++ {
+		b.upErrs[k] = m.upErrors.WithLabelValues(set, b.name, k.String())
+	}
+}
+
+// unbind deletes a departed replica's series.
+func (m *metrics) unbind(set, replica string) {
+	l := prometheus.Labels{"set": set, "replica": replica}
+	m.requests.DeletePartialMatch(l)
+	m.latency.DeletePartialMatch(l)
+	m.upErrors.DeletePartialMatch(l)
+}

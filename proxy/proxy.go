@@ -1,0 +1,374 @@
+package proxy
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/valyala/fasthttp"
+	"go.uber.org/zap"
+
+	"keyway/balancer"
+)
+
+// Observer receives the outcome of every exchange with a replica (one call
+// per attempt). It is called on the request path: it must be cheap, must
+// not block and must not retain anything. err is nil when the replica
+// answered; status is then its status code.
+type Observer interface {
+	Observe(set, replica string, status int, err error, d time.Duration)
+}
+
+// Options are the proxy's optional dependencies. The zero value works.
+type Options struct {
+	// Logger receives application logs. If nil, logs are discarded.
+	Logger *zap.Logger
+	// AccessLog, if non-nil, receives one entry per request.
+	AccessLog *zap.Logger
+	// Registerer receives the proxy's metrics. If nil, they are not exported.
+	Registerer prometheus.Registerer
+	// Observer, if non-nil, is told the outcome of every attempt.
+	Observer Observer
+	// Coalesce is the Router's coalescing window for bursts of replica and
+	// health changes. 0 means 50ms.
+	Coalesce time.Duration
+}
+
+// Proxy is keyway's HTTP front end. Construct it with New, start it with
+// Listen (optional) and Run. It is safe for concurrent use.
+type Proxy struct {
+	cfg     Config
+	opts    Options
+	log     *zap.Logger
+	access  *zap.Logger
+	metrics *metrics
+	sets    []*replicaSet // in match order: most specific first
+	byName  map[string]*replicaSet
+	server  *fasthttp.Server
+
+	mu      sync.Mutex
+	ln      net.Listener
+	ready   atomic.Bool
+	started atomic.Bool
+}
+
+// replicaSet is the proxy's per-set state, fixed at construction.
+type replicaSet struct {
+	cfg       SetConfig
+	name      string
+	host      []byte // lower case, empty matches any
+	prefix    []byte
+	sources   []keySource
+	idem      []byte
+	maxBody   int
+	timeout   time.Duration
+	attempts  int
+	router    *balancer.Router[*Backend]
+	retries   prometheus.Counter
+	local     [localReasons]prometheus.Counter
+	noneReqs  [6]prometheus.Counter
+	sourceMsg string // "header X-Key, path segment 2"
+
+	mu   sync.Mutex // guards live; taken by the Router's hooks only
+	live map[string]*Backend
+}
+
+type keySource struct {
+	kind    uint8 // 0 header, 1 path segment, 2 query
+	name    []byte
+	segment int
+}
+
+// New validates cfg and builds the proxy and its routers. It does not
+// listen or start goroutines.
+func New(cfg Config, opts Options) (*Proxy, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("proxy config: %w", err)
+	}
+	if opts.Coalesce == 0 {
+		opts.Coalesce = 50 * time.Millisecond
+	}
+	p := &Proxy{
+		cfg:     cfg,
+		opts:    opts,
+		log:     cmp.Or(opts.Logger, zap.NewNop()),
+		access:  opts.AccessLog,
+		metrics: newMetrics(opts.Registerer),
+		byName:  map[string]*replicaSet{},
+	}
+	maxBody := 0
+	for _, sc := range cfg.ReplicaSets {
+		rs, err := p.newReplicaSet(sc)
+		if err != nil {
+			return nil, err
+		}
+		p.sets = append(p.sets, rs)
+		p.byName[rs.name] = rs
+		maxBody = max(maxBody, rs.maxBody)
+	}
+	slices.SortStableFunc(p.sets, func(a, b *replicaSet) int {
+		if c := cmp.Compare(len(b.host), len(a.host)); c != 0 {
+			return c
+		}
+		return cmp.Compare(len(b.prefix), len(a.prefix))
+	})
+	p.server = &fasthttp.Server{
+		Handler:                      p.handle,
+		ErrorHandler:                 p.handleParseError,
+		Name:                         "",
+		Concurrency:                  cfg.Server.MaxConns,
+		ReadBufferSize:               int(cfg.Server.MaxHeaderBytes),
+		WriteBufferSize:              16 << 10,
+		ReadTimeout:                  cfg.Server.ReadTimeout,
+		WriteTimeout:                 cfg.Server.WriteTimeout,
+		IdleTimeout:                  cfg.Server.IdleTimeout,
+		MaxRequestBodySize:           maxBody,
+		DisablePreParseMultipartForm: true,
+		NoDefaultServerHeader:        true,
+		NoDefaultContentType:         true,
+		NoDefaultDate:                true,
+		SecureErrorLogMessage:        true,
+		CloseOnShutdown:              true,
+		Logger:                       fasthttpLogger{p.log.Named("fasthttp").Sugar()},
+	}
+	return p, nil
+}
+
+func (p *Proxy) newReplicaSet(sc SetConfig) (*replicaSet, error) {
+	rs := &replicaSet{
+		cfg:      sc,
+		name:     sc.Name,
+		host:     []byte(strings.ToLower(sc.Match.Host)),
+		prefix:   []byte(sc.Match.PathPrefix),
+		maxBody:  int(sc.MaxBodyBytes),
+		timeout:  sc.Timeouts.Request,
+		attempts: sc.Retries.Attempts,
+		retries:  p.metrics.retries.WithLabelValues(sc.Name),
+		live:     map[string]*Backend{},
+	}
+	if h := sc.Retries.IdempotencyHeader; h != "" {
+		rs.idem = []byte(h)
+	}
+	var descr []string
+	for _, k := range sc.Key {
+		switch {
+		case k.Header != "":
+			rs.sources = append(rs.sources, keySource{kind: 0, name: []byte(k.Header)})
+		case k.PathSegment > 0:
+			rs.sources = append(rs.sources, keySource{kind: 1, segment: k.PathSegment})
+		default:
+			rs.sources = append(rs.sources, keySource{kind: 2, name: []byte(k.Query)})
+		}
+		descr = append(descr, k.String())
+	}
+	rs.sourceMsg = strings.Join(descr, ", ")
+	for r := localReason(0); r < localReasons; r++ {
+		rs.local[r] = p.metrics.rejected.WithLabelValues(sc.Name, r.String())
+	}
+	for i, c := range codeClasses {
+		if i > 0 {
+			rs.noneReqs[i] = p.metrics.requests.WithLabelValues(sc.Name, "none", c)
+		}
+	}
+	router, err := balancer.NewRouter(balancer.RouterConfig{
+		Set:        sc.Name,
+		Hash:       sc.Hash,
+		Failover:   sc.Failover,
+		Candidates: max(sc.Retries.Attempts, 1),
+		Coalesce:   p.opts.Coalesce,
+	}, balancer.Hooks[*Backend]{
+		NewBackend: func(r balancer.Replica) *Backend { return p.newBackend(rs, r) },
+		Release:    func(r balancer.Replica, b *Backend) { p.releaseBackend(rs, r, b) },
+		Rebuilt:    func(info balancer.RebuildInfo) { p.rebuilt(info) },
+	})
+	if err != nil {
+		return nil, fmt.Errorf("replica set %s: %w", sc.Name, err)
+	}
+	rs.router = router
+	static := make([]balancer.Replica, 0, len(sc.Static))
+	for _, s := range sc.Static {
+		static = append(static, balancer.Replica{Name: s.Name, Addr: s.Addr, State: balancer.StateReady, Weight: s.Weight, Zone: s.Zone, Source: "static"})
+	}
+	router.SetReplicas("static", static)
+	router.Flush()
+	return rs, nil
+}
+
+func (p *Proxy) newBackend(rs *replicaSet, r balancer.Replica) *Backend {
+	b := &Backend{name: r.Name, addr: r.Addr, hc: newHostClient(r, &rs.cfg)}
+	p.metrics.bind(b, rs.name)
+	rs.mu.Lock()
+	rs.live[r.Name] = b
+	rs.mu.Unlock()
+	return b
+}
+
+func (p *Proxy) releaseBackend(rs *replicaSet, r balancer.Replica, b *Backend) {
+	b.hc.CloseIdleConnections()
+	rs.mu.Lock()
+	gone := rs.live[r.Name] == b
+	if gone {
+		delete(rs.live, r.Name)
+	}
+	rs.mu.Unlock()
+	if gone {
+		p.metrics.unbind(rs.name, r.Name)
+	}
+}
+
+func (p *Proxy) rebuilt(info balancer.RebuildInfo) {
+	p.metrics.rebuilds.WithLabelValues(info.Set, fmt.Sprint(info.RingBuilt)).Inc()
+	p.metrics.rotation.WithLabelValues(info.Set).Set(float64(info.InRotation))
+	p.metrics.ringSize.WithLabelValues(info.Set).Set(float64(info.RingSize))
+	p.metrics.rebuildSe.WithLabelValues(info.Set).Observe(info.Duration.Seconds())
+	if info.RingBuilt {
+		p.metrics.moved.WithLabelValues(info.Set).Add(float64(info.Moved))
+		p.log.Info("ring rebuilt",
+			zap.String("set", info.Set), zap.Uint64("generation", info.Generation), zap.String("cause", info.Cause),
+			zap.Int("ring_size", info.RingSize), zap.Int("in_rotation", info.InRotation),
+			zap.Strings("joined", info.Joined), zap.Strings("left", info.Left),
+			zap.Int("moved_partitions", info.Moved), zap.Int("diverted_partitions", info.Diverted),
+			zap.Duration("took", info.Duration))
+		return
+	}
+	p.log.Info("rotation changed",
+		zap.String("set", info.Set), zap.Uint64("generation", info.Generation), zap.String("cause", info.Cause),
+		zap.Int("in_rotation", info.InRotation), zap.Int("ring_size", info.RingSize),
+		zap.Int("diverted_partitions", info.Diverted))
+}
+
+// Router returns the Router of a replica set, or nil. Membership and health
+// checkers feed it; the admin API reads its tables.
+func (p *Proxy) Router(set string) *balancer.Router[*Backend] {
+	if rs := p.byName[set]; rs != nil {
+		return rs.router
+	}
+	return nil
+}
+
+// Sets returns the configured replica set names in configuration order.
+func (p *Proxy) Sets() []string {
+	out := make([]string, 0, len(p.cfg.ReplicaSets))
+	for _, s := range p.cfg.ReplicaSets {
+		out = append(out, s.Name)
+	}
+	return out
+}
+
+// Listen opens the proxy's listener (cfg.Listen) if it is not open yet.
+// Calling it before Run lets callers learn the bound address (port 0).
+func (p *Proxy) Listen() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ln != nil {
+		return nil
+	}
+	ln, err := net.Listen("tcp", p.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", p.cfg.Listen, err)
+	}
+	p.ln = ln
+	return nil
+}
+
+// Addr returns the listener's address, or nil before Listen.
+func (p *Proxy) Addr() net.Addr {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ln == nil {
+		return nil
+	}
+	return p.ln.Addr()
+}
+
+// Ready reports whether the proxy is serving and not shutting down.
+func (p *Proxy) Ready() bool { return p.ready.Load() }
+
+// Run serves until ctx is done, then shuts down gracefully: it stops
+// accepting, lets in-flight requests finish within the shutdown timeout,
+// and closes idle keep-alive connections. It returns nil after a clean
+// shutdown.
+func (p *Proxy) Run(ctx context.Context) error {
+	if !p.started.CompareAndSwap(false, true) {
+		return errors.New("proxy: Run called twice")
+	}
+	if err := p.Listen(); err != nil {
+		return err
+	}
+	for _, rs := range p.sets {
+		go func() { _ = rs.router.Run(ctx) }()
+	}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- p.server.Serve(p.ln) }()
+	p.ready.Store(true)
+	p.log.Info("proxy listening", zap.Stringer("addr", p.ln.Addr()), zap.Strings("sets", p.Sets()))
+
+	select {
+	case err := <-serveErr:
+		p.ready.Store(false)
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	p.ready.Store(false)
+	p.log.Info("proxy shutting down", zap.Duration("timeout", p.cfg.Server.ShutdownTimeout))
+	sctx, cancel := context.WithTimeout(context.Background(), p.cfg.Server.ShutdownTimeout)
+	defer cancel()
+	err := p.server.ShutdownWithContext(sctx)
+	<-serveErr
+	for _, rs := range p.sets {
+		t := rs.router.Table()
+		for i := 0; i < t.Len(); i++ {
+			t.Backend(i).hc.CloseIdleConnections()
+		}
+	}
+	if err != nil {
+		p.log.Warn("shutdown deadline passed with requests in flight", zap.Error(err))
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	p.log.Info("proxy stopped")
+	return nil
+}
+
+// fasthttpLogger routes fasthttp's own messages to zap at warn level.
+type fasthttpLogger struct{ s *zap.SugaredLogger }
+
+func (l fasthttpLogger) Printf(format string, args ...any) { l.s.Warnf(format, args...) }
+
+// matchSet returns the replica set of a request, or nil.
+func (p *Proxy) matchSet(host, path []byte) *replicaSet {
+	if i := bytes.LastIndexByte(host, ':'); i >= 0 && bytes.IndexByte(host[i:], ']') < 0 {
+		host = host[:i]
+	}
+	for _, rs := range p.sets {
+		if len(rs.host) > 0 && !bytes.EqualFold(rs.host, host) {
+			continue
+		}
+		if !hasPathPrefix(path, rs.prefix) {
+			continue
+		}
+		return rs
+	}
+	return nil
+}
+
+// hasPathPrefix matches whole segments: "/orders" matches "/orders" and
+// "/orders/x" but not "/ordersx"; a prefix ending in '/' is a plain prefix.
+func hasPathPrefix(path, prefix []byte) bool {
+	if !bytes.HasPrefix(path, prefix) {
+		return false
+	}
+	if len(path) == len(prefix) || prefix[len(prefix)-1] == '/' {
+		return true
+	}
+	c := path[len(prefix)]
+	return c == '/' || c == '?'
+}
