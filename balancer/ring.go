@@ -1,10 +1,13 @@
 package balancer
 
 import (
+	"cmp"
 	"encoding/binary"
+	"fmt"
+	"math"
 	"slices"
+	"strconv"
 
-	"github.com/buraksezer/consistent"
 	"github.com/cespare/xxhash/v2"
 )
 
@@ -32,79 +35,85 @@ type ring struct {
 	phash []uint64 // per partition: its position on the ring
 }
 
-type member string
-
-func (m member) String() string { return string(m) }
-
-type xxHasher struct{}
-
-func (xxHasher) Sum64(b []byte) uint64 { return xxhash.Sum64(b) }
-
 // buildRing places cfg.Partitions partitions on the sorted, deduplicated
 // names. It is deterministic: the same names and config give the same ring
 // in every process, whatever order the names arrived in.
+//
+// The placement is exactly that of github.com/buraksezer/consistent v1.1.0
+// (DefaultReplicaKey, xxhash, bounded loads), which ring_test.go checks
+// against the library itself. It is computed here rather than with
+// consistent.New because New re-sorts the whole virtual-node ring after
+// every member it adds: O(M² R log MR), 0.9 s for 300 replicas, against a
+// few milliseconds for one sort here.
 func buildRing(names []string, cfg HashConfig) *ring {
 	r := &ring{names: names, parts: cfg.Partitions}
 	if len(names) == 0 {
 		return r
 	}
-	members := make([]consistent.Member, len(names))
-	for i, n := range names {
-		members[i] = member(n)
-	}
-	c := consistent.New(members, consistent.Config{
-		Hasher:            xxHasher{},
-		PartitionCount:    cfg.Partitions,
-		ReplicationFactor: cfg.ReplicationFactor,
-		Load:              cfg.Load,
-		ReplicaKey:        consistent.DefaultReplicaKey,
-	})
-	slot := make(map[string]uint16, len(names))
-	for i, n := range names {
-		slot[n] = uint16(i)
-	}
 
-	// The virtual-node ring, rebuilt here the way consistent builds it, so
-	// that successors follow the same ring the owners were chosen on.
+	// The virtual-node ring: R hashes of "idx:name" per member, sorted.
 	type vnode struct {
 		h uint64
 		s uint16
 	}
 	vn := make([]vnode, 0, len(names)*cfg.ReplicationFactor)
+	var key []byte
 	for i, n := range names {
 		for j := 0; j < cfg.ReplicationFactor; j++ {
-			vn = append(vn, vnode{xxhash.Sum64(consistent.DefaultReplicaKey(n, j)), uint16(i)})
+			key = appendReplicaKey(key[:0], n, j)
+			vn = append(vn, vnode{xxhash.Sum64(key), uint16(i)})
 		}
 	}
 	slices.SortFunc(vn, func(a, b vnode) int {
-		if a.h != b.h {
-			if a.h < b.h {
-				return -1
-			}
-			return 1
+		if c := cmp.Compare(a.h, b.h); c != 0 {
+			return c
 		}
-		return int(a.s) - int(b.s)
+		return cmp.Compare(a.s, b.s)
 	})
+	// consistent keeps one member per hash: the last one added, and members
+	// are added in name order. Fold (astronomically rare) collisions the
+	// same way so that both placements stay identical.
+	for i := len(vn) - 2; i >= 0; i-- {
+		if vn[i].h == vn[i+1].h {
+			vn[i].s = vn[i+1].s
+		}
+	}
 	r.vhash = make([]uint64, len(vn))
 	r.vslot = make([]uint16, len(vn))
 	for i, v := range vn {
 		r.vhash[i], r.vslot[i] = v.h, v.s
 	}
 
+	// Bounded loads: a partition goes to the first member clockwise from
+	// its position that owns fewer than ceil(P/M × Load) partitions.
+	// Load > 1 (HashConfig.Validate) guarantees room for every partition.
+	capacity := math.Ceil(float64(cfg.Partitions) / float64(len(names)) * cfg.Load)
+	loads := make([]int, len(names))
 	r.k = min(len(names), maxOrder)
 	r.owner = make([]uint16, cfg.Partitions)
 	r.order = make([]uint16, cfg.Partitions*r.k)
 	r.phash = make([]uint64, cfg.Partitions)
 	var bs [8]byte
 	for p := 0; p < cfg.Partitions; p++ {
-		o := slot[c.GetPartitionOwner(p).String()]
-		r.owner[p] = o
 		binary.LittleEndian.PutUint64(bs[:], uint64(p))
 		r.phash[p] = xxhash.Sum64(bs[:])
+		start := r.search(r.phash[p])
+		o := noSlot
+		for i := range r.vslot {
+			if s := r.vslot[(start+i)%len(r.vslot)]; float64(loads[s]+1) <= capacity {
+				o = s
+				break
+			}
+		}
+		if o == noSlot {
+			panic(fmt.Sprintf("balancer: no room for partition %d (load %g must be > 1)", p, cfg.Load))
+		}
+		loads[o]++
+		r.owner[p] = o
+
 		ord := r.order[p*r.k : (p+1)*r.k]
 		ord[0] = o
 		n := 1
-		start := r.search(r.phash[p])
 		for i := 0; i < len(r.vslot) && n < r.k; i++ {
 			s := r.vslot[(start+i)%len(r.vslot)]
 			if !slices.Contains(ord[:n], s) {
@@ -114,6 +123,14 @@ func buildRing(names []string, cfg HashConfig) *ring {
 		}
 	}
 	return r
+}
+
+// appendReplicaKey appends consistent.DefaultReplicaKey(name, idx), the
+// ring key of a virtual node ("idx:name"), without fmt.
+func appendReplicaKey(dst []byte, name string, idx int) []byte {
+	dst = strconv.AppendInt(dst, int64(idx), 10)
+	dst = append(dst, ':')
+	return append(dst, name...)
 }
 
 // search returns the first virtual node at or after h, wrapping around.
