@@ -1,0 +1,133 @@
+// Package admin serves keyway's admin listener: Prometheus metrics at
+// /metrics, liveness at /healthz, readiness at /readyz and Go profiles at
+// /debug/pprof/. It uses net/http on its own listener (loopback by
+// default), so scrapes never compete with proxied traffic and are never
+// routed or exposed on the ingress port.
+package admin
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.uber.org/zap"
+)
+
+// Readiness reports whether the process should receive traffic, and if not,
+// why. The proxy satisfies it.
+type Readiness interface {
+	Ready() bool
+}
+
+// Options are the admin server's dependencies. Gatherer is required.
+type Options struct {
+	Gatherer prometheus.Gatherer
+	// Ready, if nil, makes /readyz always ready.
+	Ready  Readiness
+	Logger *zap.Logger
+}
+
+// Server is the admin HTTP server. It is safe for concurrent use.
+type Server struct {
+	cfg  Config
+	opts Options
+	log  *zap.Logger
+	srv  *http.Server
+
+	mu sync.Mutex
+	ln net.Listener
+}
+
+// New builds the server. It does not listen.
+func New(cfg Config, opts Options) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("admin config: %w", err)
+	}
+	if opts.Gatherer == nil {
+		return nil, errors.New("admin: a metrics gatherer is required")
+	}
+	s := &Server{cfg: cfg, opts: opts, log: cmp.Or(opts.Logger, zap.NewNop())}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(opts.Gatherer, promhttp.HandlerOpts{
+		ErrorLog:      zap.NewStdLog(s.log),
+		ErrorHandling: promhttp.ContinueOnError,
+	}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		if opts.Ready != nil && !opts.Ready.Ready() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = w.Write([]byte("not ready\n"))
+			return
+		}
+		_, _ = w.Write([]byte("ready\n"))
+	})
+	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+	mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	s.srv = &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: 5 * time.Second,
+		IdleTimeout:       60 * time.Second,
+		ErrorLog:          zap.NewStdLog(s.log),
+	}
+	return s, nil
+}
+
+// Listen opens the listener if it is not open yet.
+func (s *Server) Listen() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ln != nil {
+		return nil
+	}
+	ln, err := net.Listen("tcp", s.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("admin listen %s: %w", s.cfg.Listen, err)
+	}
+	s.ln = ln
+	return nil
+}
+
+// Addr returns the bound address, or nil before Listen.
+func (s *Server) Addr() net.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ln == nil {
+		return nil
+	}
+	return s.ln.Addr()
+}
+
+// Run serves until ctx is done, then shuts down within 5 seconds.
+func (s *Server) Run(ctx context.Context) error {
+	if err := s.Listen(); err != nil {
+		return err
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- s.srv.Serve(s.ln) }()
+	s.log.Info("admin listening", zap.Stringer("addr", s.ln.Addr()))
+	select {
+	case err := <-errc:
+		return fmt.Errorf("admin serve: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err := s.srv.Shutdown(sctx)
+	<-errc
+	return err
+}
