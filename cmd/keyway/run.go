@@ -1,0 +1,267 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"runtime/debug"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.uber.org/zap"
+	"golang.org/x/sync/errgroup"
+
+	"keyway/admin"
+	"keyway/config"
+	"keyway/logging"
+	"keyway/proxy"
+)
+
+// Exit codes: 0 success, 1 runtime failure, 2 bad usage or bad configuration.
+const (
+	exitRuntime = 1
+	exitConfig  = 2
+)
+
+// usageError is a command-line mistake (exit 2).
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+// errHelpShown ends a command after --help printed its usage (exit 0 from
+// main's point of view is wrong for scripts that asked for a real run, so
+// it exits 2 like flag's default, but prints nothing more).
+var errHelpShown = errors.New("help shown")
+
+func exitCode(err error) int {
+	var ce *config.Error
+	var ue usageError
+	switch {
+	case errors.Is(err, errHelpShown), errors.As(err, &ce), errors.As(err, &ue):
+		return exitConfig
+	}
+	return exitRuntime
+}
+
+const topUsage = `keyway — a load-balancing HTTP ingress proxy for pipeline replica sets.
+
+Usage:
+  keyway demo                   run a proxy and three demo replicas on loopback
+  keyway proxy -c FILE          run the proxy
+  keyway validate -c FILE       check a configuration file and exit
+  keyway version                print the version
+
+Run 'keyway COMMAND --help' for a command's flags.
+`
+
+// run is the whole program behind main, testable: it parses args, loads
+// the configuration and runs the components until ctx is done.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, topUsage)
+		return usageError{"no command given"}
+	}
+	switch cmd, rest := args[0], args[1:]; cmd {
+	case "proxy":
+		return runProxy(ctx, rest, stdout, stderr)
+	case "validate":
+		return runValidate(rest, stdout, stderr)
+	case "demo":
+		return runDemo(ctx, rest, stdout, stderr)
+	case "version", "--version", "-v":
+		fmt.Fprintln(stdout, versionString())
+		return nil
+	case "help", "--help", "-h":
+		fmt.Fprint(stdout, topUsage)
+		return nil
+	default:
+		fmt.Fprint(stderr, topUsage)
+		return usageError{fmt.Sprintf("unknown command %q", cmd)}
+	}
+}
+
+func versionString() string {
+	v, rev := "(devel)", ""
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		if bi.Main.Version != "" {
+			v = bi.Main.Version
+		}
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+				rev = " " + s.Value[:12]
+			}
+		}
+		return fmt.Sprintf("keyway %s%s %s", v, rev, bi.GoVersion)
+	}
+	return "keyway " + v
+}
+
+// configFlags are the flags shared by proxy and validate. Each maps onto a
+// config key and overrides the file and the environment.
+type configFlags struct {
+	file  string
+	sets  []config.Option
+	named []namedFlag
+}
+
+type namedFlag struct {
+	flag, path, help string
+	value            *string
+}
+
+func newConfigFlags(fs *flag.FlagSet) *configFlags {
+	cf := &configFlags{}
+	fs.StringVar(&cf.file, "c", "", "configuration `FILE` (YAML); required")
+	fs.StringVar(&cf.file, "config", "", "same as -c")
+	for _, nf := range []namedFlag{
+		{flag: "listen", path: "listen", help: "proxy listen `ADDR` (config key listen)"},
+		{flag: "admin-listen", path: "admin.listen", help: "admin listen `ADDR` (config key admin.listen)"},
+		{flag: "log-level", path: "log.level", help: "log `LEVEL`: debug, info, warn, error (config key log.level)"},
+		{flag: "log-format", path: "log.format", help: "log `FORMAT`: json or console (config key log.format)"},
+		{flag: "access-log", path: "log.access_log", help: "`true` to write an access log to stdout (config key log.access_log)"},
+	} {
+		nf.value = new(string)
+		fs.StringVar(nf.value, nf.flag, "", nf.help)
+		cf.named = append(cf.named, nf)
+	}
+	fs.Func("set", "override any config key: `PATH=VALUE`, e.g. --set server.max_conns=5000 (repeatable)", func(s string) error {
+		path, value, ok := strings.Cut(s, "=")
+		if !ok || path == "" {
+			return fmt.Errorf("want PATH=VALUE, got %q", s)
+		}
+		cf.sets = append(cf.sets, config.WithSet(path, value))
+		return nil
+	})
+	return cf
+}
+
+// options returns the load options in precedence order: named flags, then
+// --set (later wins).
+func (cf *configFlags) options(fs *flag.FlagSet) []config.Option {
+	var opts []config.Option
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	for _, nf := range cf.named {
+		if set[nf.flag] {
+			opts = append(opts, config.WithFlag("--"+nf.flag, nf.path, *nf.value))
+		}
+	}
+	return append(opts, cf.sets...)
+}
+
+const precedenceNote = `
+Precedence: built-in defaults < the file < KEYWAY_* environment variables
+(e.g. KEYWAY_LISTEN, KEYWAY_ADMIN_LISTEN, KEYWAY_LOG_LEVEL) < flags.
+See docs/configuration.md for every key.
+`
+
+func parseFlags(fs *flag.FlagSet, args []string, stderr io.Writer, usage string) error {
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, usage)
+		fs.PrintDefaults()
+		fmt.Fprint(stderr, precedenceNote)
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return errHelpShown
+		}
+		return usageError{err.Error()}
+	}
+	if fs.NArg() > 0 {
+		return usageError{fmt.Sprintf("unexpected arguments: %s", strings.Join(fs.Args(), " "))}
+	}
+	return nil
+}
+
+func loadConfig(cf *configFlags, fs *flag.FlagSet) (config.Config, error) {
+	if cf.file == "" {
+		return config.Config{}, usageError{"no configuration file: pass -c FILE (try examples/minimal.yaml)"}
+	}
+	return config.Load(cf.file, cf.options(fs)...)
+}
+
+func runValidate(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("validate", flag.ContinueOnError)
+	cf := newConfigFlags(fs)
+	if err := parseFlags(fs, args, stderr, "Usage: keyway validate -c FILE [flags]\n\nChecks a configuration file, prints a one-line summary and exits 0, or\nprints every problem and exits 2.\n\n"); err != nil {
+		return err
+	}
+	cfg, err := loadConfig(cf, fs)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, config.Summary(cfg))
+	return nil
+}
+
+func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("proxy", flag.ContinueOnError)
+	cf := newConfigFlags(fs)
+	if err := parseFlags(fs, args, stderr, "Usage: keyway proxy -c FILE [flags]\n\nRuns the proxy until SIGINT or SIGTERM, then drains in-flight requests.\n\n"); err != nil {
+		return err
+	}
+	cfg, err := loadConfig(cf, fs)
+	if err != nil {
+		return err
+	}
+	return serve(ctx, cfg, stdout, stderr, nil)
+}
+
+// started is told the bound addresses once every listener is open.
+type started func(proxyAddr, adminAddr string)
+
+// serve builds and runs the components of one proxy process.
+func serve(ctx context.Context, cfg config.Config, stdout, stderr io.Writer, onStart started) error {
+	logs, err := logging.New(cfg.Log, stderr, stdout)
+	if err != nil {
+		return err
+	}
+	defer logs.Close()
+	log := logs.App
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	p, err := proxy.New(cfg.Config, proxy.Options{
+		Logger:     log.Named("proxy"),
+		AccessLog:  logs.Access,
+		Registerer: reg,
+	})
+	if err != nil {
+		return err
+	}
+	if err := p.Listen(); err != nil {
+		return err
+	}
+	var adm *admin.Server
+	adminAddr := ""
+	if cfg.Admin.Listen != "" {
+		adm, err = admin.New(cfg.Admin, admin.Options{Gatherer: reg, Ready: p, Logger: log.Named("admin")})
+		if err != nil {
+			return err
+		}
+		if err := adm.Listen(); err != nil {
+			return err
+		}
+		adminAddr = adm.Addr().String()
+	}
+	log.Info("keyway starting", zap.String("version", versionString()), zap.String("config", config.Summary(cfg)))
+	if onStart != nil {
+		onStart(p.Addr().String(), adminAddr)
+	}
+
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return p.Run(gctx) })
+	if adm != nil {
+		g.Go(func() error { return adm.Run(gctx) })
+	}
+	err = g.Wait()
+	if err != nil {
+		log.Error("keyway stopped with an error", zap.Error(err))
+	}
+	return err
+}

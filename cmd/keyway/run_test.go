@@ -1,0 +1,241 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"keyway/config"
+	"keyway/demo"
+)
+
+// syncBuffer is a bytes.Buffer safe for concurrent writers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func TestVersionAndUsage(t *testing.T) {
+	var out, errb bytes.Buffer
+	if err := run(context.Background(), []string{"version"}, &out, &errb); err != nil || !strings.HasPrefix(out.String(), "keyway ") {
+		t.Fatalf("version: %v %q", err, out.String())
+	}
+	err := run(context.Background(), nil, &out, &errb)
+	if exitCode(err) != exitConfig || !strings.Contains(errb.String(), "keyway demo") {
+		t.Fatalf("no command: err %v code %d, usage %q", err, exitCode(err), errb.String())
+	}
+	if err := run(context.Background(), []string{"frobnicate"}, &out, &errb); exitCode(err) != exitConfig {
+		t.Fatalf("unknown command: %v", err)
+	}
+	errb.Reset()
+	err = run(context.Background(), []string{"proxy", "--help"}, &out, &errb)
+	if !errors.Is(err, errHelpShown) || !strings.Contains(errb.String(), "Precedence") || !strings.Contains(errb.String(), "KEYWAY_") {
+		t.Fatalf("proxy --help: %v %q", err, errb.String())
+	}
+}
+
+func TestValidateExamples(t *testing.T) {
+	files, err := filepath.Glob("../../examples/*.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no examples found: %v", err)
+	}
+	files = append(files, "demo.yaml")
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			var out, errb bytes.Buffer
+			if err := run(context.Background(), []string{"validate", "-c", f}, &out, &errb); err != nil {
+				t.Fatalf("validate %s: %v", f, err)
+			}
+			if !strings.HasPrefix(out.String(), "ok: ") || strings.Count(out.String(), "\n") != 1 {
+				t.Fatalf("want a one-line summary starting with ok:, got %q", out.String())
+			}
+		})
+	}
+}
+
+func TestValidateReportsEveryProblem(t *testing.T) {
+	f := filepath.Join(t.TempDir(), "bad.yaml")
+	os.WriteFile(f, []byte("listen: \":8080\"\nreplica_sets:\n  - name: Orders\n    replicas: 0\n    timeouts: {conect: 1s}\n"), 0o644)
+	var out, errb bytes.Buffer
+	err := run(context.Background(), []string{"validate", "-c", f}, &out, &errb)
+	var ce *config.Error
+	if !errors.As(err, &ce) || exitCode(err) != exitConfig {
+		t.Fatalf("want a *config.Error and exit 2, got %v (exit %d)", err, exitCode(err))
+	}
+	msg := err.Error()
+	for _, want := range []string{"bad.yaml:3", "replica_sets[0].name", "bad.yaml:4", "replica_sets[0].replicas", "conect", "did you mean"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("error does not mention %q:\n%s", want, msg)
+		}
+	}
+	if out.Len() != 0 {
+		t.Errorf("validate printed a summary for a bad file: %q", out.String())
+	}
+	// A runtime failure (missing file) is exit 1, not 2.
+	err = run(context.Background(), []string{"validate", "-c", filepath.Join(t.TempDir(), "missing.yaml")}, &out, &errb)
+	if err == nil || exitCode(err) != exitRuntime {
+		t.Fatalf("missing file: %v (exit %d), want exit 1", err, exitCode(err))
+	}
+}
+
+var proxyLine = regexp.MustCompile(`proxy on http://(\S+),`)
+
+// startDemo runs `keyway demo` in-process and returns the proxy address.
+func startDemo(t *testing.T) (addr string, stop func() error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	pr, pw := io.Pipe()
+	errb := &syncBuffer{}
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"demo", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-level", "warn"}, pw, errb)
+		pw.Close()
+	}()
+	sc := bufio.NewScanner(pr)
+	for sc.Scan() {
+		if m := proxyLine.FindStringSubmatch(sc.Text()); m != nil {
+			addr = m[1]
+			break
+		}
+	}
+	if addr == "" {
+		cancel()
+		t.Fatalf("demo printed no proxy address; stderr: %s, err: %v", errb.String(), <-done)
+	}
+	go io.Copy(io.Discard, pr)
+	return addr, func() error {
+		cancel()
+		return <-done
+	}
+}
+
+func TestDemoRoutesKeysConsistently(t *testing.T) {
+	addr, stop := startDemo(t)
+	owner := map[string]string{}
+	seen := map[string]bool{}
+	for round := 0; round < 2; round++ {
+		for i := 0; i < 60; i++ {
+			key := "order-" + string(rune('A'+i%26)) + string(rune('a'+i/26))
+			req, _ := http.NewRequest("POST", "http://"+addr+"/ingest", strings.NewReader("x"))
+			req.Header.Set("X-Key", key)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var a demo.Answer
+			err = json.NewDecoder(resp.Body).Decode(&a)
+			resp.Body.Close()
+			if err != nil || resp.StatusCode != 200 || a.Key != key {
+				t.Fatalf("key %s: status %d, answer %+v, err %v", key, resp.StatusCode, a, err)
+			}
+			if prev, ok := owner[key]; ok && prev != a.Replica {
+				t.Fatalf("key %s moved from %s to %s", key, prev, a.Replica)
+			}
+			owner[key] = a.Replica
+			seen[a.Replica] = true
+		}
+	}
+	if len(seen) != 3 {
+		t.Fatalf("60 keys reached %d replicas, want all 3: %v", len(seen), seen)
+	}
+	// The path segment and query sources route like the header.
+	for _, u := range []string{"/ingest/order-Aa", "/ingest?key=order-Aa"} {
+		resp, err := http.Get("http://" + addr + u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var a demo.Answer
+		json.NewDecoder(resp.Body).Decode(&a)
+		resp.Body.Close()
+		if a.Replica != owner["order-Aa"] {
+			t.Errorf("%s went to %s, header key went to %s", u, a.Replica, owner["order-Aa"])
+		}
+	}
+	if err := stop(); err != nil {
+		t.Fatalf("demo did not stop cleanly: %v", err)
+	}
+}
+
+// TestBinaryDemo builds the real binary, runs `keyway demo`, sends a
+// request and stops it with SIGTERM: the README's first command.
+func TestBinaryDemo(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	bin := filepath.Join(t.TempDir(), "keyway")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	cmd := exec.Command(bin, "demo", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0")
+	stdout, _ := cmd.StdoutPipe()
+	stderr := &syncBuffer{}
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	sc := bufio.NewScanner(stdout)
+	addr := ""
+	for sc.Scan() {
+		if m := proxyLine.FindStringSubmatch(sc.Text()); m != nil {
+			addr = m[1]
+			break
+		}
+	}
+	go io.Copy(io.Discard, stdout)
+	if addr == "" {
+		t.Fatalf("no proxy address printed; stderr:\n%s", stderr.String())
+	}
+	req, _ := http.NewRequest("POST", "http://"+addr+"/ingest", strings.NewReader("hello"))
+	req.Header.Set("X-Key", "order-42")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(body), `"key":"order-42"`) {
+		t.Fatalf("status %d body %s", resp.StatusCode, body)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	waitErr := make(chan error, 1)
+	go func() { waitErr <- cmd.Wait() }()
+	select {
+	case err := <-waitErr:
+		if err != nil {
+			t.Fatalf("keyway demo exited with %v after SIGTERM; stderr:\n%s", err, stderr.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("keyway demo did not exit within 30s of SIGTERM")
+	}
+	if !strings.Contains(stderr.String(), "proxy stopped") {
+		t.Errorf("no graceful-stop log line; stderr:\n%s", stderr.String())
+	}
+}

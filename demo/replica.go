@@ -1,0 +1,158 @@
+// Package demo provides the built-in demo replica used by `keyway demo`,
+// the benchmarks and the integration tests: a small fasthttp server that
+// answers which replica got which key and counts the keys it has seen.
+package demo
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// Replica is a demo pipeline replica. It is safe for concurrent use.
+type Replica struct {
+	name     string
+	keyHdr   string
+	ln       net.Listener
+	srv      *fasthttp.Server
+	requests atomic.Int64
+
+	mu   sync.Mutex
+	keys map[string]int64
+}
+
+// Answer is the JSON body a demo replica returns for every request.
+type Answer struct {
+	Replica  string `json:"replica"`
+	Key      string `json:"key"`
+	Method   string `json:"method"`
+	Path     string `json:"path"`
+	Bytes    int    `json:"bytes"`
+	KeyCount int64  `json:"key_count"` // requests seen for this key
+	Keys     int    `json:"keys"`      // distinct keys seen
+	Requests int64  `json:"requests"`  // requests seen in all
+}
+
+// Stats is what GET /_stats returns.
+type Stats struct {
+	Replica  string           `json:"replica"`
+	Requests int64            `json:"requests"`
+	Keys     map[string]int64 `json:"keys"`
+}
+
+// Listen starts a demo replica called name on addr (e.g. "127.0.0.1:0").
+// keyHeader names the header whose value it reports as the key (the proxy
+// forwards it unchanged); "" means X-Key.
+func Listen(name, addr, keyHeader string) (*Replica, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("demo replica %s: %w", name, err)
+	}
+	if keyHeader == "" {
+		keyHeader = "X-Key"
+	}
+	r := &Replica{name: name, keyHdr: keyHeader, ln: ln, keys: map[string]int64{}}
+	r.srv = &fasthttp.Server{
+		Handler:      r.handle,
+		ReadTimeout:  30 * time.Second,
+		WriteTimeout: 30 * time.Second,
+		IdleTimeout:  120 * time.Second,
+	}
+	return r, nil
+}
+
+// Name returns the replica's name.
+func (r *Replica) Name() string { return r.name }
+
+// Addr returns the replica's listening address.
+func (r *Replica) Addr() string { return r.ln.Addr().String() }
+
+// Requests returns the number of requests served (stats requests excluded).
+func (r *Replica) Requests() int64 { return r.requests.Load() }
+
+// Keys returns a copy of the per-key request counts.
+func (r *Replica) Keys() map[string]int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make(map[string]int64, len(r.keys))
+	for k, v := range r.keys {
+		out[k] = v
+	}
+	return out
+}
+
+// Run serves until ctx is done.
+func (r *Replica) Run(ctx context.Context) error {
+	errc := make(chan error, 1)
+	go func() { errc <- r.srv.Serve(r.ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err := r.srv.ShutdownWithContext(sctx)
+	<-errc
+	return err
+}
+
+func (r *Replica) handle(ctx *fasthttp.RequestCtx) {
+	path := string(ctx.Path())
+	ctx.SetContentType("application/json")
+	switch path {
+	case "/_stats":
+		r.mu.Lock()
+		st := Stats{Replica: r.name, Requests: r.requests.Load(), Keys: make(map[string]int64, len(r.keys))}
+		for k, v := range r.keys {
+			st.Keys[k] = v
+		}
+		r.mu.Unlock()
+		b, _ := json.Marshal(st)
+		ctx.SetBody(b)
+		return
+	case "/healthz", "/readyz":
+		ctx.SetBodyString(`{"ok":true}`)
+		return
+	}
+	key := string(ctx.Request.Header.Peek(r.keyHdr))
+	if key == "" {
+		// The proxy routed on another source; report the last path segment
+		// or the key query parameter so the demo stays informative.
+		if q := ctx.QueryArgs().Peek("key"); len(q) > 0 {
+			key = string(q)
+		} else if segs := splitPath(path); len(segs) >= 2 {
+			key = segs[1]
+		}
+	}
+	n := r.requests.Add(1)
+	r.mu.Lock()
+	r.keys[key]++
+	kc, nk := r.keys[key], len(r.keys)
+	r.mu.Unlock()
+	b, _ := json.Marshal(Answer{
+		Replica: r.name, Key: key, Method: string(ctx.Method()), Path: path,
+		Bytes: len(ctx.PostBody()), KeyCount: kc, Keys: nk, Requests: n,
+	})
+	ctx.SetBody(append(b, '\n'))
+}
+
+func splitPath(p string) []string {
+	var out []string
+	start := -1
+	for i := 0; i <= len(p); i++ {
+		if i == len(p) || p[i] == '/' {
+			if start >= 0 && i > start {
+				out = append(out, p[start:i])
+			}
+			start = i + 1
+		}
+	}
+	return out
+}
