@@ -52,8 +52,15 @@ type DialError struct {
 func (e *DialError) Error() string { return "dial " + e.Addr + ": " + e.Err.Error() }
 func (e *DialError) Unwrap() error { return e.Err }
 
-func newHostClient(rep balancer.Replica, sc *SetConfig) *fasthttp.HostClient {
+// dialFunc opens a connection to a replica. Tests replace net.DialTimeout
+// with an in-memory listener's Dial (Options.dial).
+type dialFunc func(addr string, timeout time.Duration) (net.Conn, error)
+
+func newHostClient(rep balancer.Replica, sc *SetConfig, dial dialFunc) *fasthttp.HostClient {
 	connect := sc.Timeouts.Connect
+	if dial == nil {
+		dial = func(addr string, timeout time.Duration) (net.Conn, error) { return net.DialTimeout("tcp", addr, timeout) }
+	}
 	return &fasthttp.HostClient{
 		Addr: rep.Addr,
 		Name: "",
@@ -61,7 +68,7 @@ func newHostClient(rep balancer.Replica, sc *SetConfig) *fasthttp.HostClient {
 			if timeout <= 0 || timeout > connect {
 				timeout = connect
 			}
-			c, err := net.DialTimeout("tcp", addr, timeout)
+			c, err := dial(addr, timeout)
 			if err != nil {
 				return nil, &DialError{Addr: addr, Err: err}
 			}

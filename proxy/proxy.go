@@ -41,6 +41,10 @@ type Options struct {
 	// Coalesce is the Router's coalescing window for bursts of replica and
 	// health changes. 0 means 50ms.
 	Coalesce time.Duration
+
+	// dial, if non-nil, replaces net.DialTimeout for connections to
+	// replicas. It is a test hook (in-memory listeners in benchmarks).
+	dial dialFunc
 }
 
 // Proxy is keyway's HTTP front end. Construct it with New, start it with
@@ -204,7 +208,7 @@ func (p *Proxy) newReplicaSet(sc SetConfig) (*replicaSet, error) {
 }
 
 func (p *Proxy) newBackend(rs *replicaSet, r balancer.Replica) *Backend {
-	b := &Backend{name: r.Name, addr: r.Addr, hc: newHostClient(r, &rs.cfg)}
+	b := &Backend{name: r.Name, addr: r.Addr, hc: newHostClient(r, &rs.cfg, p.opts.dial)}
 	p.metrics.bind(b, rs.name)
 	rs.mu.Lock()
 	rs.live[r.Name] = b

@@ -1,0 +1,153 @@
+package proxy
+
+import (
+	"context"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+	"github.com/valyala/fasthttp/fasthttputil"
+)
+
+// memRig is a proxy with one replica set "orders" whose replicas, and the
+// proxy's own front end, listen on in-memory listeners: the whole request
+// path without the kernel's loopback, for benchmarks and allocation guards.
+type memRig struct {
+	p        *Proxy
+	front    *fasthttputil.InmemoryListener
+	replicas map[string]*fasthttputil.InmemoryListener
+	client   *fasthttp.HostClient
+}
+
+// startMemRig starts n in-memory replicas answering 200 "ok" and a proxy in
+// front of them. modify may change the configuration before New.
+func startMemRig(tb testing.TB, n int, modify func(*Config)) *memRig {
+	tb.Helper()
+	rig := &memRig{replicas: map[string]*fasthttputil.InmemoryListener{}}
+	cfg := DefaultConfig()
+	cfg.Listen = "127.0.0.1:0" // never opened: the in-memory listener is used
+	sc := DefaultSetConfig()
+	sc.Name = "orders"
+	sc.Replicas = n
+	sc.Timeouts.Request = 5 * time.Second
+	ok := []byte("ok")
+	for i := 0; i < n; i++ {
+		name := "m" + string(rune('0'+i))
+		addr := "10.0.0." + string(rune('1'+i)) + ":9000"
+		ln := fasthttputil.NewInmemoryListener()
+		rig.replicas[addr] = ln
+		srv := &fasthttp.Server{
+			Handler:               func(ctx *fasthttp.RequestCtx) { ctx.SetBody(ok) },
+			NoDefaultServerHeader: true,
+			NoDefaultDate:         true,
+			NoDefaultContentType:  true,
+		}
+		go func() { _ = srv.Serve(ln) }()
+		tb.Cleanup(func() { _ = srv.Shutdown() })
+		sc.Static = append(sc.Static, StaticReplica{Name: name, Addr: addr, Weight: 1})
+	}
+	cfg.ReplicaSets = []SetConfig{sc}
+	if modify != nil {
+		modify(&cfg)
+	}
+	p, err := New(cfg, Options{Coalesce: -1, dial: func(addr string, _ time.Duration) (net.Conn, error) {
+		ln := rig.replicas[addr]
+		if ln == nil {
+			return nil, &net.OpError{Op: "dial", Net: "memory", Err: errRefused}
+		}
+		return ln.Dial()
+	}})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	rig.p = p
+	rig.front = fasthttputil.NewInmemoryListener()
+	p.mu.Lock()
+	p.ln = rig.front
+	p.mu.Unlock()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	tb.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			tb.Errorf("proxy Run: %v", err)
+		}
+	})
+	rig.client = &fasthttp.HostClient{
+		Addr:                          "keyway",
+		Dial:                          func(string) (net.Conn, error) { return rig.front.Dial() },
+		NoDefaultUserAgentHeader:      true,
+		DisableHeaderNamesNormalizing: true,
+		MaxIdemponentCallAttempts:     1,
+	}
+	return rig
+}
+
+type refusedError struct{}
+
+func (refusedError) Error() string { return "connection refused" }
+
+var errRefused error = refusedError{}
+
+func newKeyedPost(uri, key string, body []byte) *fasthttp.Request {
+	req := fasthttp.AcquireRequest()
+	req.SetRequestURI(uri)
+	req.Header.SetMethod(fasthttp.MethodPost)
+	req.Header.Set("X-Key", key)
+	req.Header.SetContentType("application/json")
+	req.SetBody(body)
+	return req
+}
+
+// BenchmarkProxyRequest measures one keyed POST through the whole path:
+// client → proxy front end → key → table → HostClient → replica → back,
+// everything in memory. allocs/op counts the client and the replica too.
+func BenchmarkProxyRequest(b *testing.B) {
+	rig := startMemRig(b, 3, nil)
+	req := newKeyedPost("http://orders.example/ingest", "customer-42", []byte(`{"id":1,"amount":12.5,"note":"benchmark payload"}`))
+	defer fasthttp.ReleaseRequest(req)
+	resp := fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseResponse(resp)
+	// Warm up pools and connections before measuring.
+	for i := 0; i < 10; i++ {
+		if err := rig.client.Do(req, resp); err != nil || resp.StatusCode() != 200 {
+			b.Fatalf("warm-up: %v %d %s", err, resp.StatusCode(), resp.Body())
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		if err := rig.client.Do(req, resp); err != nil {
+			b.Fatal(err)
+		}
+		if resp.StatusCode() != 200 {
+			b.Fatalf("status %d: %s", resp.StatusCode(), resp.Body())
+		}
+	}
+}
+
+// BenchmarkProxyRequestParallel is BenchmarkProxyRequest from GOMAXPROCS
+// concurrent clients, each with its own key.
+func BenchmarkProxyRequestParallel(b *testing.B) {
+	rig := startMemRig(b, 3, nil)
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		req := newKeyedPost("http://orders.example/ingest", "customer-"+time.Now().String(), []byte(`{"id":1}`))
+		defer fasthttp.ReleaseRequest(req)
+		resp := fasthttp.AcquireResponse()
+		defer fasthttp.ReleaseResponse(resp)
+		for pb.Next() {
+			if err := rig.client.Do(req, resp); err != nil {
+				b.Error(err)
+				return
+			}
+			if resp.StatusCode() != 200 {
+				b.Errorf("status %d: %s", resp.StatusCode(), resp.Body())
+				return
+			}
+		}
+	})
+}
