@@ -59,7 +59,9 @@ type dialFunc func(addr string, timeout time.Duration) (net.Conn, error)
 func newHostClient(rep balancer.Replica, sc *SetConfig, dial dialFunc) *fasthttp.HostClient {
 	connect := sc.Timeouts.Connect
 	if dial == nil {
-		dial = func(addr string, timeout time.Duration) (net.Conn, error) { return net.DialTimeout("tcp", addr, timeout) }
+		dial = func(addr string, timeout time.Duration) (net.Conn, error) {
+			return net.DialTimeout("tcp", addr, timeout)
+		}
 	}
 	return &fasthttp.HostClient{
 		Addr: rep.Addr,
