@@ -19,12 +19,16 @@ const (
 // key with it, so "abc" from a header, from "/ingest/abc" and from
 // "?key=abc" land on the same replica. Proxies and the admin API must agree
 // on it: it is part of the ring fingerprint (xxhash64, seed 0).
+//
+// All Hash functions are pure: safe for concurrent use, no allocation, and
+// they do not retain their arguments.
 func HashKey(key []byte) uint64 { return xxhash.Sum64(key) }
 
 // HashString is [HashKey] for a string, without copying it.
 func HashString(key string) uint64 { return xxhash.Sum64String(key) }
 
-// HashHeader hashes a header value taken as-is. An empty value is missing.
+// HashHeader hashes a header value taken as-is (no decoding, no trimming:
+// the HTTP parser already trimmed it). An empty value is [KeyMissing].
 func HashHeader(v []byte) (uint64, KeyStatus) {
 	if len(v) == 0 {
 		return 0, KeyMissing
@@ -36,12 +40,21 @@ func HashHeader(v []byte) (uint64, KeyStatus) {
 // request path such as "/ingest/abc?x" (anything from '?' on is ignored).
 //
 // There is one canonical form: percent escapes are decoded ("%61bc" is
-// "abc"), but a key that could mean something else to a replica after
-// normalisation is rejected with [KeyInvalid] rather than normalised: an
-// encoded slash, backslash, dot or percent sign (%2F, %5C, %2E, %25), a raw
-// backslash, a malformed escape, or a dot-segment ("." or "..") anywhere up
-// to and including the key segment. A missing or empty segment is
-// [KeyMissing]. It does not allocate.
+// "abc"), but a path whose key could mean something else to a replica
+// after normalisation is rejected with [KeyInvalid] rather than normalised:
+//   - in the key segment: an encoded slash, backslash, dot or percent sign
+//     (%2F, %5C, %2E, %25, either case), a raw backslash, a malformed
+//     escape ("%4", "%zz");
+//   - in the key segment or any segment before it: a dot-segment, raw or
+//     encoded ("." "..", "%2e", ".%2E", ...);
+//   - in a segment before the key: anything that moves the key to another
+//     segment index when a replica normalises the path: an empty segment
+//     ("//", which many servers collapse), a raw backslash, %2F or %5C;
+//   - an empty key segment followed by more path ("/ingest//abc" with n=2).
+//
+// A missing key segment, or an empty last one ("/ingest/"), is
+// [KeyMissing]. Segments after the key are not looked at. It does not
+// allocate and is safe for concurrent use.
 func HashPathSegment(path []byte, n int) (uint64, KeyStatus) {
 	if i := bytes.IndexByte(path, '?'); i >= 0 {
 		path = path[:i]
@@ -60,16 +73,57 @@ func HashPathSegment(path []byte, n int) (uint64, KeyStatus) {
 			return 0, KeyInvalid
 		}
 		if i == n {
+			if len(seg) == 0 && j >= 0 {
+				return 0, KeyInvalid
+			}
 			return hashPathKey(seg)
 		}
 		if j < 0 {
 			return 0, KeyMissing
 		}
+		if shiftsSegments(seg) {
+			return 0, KeyInvalid
+		}
 	}
 }
 
+// isDotSegment reports whether a raw segment is "." or ".." once decoded.
 func isDotSegment(s []byte) bool {
-	return (len(s) == 1 && s[0] == '.') || (len(s) == 2 && s[0] == '.' && s[1] == '.')
+	dots := 0
+	for len(s) > 0 && dots < 3 {
+		switch {
+		case s[0] == '.':
+			s = s[1:]
+		case len(s) >= 3 && s[0] == '%' && s[1] == '2' && (s[2] == 'e' || s[2] == 'E'):
+			s = s[3:]
+		default:
+			return false
+		}
+		dots++
+	}
+	return len(s) == 0 && dots > 0 && dots < 3
+}
+
+// shiftsSegments reports whether a segment before the key could split or
+// vanish when a server normalises the path: empty ("//"), or holding a
+// backslash, raw or encoded, or an encoded slash.
+func shiftsSegments(s []byte) bool {
+	if len(s) == 0 || bytes.IndexByte(s, '\\') >= 0 {
+		return true
+	}
+	for i := bytes.IndexByte(s, '%'); i >= 0 && i+2 < len(s); {
+		hi, ok1 := unhex(s[i+1])
+		lo, ok2 := unhex(s[i+2])
+		if b := hi<<4 | lo; ok1 && ok2 && (b == '/' || b == '\\') {
+			return true
+		}
+		j := bytes.IndexByte(s[i+1:], '%')
+		if j < 0 {
+			break
+		}
+		i += 1 + j
+	}
+	return false
 }
 
 func hashPathKey(seg []byte) (uint64, KeyStatus) {
@@ -86,9 +140,13 @@ func hashPathKey(seg []byte) (uint64, KeyStatus) {
 }
 
 // HashQuery hashes the value of the first query parameter called name in a
-// raw query string ("a=1&key=abc"). The value is decoded
-// (application/x-www-form-urlencoded: %XX and '+'); a malformed escape is
-// [KeyInvalid], an absent or empty value [KeyMissing]. It does not allocate.
+// raw query string ("a=1&key=abc"), like Go's url.Values.Get: a repeated
+// name uses its first occurrence, even when that one is empty. The name is
+// compared raw (undecoded); the value is decoded
+// (application/x-www-form-urlencoded: %XX and '+' for space, so %2F is
+// allowed here and "a/b" is a valid key). A malformed escape is
+// [KeyInvalid]; an absent or empty value, or a name without '=', is
+// [KeyMissing]. It does not allocate.
 func HashQuery(query, name []byte) (uint64, KeyStatus) {
 	for len(query) > 0 {
 		pair := query

@@ -127,7 +127,10 @@ func (r *Router[B]) Config() RouterConfig { return r.cfg }
 // SetReplicas replaces the replicas of one source ("static", "gossip", ...).
 // A replica enters the ring the first time it is seen ready and stays on it
 // while any source lists it, whatever its state; it leaves the ring when no
-// source lists it any more. The slice is copied.
+// source lists it any more. The slice is copied. A list equal to the
+// source's current one (same entries, same order) changes nothing and
+// publishes no table, so producers may resend their full view freely.
+// Safe for concurrent use.
 func (r *Router[B]) SetReplicas(source string, rs []Replica) {
 	cp := slices.Clone(rs)
 	for i := range cp {
@@ -136,6 +139,10 @@ func (r *Router[B]) SetReplicas(source string, rs []Replica) {
 		}
 	}
 	r.mu.Lock()
+	if cur, ok := r.sources[source]; ok && slices.Equal(cur, cp) {
+		r.mu.Unlock()
+		return
+	}
 	r.sources[source] = cp
 	r.pendingMembers = true
 	r.changed()
@@ -233,7 +240,7 @@ func (r *Router[B]) rebuild(cause string) {
 
 	// Merge the sources: one entry per name. On a conflict a ready entry
 	// wins, then the source that sorts first, so every proxy agrees.
-	merged := map[string]Replica{}
+	merged := make(map[string]Replica, len(r.backends)+1)
 	for _, src := range slices.Sorted(maps.Keys(r.sources)) {
 		for _, rep := range r.sources[src] {
 			if rep.Name == "" {
@@ -328,7 +335,16 @@ func (r *Router[B]) rebuild(cause string) {
 		t.members = append(t.members, m)
 	}
 
-	if old != nil {
+	switch {
+	case old == nil:
+	case old.ring == rg && old.c == t.c && t.c > 0:
+		// Same ring, same slots: compare the chosen slots directly.
+		for p := 0; p < rg.parts; p++ {
+			if old.cand[p*t.c] != t.cand[p*t.c] {
+				info.Diverted++
+			}
+		}
+	default:
 		for p := 0; p < rg.parts; p++ {
 			if old.target(p) != t.target(p) {
 				info.Diverted++
