@@ -3,6 +3,7 @@ package proxy
 import (
 	"encoding/json"
 	"errors"
+	"math/rand/v2"
 	"net"
 	"strconv"
 	"time"
@@ -123,12 +124,22 @@ func (p *Proxy) keyless(rs *replicaSet, t *balancer.Table[*Backend], dst []uint1
 	case balancer.FallbackRandom:
 		first, _ = t.RandomSlot()
 	case balancer.FallbackLeastInflight:
-		a, _ := t.RandomSlot()
-		b, _ := t.RandomSlot()
-		if t.Backend(b).inflight.Load() < t.Backend(a).inflight.Load() {
-			a = b
+		// Power of two choices between two distinct replicas: drawing both
+		// with replacement would send a quarter of the requests to a
+		// blocked replica of two.
+		first = int(rot[0])
+		if n := len(rot); n > 1 {
+			i := rand.IntN(n)
+			j := rand.IntN(n - 1)
+			if j >= i {
+				j++
+			}
+			a, b := int(rot[i]), int(rot[j])
+			if t.Backend(b).inflight.Load() < t.Backend(a).inflight.Load() {
+				a = b
+			}
+			first = a
 		}
-		first = a
 	default:
 		first, _ = t.NextRoundRobin()
 	}
@@ -244,8 +255,8 @@ func codeClass(code int) int {
 
 type errorBody struct {
 	Error      string `json:"error"`
-	ReplicaSet string `json:"replica_set,omitempty"`
-	Replica    string `json:"replica,omitempty"`
+	ReplicaSet string `json:"replica_set"` // "" when no set matched
+	Replica    string `json:"replica"`     // "" when no replica was involved
 }
 
 // respondError answers with a small JSON body. 503s carry Retry-After.
@@ -287,7 +298,15 @@ func (p *Proxy) handleParseError(ctx *fasthttp.RequestCtx, err error) {
 	case errors.As(err, &small):
 		status, msg = fasthttp.StatusRequestHeaderFieldsTooLarge, "request headers exceed server.max_header_bytes ("+p.cfg.Server.MaxHeaderBytes.String()+")"
 	case errors.Is(err, fasthttp.ErrBodyTooLarge):
-		status, msg = fasthttp.StatusRequestEntityTooLarge, "request body too large"
+		// The headers were read: name the set whose limit applies. The
+		// server-wide limit is the largest max_body_bytes of all sets.
+		if rs := p.matchSet(ctx.Host(), ctx.URI().PathOriginal()); rs != nil {
+			p.respondError(ctx, rs, lrBodyTooLarge, fasthttp.StatusRequestEntityTooLarge,
+				"request body exceeds max_body_bytes ("+ByteSize(rs.maxBody).String()+") of this replica set", "")
+			ctx.SetConnectionClose()
+			return
+		}
+		status, msg = fasthttp.StatusRequestEntityTooLarge, "request body exceeds the largest max_body_bytes of all replica sets ("+ByteSize(p.server.MaxRequestBodySize).String()+")"
 	default:
 		var ne net.Error
 		if errors.As(err, &ne) && ne.Timeout() {

@@ -1,0 +1,309 @@
+package proxy
+
+import (
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"keyway/balancer"
+)
+
+// resetReplica reads each request and then drops the connection without
+// answering: with rst it aborts it (RST), otherwise it closes it (FIN).
+func resetReplica(t testing.TB, name string, rst bool) *testReplica {
+	return startRawReplica(t, name, func(_ *fasthttp.Request, c net.Conn) bool {
+		if tc, ok := c.(*net.TCPConn); ok && rst {
+			_ = tc.SetLinger(0)
+		}
+		return false
+	})
+}
+
+// slowReplica answers only once released; release runs before the proxy
+// stops when registered after startProxy.
+func slowReplica(t testing.TB, name string) (r *testReplica, release func()) {
+	r = startReplica(t, name)
+	ch := make(chan struct{})
+	r.setHandler(func(ctx *fasthttp.RequestCtx) {
+		select {
+		case <-ch:
+		case <-time.After(30 * time.Second):
+		}
+		ctx.SetBodyString(name)
+	})
+	done := false
+	return r, func() {
+		if !done {
+			done = true
+			close(ch)
+		}
+	}
+}
+
+// TestDialFailureIsRetried: a replica whose listener is closed never got
+// the request, so even a POST goes to the next candidate.
+func TestDialFailureIsRetried(t *testing.T) {
+	cases := map[string]struct {
+		attempts  int
+		stopBoth  bool
+		status    int
+		wantBody  string
+		wantRetry bool
+	}{
+		"POST goes to the next candidate":  {attempts: 2, status: 200, wantBody: "live"},
+		"no attempts left: 503":            {attempts: 1, status: 503},
+		"every candidate refuses: 503":     {attempts: 2, stopBoth: true, status: 503},
+		"more attempts than replicas: 200": {attempts: 5, status: 200, wantBody: "live"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			dead, live := startReplica(t, "dead"), startReplica(t, "live")
+			p, addr := startProxy(t, func(c *Config) { c.ReplicaSets[0].Retries.Attempts = tc.attempts }, dead, live)
+			key := keyOwnedBy(t, p, "dead")
+			dead.stop(t)
+			if tc.stopBoth {
+				live.stop(t)
+			}
+			r := newClient(addr).do(t, "POST", "/ingest", "payload", "X-Key", key)
+			if r.status != tc.status {
+				t.Fatalf("got %v, want %d", r, tc.status)
+			}
+			if tc.status == 200 {
+				if r.body != tc.wantBody {
+					t.Fatalf("answered by %q, want %q", r.body, tc.wantBody)
+				}
+				return
+			}
+			if r.header["Retry-After"] == "" {
+				t.Fatalf("503 without Retry-After: %v", r)
+			}
+			m := r.errorJSON(t)
+			if m["replica_set"] != "orders" || m["replica"] == "" {
+				t.Fatalf("error body %v: want set orders and the replica tried last", m)
+			}
+		})
+	}
+}
+
+// TestFateUnknown: once a request may have reached a replica (timeout,
+// reset after sending) it is retried only when replayable: an idempotent
+// method or the idempotency header.
+func TestFateUnknown(t *testing.T) {
+	type tc struct {
+		failure  string // "timeout", "close" (FIN after reading) or "rst"
+		method   string
+		hdrs     []string
+		idemHdr  *string
+		status   int
+		retried  bool
+		attempts int
+	}
+	custom := "X-Idem"
+	none := ""
+	cases := map[string]tc{
+		"POST timeout: 504, not retried": {failure: "timeout", method: "POST", status: 504},
+		// timeouts.request bounds the whole exchange, retries included, and
+		// the replica's read timeout is the same budget: a timed-out attempt
+		// leaves no time, so even a GET gets 504 without a retry.
+		"GET timeout: 504, no time left to retry":    {failure: "timeout", method: "GET", status: 504},
+		"POST with Idempotency-Key timeout: 504":     {failure: "timeout", method: "POST", hdrs: []string{"Idempotency-Key", "i1"}, status: 504},
+		"POST reset (FIN): 502, not retried":         {failure: "close", method: "POST", status: 502},
+		"POST reset (RST): 502, not retried":         {failure: "rst", method: "POST", status: 502},
+		"POST reset with Idempotency-Key: retried":   {failure: "close", method: "POST", hdrs: []string{"Idempotency-Key", "i1"}, status: 200, retried: true},
+		"POST RST with Idempotency-Key: retried":     {failure: "rst", method: "POST", hdrs: []string{"idempotency-key", "i1"}, status: 200, retried: true},
+		"PUT reset: retried":                         {failure: "close", method: "PUT", status: 200, retried: true},
+		"GET reset: retried":                         {failure: "close", method: "GET", status: 200, retried: true},
+		"DELETE reset: retried":                      {failure: "close", method: "DELETE", status: 200, retried: true},
+		"PATCH reset: 502":                           {failure: "close", method: "PATCH", status: 502},
+		"custom idempotency header: retried":         {failure: "close", method: "POST", hdrs: []string{"X-Idem", "1"}, idemHdr: &custom, status: 200, retried: true},
+		"custom header set, Idempotency-Key ignored": {failure: "close", method: "POST", hdrs: []string{"Idempotency-Key", "1"}, idemHdr: &custom, status: 502},
+		"idempotency header disabled: 502":           {failure: "close", method: "POST", hdrs: []string{"Idempotency-Key", "1"}, idemHdr: &none, status: 502},
+		"GET reset with attempts 1: 502":             {failure: "close", method: "GET", status: 502, attempts: 1},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			var bad *testReplica
+			release := func() {}
+			switch tc.failure {
+			case "timeout":
+				bad, release = slowReplica(t, "bad")
+			default:
+				bad = resetReplica(t, "bad", tc.failure == "rst")
+			}
+			other := startReplica(t, "other")
+			p, addr := startProxy(t, func(c *Config) {
+				sc := &c.ReplicaSets[0]
+				sc.Timeouts.Request = 300 * time.Millisecond
+				sc.Timeouts.Connect = 100 * time.Millisecond
+				if tc.idemHdr != nil {
+					sc.Retries.IdempotencyHeader = *tc.idemHdr
+				}
+				if tc.attempts > 0 {
+					sc.Retries.Attempts = tc.attempts
+				}
+			}, bad, other)
+			t.Cleanup(release)
+			key := keyOwnedBy(t, p, "bad")
+			body := ""
+			if tc.method != "GET" && tc.method != "DELETE" {
+				body = "payload"
+			}
+			r := newClient(addr).do(t, tc.method, "/ingest", body, append([]string{"X-Key", key}, tc.hdrs...)...)
+			if r.status != tc.status {
+				t.Fatalf("got %v, want %d", r, tc.status)
+			}
+			if got := bad.count.Load(); got != 1 {
+				t.Fatalf("the failing replica saw %d requests, want 1", got)
+			}
+			if tc.retried {
+				if r.body != "other" || other.count.Load() != 1 {
+					t.Fatalf("want the retry answered by other: %v, other saw %d", r, other.count.Load())
+				}
+				return
+			}
+			if n := other.count.Load(); n != 0 {
+				t.Fatalf("a request whose fate was unknown was sent again: other saw %d", n)
+			}
+			m := r.errorJSON(t)
+			if m["replica"] != "bad" || m["replica_set"] != "orders" {
+				t.Fatalf("error body %v: want replica bad of orders", m)
+			}
+			if r.header["Retry-After"] != "" {
+				t.Fatalf("%d with Retry-After: a retry may duplicate the request", r.status)
+			}
+		})
+	}
+}
+
+// TestErrorStatuses checks every status keyway answers itself, and the
+// shape of its body: {"error","replica_set","replica"} as application/json.
+func TestErrorStatuses(t *testing.T) {
+	type tc struct {
+		setup       func(t *testing.T) (addr string, send func(t *testing.T, addr string) reply)
+		status      int
+		set         string
+		replica     string
+		retryAfter  bool
+		errContains string
+	}
+	post := func(uri, body string, hdrs ...string) func(t *testing.T, addr string) reply {
+		return func(t *testing.T, addr string) reply { return newClient(addr).do(t, "POST", uri, body, hdrs...) }
+	}
+	simple := func(modify func(*Config), send func(t *testing.T, addr string) reply) func(t *testing.T) (string, func(*testing.T, string) reply) {
+		return func(t *testing.T) (string, func(*testing.T, string) reply) {
+			_, addr := startProxy(t, modify, startReplica(t, "r0"), startReplica(t, "r1"))
+			return addr, send
+		}
+	}
+	twoSets := func(c *Config) {
+		small := c.ReplicaSets[0]
+		small.Name, small.Match.PathPrefix, small.MaxBodyBytes = "small", "/small", 1<<10
+		big := c.ReplicaSets[0]
+		big.Name, big.Match.PathPrefix, big.MaxBodyBytes = "big", "/big", 64<<10
+		c.ReplicaSets = []SetConfig{small, big}
+	}
+	cases := map[string]tc{
+		"400 bad key": {
+			setup: simple(func(c *Config) {
+				c.ReplicaSets[0].Key = []balancer.KeySource{{PathSegment: 2}}
+			}, post("/ingest/a%2Fb", "x")),
+			status: 400, set: "orders", errContains: "canonical",
+		},
+		"400 no key with reject": {
+			setup: simple(func(c *Config) {
+				c.ReplicaSets[0].Fallback = balancer.FallbackReject
+			}, post("/ingest", "x")),
+			status: 400, set: "orders", errContains: "header X-Key",
+		},
+		"404 no set matches": {
+			setup: simple(func(c *Config) {
+				c.ReplicaSets[0].Match.PathPrefix = "/ingest"
+			}, post("/elsewhere", "x", "X-Key", "k")),
+			status: 404, errContains: "/elsewhere",
+		},
+		"413 over the set's max_body_bytes": {
+			setup:  simple(twoSets, post("/small", strings.Repeat("x", 2<<10), "X-Key", "k")),
+			status: 413, set: "small", errContains: "max_body_bytes",
+		},
+		"413 over the server-wide limit": {
+			setup:  simple(twoSets, post("/big", strings.Repeat("x", 100<<10), "X-Key", "k")),
+			status: 413, set: "big", errContains: "max_body_bytes",
+		},
+		"431 headers over max_header_bytes": {
+			setup: simple(func(c *Config) {
+				c.Server.MaxHeaderBytes = 4 << 10
+			}, post("/ingest", "x", "X-Key", "k", "X-Big", strings.Repeat("b", 8<<10))),
+			status: 431, errContains: "max_header_bytes",
+		},
+		"502 upstream reset": {
+			setup: func(t *testing.T) (string, func(*testing.T, string) reply) {
+				_, addr := startProxy(t, nil, resetReplica(t, "r0", false))
+				return addr, post("/ingest", "x", "X-Key", "k")
+			},
+			status: 502, set: "orders", replica: "r0",
+		},
+		"504 upstream timeout": {
+			setup: func(t *testing.T) (string, func(*testing.T, string) reply) {
+				slow, release := slowReplica(t, "r0")
+				_, addr := startProxy(t, func(c *Config) {
+					c.ReplicaSets[0].Timeouts.Request = 200 * time.Millisecond
+					c.ReplicaSets[0].Timeouts.Connect = 100 * time.Millisecond
+				}, slow)
+				t.Cleanup(release)
+				return addr, post("/ingest", "x", "X-Key", "k")
+			},
+			status: 504, set: "orders", replica: "r0",
+		},
+		"503 none in rotation (keyed)": {
+			setup: func(t *testing.T) (string, func(*testing.T, string) reply) {
+				p, addr := startProxy(t, nil, startReplica(t, "r0"), startReplica(t, "r1"))
+				p.Router("orders").SetHealthy("r0", false)
+				p.Router("orders").SetHealthy("r1", false)
+				return addr, post("/ingest", "x", "X-Key", "k")
+			},
+			status: 503, set: "orders", retryAfter: true, errContains: "rotation",
+		},
+		"503 none in rotation (keyless)": {
+			setup: func(t *testing.T) (string, func(*testing.T, string) reply) {
+				p, addr := startProxy(t, nil, startReplica(t, "r0"))
+				p.Router("orders").SetHealthy("r0", false)
+				return addr, post("/ingest", "x")
+			},
+			status: 503, set: "orders", retryAfter: true, errContains: "rotation",
+		},
+		"503 no replica configured": {
+			setup: func(t *testing.T) (string, func(*testing.T, string) reply) {
+				_, addr := startProxy(t, func(c *Config) { c.ReplicaSets[0].Replicas = 1 })
+				return addr, post("/ingest", "x", "X-Key", "k")
+			},
+			status: 503, set: "orders", retryAfter: true, errContains: "rotation",
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			addr, send := tc.setup(t)
+			r := send(t, addr)
+			if r.status != tc.status {
+				t.Fatalf("got %v, want %d", r, tc.status)
+			}
+			m := r.errorJSON(t)
+			if m["replica_set"] != tc.set {
+				t.Errorf("replica_set = %q, want %q", m["replica_set"], tc.set)
+			}
+			if tc.replica != "" && m["replica"] != tc.replica {
+				t.Errorf("replica = %q, want %q", m["replica"], tc.replica)
+			}
+			if got := r.header["Retry-After"] != ""; got != tc.retryAfter {
+				t.Errorf("Retry-After present = %v, want %v", got, tc.retryAfter)
+			}
+			if !strings.Contains(m["error"], tc.errContains) {
+				t.Errorf("error %q does not mention %q", m["error"], tc.errContains)
+			}
+		})
+	}
+}
