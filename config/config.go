@@ -1,0 +1,159 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+
+	"keyway/admin"
+	"keyway/logging"
+	"keyway/proxy"
+)
+
+// Config is keyway's whole configuration file. Each section belongs to a
+// component; this type only puts them together. The proxy's keys (listen,
+// server, replica_sets) sit at the top level.
+//
+// A Config is a plain value: copying it copies its slices' headers, not
+// their elements, so treat a loaded Config as read-only or copy the slices
+// you change. Validate may be called concurrently.
+type Config struct {
+	proxy.Config `yaml:",inline"`
+	// Admin configures the admin listener (/metrics, /healthz, /readyz).
+	Admin admin.Config `yaml:"admin"`
+	// Log configures application and access logs.
+	Log logging.Config `yaml:"log"`
+}
+
+// Default returns the configuration used for every key the file, the
+// environment and the flags leave out: each section's DefaultConfig(). It
+// has no replica sets, so it does not validate on its own.
+func Default() Config {
+	return Config{
+		Config: proxy.DefaultConfig(),
+		Admin:  admin.DefaultConfig(),
+		Log:    logging.DefaultConfig(),
+	}
+}
+
+// newDefault returns the value a new element of type t starts from when it
+// appears in a list: the component's default constructor where there is
+// one, the zero value otherwise. yaml.v3 would replace a list with
+// zero-valued elements, so a replica set written with only a name would
+// get no timeouts; this is why lists are decoded element by element.
+func newDefault(t reflect.Type) reflect.Value {
+	v := reflect.New(t).Elem()
+	switch p := v.Addr().Interface().(type) {
+	case *Config:
+		*p = Default()
+	case *proxy.SetConfig:
+		*p = proxy.DefaultSetConfig()
+	case *proxy.StaticReplica:
+		*p = proxy.DefaultStaticReplica()
+	}
+	return v
+}
+
+// Validate calls every section's Validate and reports all of their
+// problems joined (errors.Join). Each error's text starts with the full YAML
+// path of the field (e.g. "admin.listen: ...",
+// "replica_sets[0].hash.load: ...") followed by ": ".
+//
+// It shadows the Validate promoted from the embedded proxy.Config, which
+// would check the proxy's keys only.
+func (c Config) Validate() error {
+	var errs []error
+	v := reflect.ValueOf(c)
+	t := v.Type()
+	for i := 0; i < t.NumField(); i++ {
+		sf := t.Field(i)
+		name, inline, skip := yamlName(sf)
+		if skip {
+			continue
+		}
+		val, ok := v.Field(i).Interface().(interface{ Validate() error })
+		if !ok {
+			continue
+		}
+		prefix := name + "."
+		if inline {
+			prefix = ""
+		}
+		for _, e := range leafErrors(val.Validate()) {
+			errs = append(errs, fmt.Errorf("%s%w", prefix, e))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// leafErrors flattens errors joined with errors.Join (at any depth) into
+// the individual errors. An error that merely wraps several others with a
+// message of its own (fmt.Errorf with two %w) stays whole.
+func leafErrors(err error) []error {
+	if err == nil {
+		return nil
+	}
+	j, ok := err.(interface{ Unwrap() []error })
+	if !ok {
+		return []error{err}
+	}
+	kids := j.Unwrap()
+	msgs := make([]string, 0, len(kids))
+	for _, k := range kids {
+		if k != nil {
+			msgs = append(msgs, k.Error())
+		}
+	}
+	if strings.Join(msgs, "\n") != err.Error() {
+		return []error{err}
+	}
+	var out []error
+	for _, k := range kids {
+		out = append(out, leafErrors(k)...)
+	}
+	return out
+}
+
+// Summary describes a valid configuration in one line, for
+// "keyway validate", e.g.
+//
+//	ok: 2 replica sets (orders: 3 replicas declared, 3 static; events: 2 replicas declared, 0 static), listen :8080, admin 127.0.0.1:9901
+func Summary(c Config) string {
+	var b strings.Builder
+	b.WriteString("ok: ")
+	n := len(c.ReplicaSets)
+	fmt.Fprintf(&b, "%d replica set%s", n, plural(n))
+	if n > 0 {
+		b.WriteString(" (")
+		for i, s := range c.ReplicaSets {
+			if i > 0 {
+				b.WriteString("; ")
+			}
+			fmt.Fprintf(&b, "%s: %d replica%s declared, %d static", s.Name, s.Replicas, plural(s.Replicas), len(s.Static))
+		}
+		b.WriteString(")")
+	}
+	fmt.Fprintf(&b, ", listen %s", c.Listen)
+	if c.Admin.Listen == "" {
+		b.WriteString(", admin off")
+	} else {
+		fmt.Fprintf(&b, ", admin %s", c.Admin.Listen)
+	}
+	return b.String()
+}
+
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
+}
+
+// Redacted returns a copy of c that is safe to print or log: secrets are
+// blanked. There are no secrets yet, so today it is a deep copy (no slice is
+// shared with c); the gossip encryption key and the admin token will be
+// blanked here when they arrive.
+func Redacted(c Config) Config {
+	return deepCopy(reflect.ValueOf(c)).Interface().(Config)
+}

@@ -1,0 +1,199 @@
+package config
+
+import (
+	"encoding"
+	"fmt"
+	"reflect"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"keyway/balancer"
+	"keyway/proxy"
+)
+
+// Field describes one configuration key, for documentation and for
+// "keyway config keys"-style listings.
+type Field struct {
+	// Path is the key's YAML path; "[]" stands for every entry of a list,
+	// e.g. "replica_sets[].timeouts.connect".
+	Path string
+	// Type is one of string, bool, int, float, duration, byte size, enum
+	// or list.
+	Type string
+	// Default is the value used when the key is left out, written as YAML
+	// (`":8080"`, `30s`, `16KiB`, `[{header: X-Key}]`). Inside a list it is
+	// the default of each new entry.
+	Default string
+	// Env is the environment variable that overrides the key, or "" for
+	// keys inside lists and for lists themselves.
+	Env string
+	// Doc is a one-line note: unit, allowed values, what empty means.
+	Doc string
+}
+
+// Describe lists every key of the configuration in file order (depth
+// first), generated from the struct types and their defaults: lists first
+// as a whole, then the keys of their entries.
+func Describe() []Field {
+	notes := fieldDocs()
+	var out []Field
+	var walk func(v reflect.Value, prefix string, inList bool)
+	walk = func(v reflect.Value, prefix string, inList bool) {
+		for _, f := range fieldsOf(v.Type()) {
+			fv := v.FieldByIndex(f.index)
+			p := joinKey(prefix, f.name)
+			switch {
+			case isScalar(f.typ) || f.typ.Kind() == reflect.Slice:
+				fd := Field{Path: p, Type: typeName(f.typ), Default: formatValue(fv), Doc: notes[p]}
+				if !inList && isScalar(f.typ) {
+					fd.Env = envName(p)
+				}
+				out = append(out, fd)
+				if f.typ.Kind() == reflect.Slice && !isScalar(f.typ.Elem()) {
+					walk(newDefault(f.typ.Elem()), p+"[]", true)
+				}
+			case f.typ.Kind() == reflect.Struct:
+				walk(fv, p, inList)
+			default:
+				panic(fmt.Sprintf("config: %s: unsupported field type %s", p, f.typ))
+			}
+		}
+	}
+	walk(reflect.ValueOf(Default()), "", false)
+	return out
+}
+
+func typeName(t reflect.Type) string {
+	switch reflect.Zero(t).Interface().(type) {
+	case time.Duration:
+		return "duration"
+	case proxy.ByteSize:
+		return "byte size"
+	case balancer.Fallback, balancer.Failover:
+		return "enum"
+	}
+	switch t.Kind() {
+	case reflect.Slice:
+		return "list"
+	case reflect.Bool:
+		return "bool"
+	case reflect.Float32, reflect.Float64:
+		return "float"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "int"
+	}
+	return "string"
+}
+
+// formatValue writes a value the way it would be written in the file.
+func formatValue(v reflect.Value) string {
+	if v.Type() == durationType {
+		return formatDuration(time.Duration(v.Int()))
+	}
+	if m, ok := v.Interface().(encoding.TextMarshaler); ok {
+		b, err := m.MarshalText()
+		if err == nil {
+			return string(b)
+		}
+	}
+	switch v.Kind() {
+	case reflect.String:
+		return strconv.Quote(v.String())
+	case reflect.Float32, reflect.Float64:
+		return strconv.FormatFloat(v.Float(), 'g', -1, 64)
+	case reflect.Slice:
+		if v.Len() == 0 {
+			return "[]"
+		}
+		var n yaml.Node
+		if err := n.Encode(v.Interface()); err != nil {
+			return fmt.Sprint(v.Interface())
+		}
+		setFlow(&n)
+		b, err := yaml.Marshal(&n)
+		if err != nil {
+			return fmt.Sprint(v.Interface())
+		}
+		return strings.TrimSpace(string(b))
+	}
+	return fmt.Sprint(v.Interface())
+}
+
+func setFlow(n *yaml.Node) {
+	if n.Kind == yaml.MappingNode || n.Kind == yaml.SequenceNode {
+		n.Style = yaml.FlowStyle
+	}
+	for _, c := range n.Content {
+		setFlow(c)
+	}
+}
+
+// formatDuration writes whole hours, minutes or seconds without the
+// trailing zero units of time.Duration.String ("2m", not "2m0s").
+func formatDuration(d time.Duration) string {
+	switch {
+	case d == 0:
+		return "0s"
+	case d%time.Hour == 0:
+		return fmt.Sprintf("%dh", d/time.Hour)
+	case d%time.Minute == 0:
+		return fmt.Sprintf("%dm", d/time.Minute)
+	case d%time.Second == 0:
+		return fmt.Sprintf("%ds", d/time.Second)
+	case d%time.Millisecond == 0:
+		return fmt.Sprintf("%dms", d/time.Millisecond)
+	}
+	return d.String()
+}
+
+// fieldDocs holds the one-line note of every key, for Describe and the
+// reference tables in docs/configuration.md. The ranges repeat what each
+// component's Validate enforces; TestDescribeDocs fails when a key has no
+// note or a note has no key.
+func fieldDocs() map[string]string {
+	return map[string]string{
+		"listen":                  "host:port of the proxy's HTTP listener; empty host means all interfaces",
+		"server.read_timeout":     "bounds reading one whole request, body included; at least 100ms",
+		"server.write_timeout":    "bounds writing one response; at least 100ms",
+		"server.idle_timeout":     "closes a client keep-alive connection idle this long; at least 100ms",
+		"server.max_header_bytes": "caps a request's headers (431 beyond); 1KiB to 1MiB",
+		"server.max_conns":        "caps concurrent client connections (503 beyond); 1 to 1000000",
+		"server.shutdown_timeout": "how long a graceful shutdown waits for in-flight requests; at least 100ms",
+
+		"replica_sets":                              "the replica sets; at least one is required. A request goes to the matching set with the longest host, then the longest path prefix",
+		"replica_sets[].name":                       "required, unique; 1 to 63 of a-z, 0-9, '-', '_' (used in metrics, logs and gossip)",
+		"replica_sets[].match.host":                 "exact Host header, port ignored, case-insensitive; empty matches any host",
+		"replica_sets[].match.path_prefix":          "start of the raw request path; must start with '/'. No two sets may have the same host and path_prefix",
+		"replica_sets[].replicas":                   "declared replica count, which decides the set's phase; 1 to 1000",
+		"replica_sets[].key":                        "where a request's key is looked for, in order; the first source present wins. Each entry sets exactly one of header, path_segment, query",
+		"replica_sets[].key[].header":               "a request header, matched case-insensitively, e.g. X-Key",
+		"replica_sets[].key[].path_segment":         "1-based path segment, 1 to 64: 2 takes abc from /ingest/abc/more",
+		"replica_sets[].key[].query":                "a query-string parameter, e.g. key",
+		"replica_sets[].fallback":                   "requests without a key: round_robin, least_inflight (power of two choices), random, or reject (400 naming the sources tried)",
+		"replica_sets[].failover":                   "when a key's owner is out of rotation: next (the next in-rotation replica along the ring, the same on every proxy) or strict (503 with Retry-After)",
+		"replica_sets[].hash.partitions":            "partitions keys are hashed into; 1 to 65521, keep it much larger than the replica count; must match on every proxy",
+		"replica_sets[].hash.replication_factor":    "virtual nodes per replica on the ring; 1 to 1000; must match on every proxy",
+		"replica_sets[].hash.load":                  "bounded-load factor: no replica owns more than load × partitions / replicas; 1.01 to 10; must match on every proxy",
+		"replica_sets[].timeouts.connect":           "bounds dialing a replica; at least 10ms and not longer than timeouts.request",
+		"replica_sets[].timeouts.request":           "bounds the whole exchange with replicas, retries included; at least 100ms",
+		"replica_sets[].timeouts.idle":              "closes a pooled replica connection idle this long; at least 1s, keep it below the replica's own keep-alive timeout",
+		"replica_sets[].retries.attempts":           "total tries per request, the first included (1 disables retries); 1 to 8",
+		"replica_sets[].retries.idempotency_header": "a request carrying this header may be replayed after its fate is unknown; empty disables",
+		"replica_sets[].max_body_bytes":             "caps a request body (413 beyond); 1B to 1GiB",
+		"replica_sets[].max_conns_per_replica":      "keep-alive connection pool size per replica; 1 to 100000",
+		"replica_sets[].static":                     "replicas given here rather than discovered by gossip; always on the ring",
+		"replica_sets[].static[].name":              "required, unique in the set: the replica's ring identity; 1 to 128 bytes, no spaces",
+		"replica_sets[].static[].addr":              "required, unique in the set: host:port of the replica's HTTP listener, non-zero port",
+		"replica_sets[].static[].weight":            "advisory, reported only; 1 to 1000",
+		"replica_sets[].static[].zone":              "optional failure-domain label",
+
+		"admin.listen":   "host:port of the admin listener (/metrics, /healthz, /readyz); empty disables it",
+		"log.level":      "debug, info, warn or error",
+		"log.format":     "json or console",
+		"log.access_log": "write one line per proxied request to stdout",
+	}
+}
