@@ -291,26 +291,41 @@ func TestPaths(t *testing.T) {
 	}
 }
 
-// The error example in docs/configuration.md is what Load really prints.
+// The error example in docs/configuration.md is what Load really prints
+// for the file shown above it; -update rewrites the output.
 func TestDocsErrorExample(t *testing.T) {
 	data, err := os.ReadFile(docsPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	block := func(marker string) string {
-		_, rest, ok := strings.Cut(string(data), marker+"\n```")
-		if !ok {
+	doc := string(data)
+	// block returns the start and end offsets of the body of the fenced
+	// block that follows marker, without the command line of a console block.
+	block := func(marker string, console bool) (int, int) {
+		i := strings.Index(doc, marker+"\n```")
+		if i < 0 {
 			t.Fatalf("%s: marker %s missing", docsPath, marker)
 		}
-		_, rest, _ = strings.Cut(rest, "\n")
-		body, _, _ := strings.Cut(rest, "```")
-		return body
+		start := i + strings.Index(doc[i:], "\n```") + 1
+		start += strings.IndexByte(doc[start:], '\n') + 1 // past ```lang
+		if console {
+			start += strings.IndexByte(doc[start:], '\n') + 1 // past the $ command
+		}
+		end := start + strings.Index(doc[start:], "```")
+		return start, end
 	}
-	file := block("<!-- errors-example-file -->")
-	output := block("<!-- errors-example-output -->")
-	_, output, _ = strings.Cut(output, "\n") // the command line
-	_, err = LoadBytes("proxy.yaml", []byte(file), env(map[string]string{"KEYWAY_LOG_LEVEL": "loud"}), WithSet("replica_sets[0].replicas", "0"))
-	if got := problems(t, err); strings.Join(got, "\n")+"\n" != output {
-		t.Errorf("%s: the error example is out of date; Load prints:\n%s", docsPath, strings.Join(got, "\n"))
+	fs, fe := block("<!-- errors-example-file -->", false)
+	outStart, outEnd := block("<!-- errors-example-output -->", true)
+	_, err = LoadBytes("proxy.yaml", []byte(doc[fs:fe]), env(map[string]string{"KEYWAY_LOG_LEVEL": "loud"}), WithSet("replica_sets[0].replicas", "0"))
+	want := strings.Join(problems(t, err), "\n") + "\n"
+	if *update {
+		doc = doc[:outStart] + want + doc[outEnd:]
+		if err := os.WriteFile(docsPath, []byte(doc), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	if doc[outStart:outEnd] != want {
+		t.Errorf("%s: the error example is out of date; run: go test ./config -run TestDocs -update\nLoad prints:\n%s", docsPath, want)
 	}
 }

@@ -40,9 +40,20 @@ func problems(t *testing.T, err error) []string {
 	return strings.Split(ce.Error(), "\n")
 }
 
+// sameLines compares problem lines. "…" in a wanted line stands for any
+// text: that part of the message is worded by a component's Validate or
+// UnmarshalText, not by this package.
 func sameLines(t *testing.T, got, want []string) {
 	t.Helper()
-	if !reflect.DeepEqual(got, want) {
+	ok := len(got) == len(want)
+	for i := 0; ok && i < len(got); i++ {
+		if pre, suf, elided := strings.Cut(want[i], "…"); elided {
+			ok = len(got[i]) >= len(pre)+len(suf) && strings.HasPrefix(got[i], pre) && strings.HasSuffix(got[i], suf)
+		} else {
+			ok = got[i] == want[i]
+		}
+	}
+	if !ok {
 		t.Errorf("problems:\n  got:\n\t%s\n  want:\n\t%s", strings.Join(got, "\n\t"), strings.Join(want, "\n\t"))
 	}
 }
@@ -317,11 +328,11 @@ func TestLoadProblems(t *testing.T) {
 		},
 		"bad byte size": {
 			yaml: okSets + "    max_body_bytes: 8 megabytes\n",
-			want: []string{`f.yaml:4: replica_sets[0].max_body_bytes: invalid size "8 megabytes": write a whole number with an optional unit B, KiB, MiB, GiB, KB, MB or GB, e.g. 8MiB`},
+			want: []string{`f.yaml:4: replica_sets[0].max_body_bytes: invalid size "8 megabytes"…`},
 		},
 		"byte size out of range": {
 			yaml: okSets + "    max_body_bytes: 2GiB\n",
-			want: []string{`f.yaml:4: replica_sets[0].max_body_bytes: must be between 1B and 1GiB, got 2GiB`},
+			want: []string{`f.yaml:4: replica_sets[0].max_body_bytes: must be between 1B and 1GiB…`},
 		},
 		"string for an int": {
 			yaml: okSets + "    replicas: three\n",
@@ -357,25 +368,25 @@ func TestLoadProblems(t *testing.T) {
 		},
 		"bad enum": {
 			yaml: okSets + "    failover: sometimes\n",
-			want: []string{`f.yaml:4: replica_sets[0].failover: must be one of next, strict, got "sometimes"`},
+			want: []string{`f.yaml:4: replica_sets[0].failover: must be one of next, strict…`},
 		},
 		"no replica sets": {
 			yaml: "listen: \":8080\"\n",
-			want: []string{`f.yaml: replica_sets: at least one replica set is required, e.g. [{name: orders, static: [{name: orders-0, addr: "127.0.0.1:9001"}]}] (default value: not in the file)`},
+			want: []string{`f.yaml: replica_sets: at least one replica set is required…`},
 		},
 		"validation error at its line": {
 			yaml: okSets + "    hash:\n      load: 0.5\n",
-			want: []string{`f.yaml:5: replica_sets[0].hash.load: must be between 1.01 and 10 (1.25 is recommended), got 0.5`},
+			want: []string{`f.yaml:5: replica_sets[0].hash.load: must be between 1.01 and 10…`},
 		},
 		"validation error of a default points at its parent": {
 			yaml: okSets + "    timeouts:\n      request: 500ms\n",
-			want: []string{`f.yaml:4: replica_sets[0].timeouts.connect: 1s is longer than timeouts.request (500ms), which bounds the whole exchange; lower it (default value: not in the file)`},
+			want: []string{`f.yaml:4: replica_sets[0].timeouts.connect: 1s is longer than timeouts.request… (default value: not in the file)`},
 		},
 		"section validation is prefixed": {
 			yaml: okSets + "admin: {listen: nowhere}\nlog: {format: xml}\n",
 			want: []string{
-				`f.yaml:4: admin.listen: "nowhere" is not host:port (e.g. "127.0.0.1:9901"), or empty to disable the admin listener`,
-				`f.yaml:5: log.format: must be json or console, got "xml"`,
+				`f.yaml:4: admin.listen: "nowhere" is not host:port…`,
+				`f.yaml:5: log.format: must be json or console…`,
 			},
 		},
 	} {
@@ -541,15 +552,15 @@ func TestOverrideProblems(t *testing.T) {
 		},
 		"env var with a bad byte size": {
 			opts: []Option{env(map[string]string{"KEYWAY_SERVER_MAX_HEADER_BYTES": "lots"})},
-			want: []string{`$KEYWAY_SERVER_MAX_HEADER_BYTES: server.max_header_bytes: invalid size "lots": write a whole number with an optional unit B, KiB, MiB, GiB, KB, MB or GB, e.g. 8MiB`},
+			want: []string{`$KEYWAY_SERVER_MAX_HEADER_BYTES: server.max_header_bytes: invalid size "lots"…`},
 		},
 		"env var that fails validation": {
 			opts: []Option{env(map[string]string{"KEYWAY_LOG_LEVEL": "loud"})},
-			want: []string{`$KEYWAY_LOG_LEVEL: log.level: must be one of debug, info, warn, error, got "loud"`},
+			want: []string{`$KEYWAY_LOG_LEVEL: log.level: must be one of debug, info, warn, error…`},
 		},
 		"flag that fails validation": {
 			opts: []Option{noEnv, WithFlag("--listen", "listen", "8080")},
-			want: []string{`--listen: listen: "8080" is not host:port (e.g. ":8080" or "127.0.0.1:8080"): address 8080: missing port in address`},
+			want: []string{`--listen: listen: "8080" is not host:port…`},
 		},
 		"set with a typo in the path": {
 			opts: []Option{noEnv, WithSet("lg.level", "debug")},
@@ -574,9 +585,9 @@ func TestOverrideProblems(t *testing.T) {
 		"file problems come first": {
 			opts: []Option{env(map[string]string{"KEYWAY_LOG_LEVEL": "loud"}), WithSet("log.format", "xml")},
 			want: []string{
-				`f.yaml:4: server.max_conns: must be between 1 and 1000000, got 0`,
-				`$KEYWAY_LOG_LEVEL: log.level: must be one of debug, info, warn, error, got "loud"`,
-				`--set: log.format: must be json or console, got "xml"`,
+				`f.yaml:4: server.max_conns: must be between 1 and 1000000…`,
+				`$KEYWAY_LOG_LEVEL: log.level: must be one of…`,
+				`--set: log.format: must be json or console…`,
 			},
 		},
 	} {
@@ -610,9 +621,9 @@ func TestConfigValidatePaths(t *testing.T) {
 		msgs = append(msgs, e.Error())
 	}
 	want := []string{
-		`replica_sets: at least one replica set is required, e.g. [{name: orders, static: [{name: orders-0, addr: "127.0.0.1:9001"}]}]`,
-		`admin.listen: "x" is not host:port (e.g. "127.0.0.1:9901"), or empty to disable the admin listener`,
-		`log.level: must be one of debug, info, warn, error, got "loud"`,
+		`replica_sets: at least one replica set is required…`,
+		`admin.listen: "x" is not host:port…`,
+		`log.level: must be one of…`,
 	}
 	sameLines(t, msgs, want)
 }
