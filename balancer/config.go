@@ -8,7 +8,8 @@ import (
 
 // HashConfig fixes the shape of a replica set's ring. Every proxy of a
 // fleet must use the same values: they form the ring fingerprint that
-// proxies compare (see [HashConfig.Fingerprint]).
+// proxies compare (see [HashConfig.Fingerprint]). A plain value: copy it
+// freely. The zero value is invalid; start from [DefaultHashConfig].
 type HashConfig struct {
 	// Partitions is the fixed number of partitions keys are hashed into.
 	// Keep it much larger than the replica count; a prime spreads best.
@@ -129,7 +130,8 @@ func (f *Fallback) UnmarshalText(b []byte) error {
 
 // KeySource is one place a request's key may come from. Exactly one field
 // is set. Sources are tried in the configured order; the first present one
-// wins.
+// wins. A plain value. [HashHeader], [HashPathSegment] and [HashQuery]
+// extract and hash a key from each kind of source.
 type KeySource struct {
 	// Header names a request header, matched case-insensitively (e.g. X-Key).
 	Header string `yaml:"header,omitempty" json:"header,omitempty"`

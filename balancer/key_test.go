@@ -213,6 +213,27 @@ func TestCanonicalKey(t *testing.T) {
 	}
 }
 
+// TestHashDecodedLong: keys longer than the decoder's stack buffer stream
+// through the digest and hash the same as the decoded string.
+func TestHashDecodedLong(t *testing.T) {
+	t.Parallel()
+	for _, n := range []int{1, 85, 86, 255, 256, 257, 511, 512, 513, 1000, 5000} {
+		key := strings.Repeat("é", n/2) + strings.Repeat("x", n%2)
+		want := HashString(key)
+		if h, st := HashPathSegment([]byte("/ingest/"+url.PathEscape(key)+"/tail"), 2); st != KeyOK || h != want {
+			t.Fatalf("path, %d bytes: %x %v, want %x", len(key), h, st, want)
+		}
+		if h, st := HashQuery([]byte("a=1&key="+url.QueryEscape(key+" +")), []byte("key")); st != KeyOK || h != HashString(key+" +") {
+			t.Fatalf("query, %d bytes: %x %v", len(key), h, st)
+		}
+		// Escapes straddling the buffer boundary.
+		raw := strings.Repeat("a", n) + "%62" + strings.Repeat("c", n)
+		if h, st := HashPathSegment([]byte("/"+raw), 1); st != KeyOK || h != HashString(strings.Repeat("a", n)+"b"+strings.Repeat("c", n)) {
+			t.Fatalf("boundary at %d: %x %v", n, h, st)
+		}
+	}
+}
+
 // segmentsOf splits a raw path the way the reference check does.
 func segmentsOf(path string) []string {
 	if i := strings.IndexByte(path, '?'); i >= 0 {

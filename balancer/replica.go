@@ -3,7 +3,8 @@ package balancer
 import "fmt"
 
 // State is a replica's lifecycle state, as its agent advertises it (or
-// [StateReady] for a static replica). Only ready replicas are in rotation.
+// [StateReady] for a static replica). Only ready replicas are in rotation,
+// and a replica joins the ring the first time it is ready.
 type State uint8
 
 // Lifecycle states. The zero value is StateUnknown, which is never routable.
@@ -87,19 +88,27 @@ var reasonNames = []struct {
 	name string
 }{{ReasonProbe, "probe"}, {ReasonEjected, "ejected"}, {ReasonRefused, "refused"}, {ReasonFailed, "failed"}, {ReasonAdmin, "admin"}}
 
-// String lists the reasons separated by '+', or "none".
+// String lists the reasons separated by '+', or "none". Bits without a
+// name are shown in hex ("refused+0x400").
 func (r Reason) String() string {
 	if r == 0 {
 		return "none"
 	}
 	s := ""
+	add := func(n string) {
+		if s != "" {
+			s += "+"
+		}
+		s += n
+	}
 	for _, n := range reasonNames {
 		if r&n.r != 0 {
-			if s != "" {
-				s += "+"
-			}
-			s += n.name
+			add(n.name)
+			r &^= n.r
 		}
+	}
+	if r != 0 {
+		add(fmt.Sprintf("%#x", uint16(r)))
 	}
 	return s
 }

@@ -30,7 +30,9 @@ type RouterConfig struct {
 
 // Hooks connect a Router to the component that owns the per-replica
 // payload. Each func may be nil. They are called by the Router's single
-// writer, never concurrently, and must not call back into the Router.
+// writer, never concurrently, while it holds the Router's lock (inside a
+// setter call when Coalesce is 0, else inside Run or Flush): they must be
+// quick, must not block, and must not call back into the Router.
 type Hooks[B any] struct {
 	// NewBackend makes the payload of a ring member when it joins the ring
 	// or its address changes.
@@ -43,7 +45,8 @@ type Hooks[B any] struct {
 	Rebuilt func(RebuildInfo)
 }
 
-// RebuildInfo describes one published table.
+// RebuildInfo describes one published table. A plain value; Joined and
+// Left are sorted and belong to the receiver.
 type RebuildInfo struct {
 	Set        string        `json:"set"`
 	Generation uint64        `json:"generation"`
@@ -53,8 +56,8 @@ type RebuildInfo struct {
 	RingBuilt  bool          `json:"ring_rebuilt"` // ring membership changed
 	Joined     []string      `json:"joined,omitempty"`
 	Left       []string      `json:"left,omitempty"`
-	Moved      int           `json:"moved_partitions"`    // partitions whose ring owner changed
-	Diverted   int           `json:"diverted_partitions"` // partitions whose chosen replica changed
+	Moved      int           `json:"moved_partitions"`    // partitions whose ring owner changed (all of them when the ring was or becomes empty)
+	Diverted   int           `json:"diverted_partitions"` // partitions whose chosen replica (Pick) changed, by ring or by rotation
 	Duration   time.Duration `json:"duration_ns"`
 }
 
@@ -91,7 +94,8 @@ type backendEntry[B any] struct {
 // ErrBadRouterConfig is returned by NewRouter for an invalid configuration.
 var ErrBadRouterConfig = errors.New("balancer: bad router config")
 
-// NewRouter returns a Router with an empty table published.
+// NewRouter returns a Router with an empty table (generation 1) published.
+// It starts no goroutine: with Coalesce > 0 the caller runs [Router.Run].
 func NewRouter[B any](cfg RouterConfig, hooks Hooks[B]) (*Router[B], error) {
 	if cfg.Candidates == 0 {
 		cfg.Candidates = 3
@@ -118,7 +122,8 @@ func NewRouter[B any](cfg RouterConfig, hooks Hooks[B]) (*Router[B], error) {
 	return r, nil
 }
 
-// Table returns the current snapshot: one atomic load, no lock.
+// Table returns the current snapshot: one atomic load, no lock, no
+// allocation. Safe for concurrent use; never nil.
 func (r *Router[B]) Table() *Table[B] { return r.table.Load() }
 
 // Config returns the Router's configuration.
@@ -150,7 +155,7 @@ func (r *Router[B]) SetReplicas(source string, rs []Replica) {
 }
 
 // SetHealthy records an active health-check verdict for a replica
-// (shorthand for SetExcluded with [ReasonProbe]).
+// (shorthand for SetExcluded with [ReasonProbe]). Safe for concurrent use.
 func (r *Router[B]) SetHealthy(name string, healthy bool) {
 	r.SetExcluded(name, ReasonProbe, !healthy)
 }
@@ -158,6 +163,7 @@ func (r *Router[B]) SetHealthy(name string, healthy bool) {
 // SetExcluded adds or clears one proxy-local reason holding a replica out of
 // rotation. It never changes the ring. Reasons for names the Router does
 // not know yet are kept: the producer (a health checker) clears what it set.
+// A call that changes nothing publishes nothing. Safe for concurrent use.
 func (r *Router[B]) SetExcluded(name string, reason Reason, excluded bool) {
 	r.mu.Lock()
 	old := r.excluded[name]
@@ -190,7 +196,8 @@ func (r *Router[B]) changed() {
 }
 
 // Flush rebuilds now if any change is pending. Run calls it after each
-// coalescing window; callers without Run (tests, startup) may call it directly.
+// coalescing window; callers without Run (tests, startup) may call it
+// directly. Safe for concurrent use.
 func (r *Router[B]) Flush() {
 	r.mu.Lock()
 	r.flushLocked()
@@ -213,8 +220,11 @@ func (r *Router[B]) flushLocked() {
 	r.rebuild(cause)
 }
 
-// Run applies coalesced changes until ctx is done. It is needed only when
-// Coalesce > 0.
+// Run applies coalesced changes until ctx is done, then returns nil. It is
+// needed only when Coalesce > 0; call it once, from one goroutine. The
+// window starts at the first change after a rebuild, so a change waits at
+// most Coalesce (plus the rebuild) and a burst costs one rebuild. A change
+// still pending when ctx ends is not applied (call Flush to force it).
 func (r *Router[B]) Run(ctx context.Context) error {
 	for {
 		select {

@@ -6,7 +6,7 @@ import (
 )
 
 // Member is a replica as a Table knows it: its advertised values plus the
-// routing view of this proxy.
+// routing view of this proxy. A plain value: copy it freely.
 type Member struct {
 	Replica
 	// Slot is the replica's index in the table's ring, or -1 when it is not
@@ -21,12 +21,21 @@ type Member struct {
 }
 
 // Table is an immutable routing snapshot of one replica set. It is safe for
-// concurrent use by any number of readers and must not be modified. Tables
-// built for the same ring share their placement arrays "as is"; only the
-// rotation-derived arrays are new.
+// concurrent use by any number of readers and must not be modified; slices
+// and pointers it returns point into it and are read-only. Tables built for
+// the same ring share their placement arrays "as is"; only the
+// rotation-derived arrays are new. A Table stays valid (and keeps routing
+// the way it did) for as long as a reader holds it, even after the Router
+// published newer ones: load [Router.Table] once per request and use that
+// one snapshot throughout.
+//
+// Tables come only from a [Router]; the zero Table is not usable. Methods
+// taking a slot require 0 <= slot < [Table.Len] and panic otherwise.
 //
 // B is the per-replica payload the proxy attaches (its connection pool);
-// the Router keeps one B per ring member across rebuilds.
+// the Router keeps one B per ring member across rebuilds, so the same B
+// appears in every table while the replica stays on the ring at the same
+// address.
 type Table[B any] struct {
 	set        string
 	generation uint64
@@ -47,7 +56,8 @@ type Table[B any] struct {
 // Set returns the replica set's name.
 func (t *Table[B]) Set() string { return t.set }
 
-// Generation increases by one with every table the Router publishes.
+// Generation increases by one with every table the Router publishes; the
+// initial empty table is generation 1.
 func (t *Table[B]) Generation() uint64 { return t.generation }
 
 // Partitions returns the fixed partition count.
@@ -78,8 +88,10 @@ func (t *Table[B]) Pick(hash uint64) (slot int, ok bool) {
 }
 
 // Candidates returns the in-rotation slots for a key hash in the order
-// they should be tried (Pick's slot first), at most the Router's configured
-// candidate count. The slice belongs to the table: do not modify it.
+// they should be tried (Pick's slot first), distinct, at most the Router's
+// configured candidate count; empty exactly when Pick's ok is false. With
+// [FailoverStrict] it holds only the owner. The slice belongs to the
+// table: do not modify it. O(1), no allocation.
 func (t *Table[B]) Candidates(hash uint64) []uint16 {
 	if t.c == 0 {
 		return nil
@@ -138,7 +150,8 @@ func (t *Table[B]) Excluded(slot int) Reason { return t.excluded[slot] }
 func (t *Table[B]) Rotation() []uint16 { return t.rotation }
 
 // NextRoundRobin returns the next slot in rotation in a cycle shared by
-// all tables of the Router, or ok false when the rotation is empty.
+// all tables of the Router (an atomic counter: safe for concurrent use, no
+// allocation), or ok false when the rotation is empty.
 func (t *Table[B]) NextRoundRobin() (slot int, ok bool) {
 	if len(t.rotation) == 0 {
 		return -1, false
@@ -146,7 +159,9 @@ func (t *Table[B]) NextRoundRobin() (slot int, ok bool) {
 	return int(t.rotation[t.rr.Add(1)%uint64(len(t.rotation))]), true
 }
 
-// RandomSlot returns a uniformly random slot in rotation.
+// RandomSlot returns a uniformly random slot in rotation, or ok false when
+// the rotation is empty. It uses math/rand/v2's global source: safe for
+// concurrent use, no allocation.
 func (t *Table[B]) RandomSlot() (slot int, ok bool) {
 	if len(t.rotation) == 0 {
 		return -1, false
