@@ -45,8 +45,6 @@ func Default() Config {
 func newDefault(t reflect.Type) reflect.Value {
 	v := reflect.New(t).Elem()
 	switch p := v.Addr().Interface().(type) {
-	case *Config:
-		*p = Default()
 	case *proxy.SetConfig:
 		*p = proxy.DefaultSetConfig()
 	case *proxy.StaticReplica:

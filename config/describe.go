@@ -14,8 +14,8 @@ import (
 	"keyway/proxy"
 )
 
-// Field describes one configuration key, for documentation and for
-// "keyway config keys"-style listings.
+// Field describes one configuration key. docs/configuration.md's reference
+// tables are generated from these.
 type Field struct {
 	// Path is the key's YAML path; "[]" stands for every entry of a list,
 	// e.g. "replica_sets[].timeouts.connect".

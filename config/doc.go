@@ -21,17 +21,16 @@
 //     map each error's YAML path back to the line that set the value.
 //
 // So the precedence is defaults < file < environment < flags. Every
-// problem found on the way is reported at once, as an [*Error] whose
-// [Problem]s name the file (or the environment variable, or the flag), the
+// problem found on the way is reported at once, as an [*Error]; each
+// [Problem] names the file (or the environment variable, or the flag), the
 // line and the YAML path.
 //
 // The decoder is generic: a new section is one more field in [Config] with
 // a yaml tag, and a new list element type with non-zero defaults is one more
-// case in newDefault. Supported field types are structs, slices of them,
-// strings, booleans, integers, floats, time.Duration and any type whose
+// case in newDefault. Supported field types are structs, slices, strings, booleans, integers, floats, time.Duration and any type whose
 // pointer implements encoding.TextUnmarshaler (such as proxy.ByteSize).
 //
 // [Describe] lists every key with its type, default and environment
-// variable; docs/configuration.md is generated from it and a test keeps the
-// two in step.
+// variable; the reference tables of docs/configuration.md are generated from
+// it (go test ./config -run TestDocs -update) and a test keeps them in step.
 package config

@@ -56,7 +56,8 @@ func WithFlag(flag, path, value string) Option {
 // describes, with defaults, environment and explicit overrides applied and
 // every section validated. Problems with the configuration are reported
 // together as an *Error; an unreadable file is a plain error that wraps
-// the os error.
+// the os error. Load keeps no state between calls and is safe for
+// concurrent use.
 func Load(path string, opts ...Option) (Config, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
