@@ -290,6 +290,7 @@ func (c *client) try(method, uri string, body string, hdrs ...string) (reply, er
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
 	req.Header.DisableNormalizing()
+	resp.Header.SetNoDefaultContentType(true) // see what keyway sent, not a default
 	req.SetRequestURI(uri)
 	req.Header.SetHost("orders.example")
 	req.Header.SetMethod(method)
@@ -359,6 +360,7 @@ func (rc *rawConn) tryRead() (reply, error) {
 	}
 	var resp fasthttp.Response
 	resp.Header.DisableNormalizing()
+	resp.Header.SetNoDefaultContentType(true)
 	if err := resp.Read(rc.br); err != nil {
 		return reply{}, err
 	}

@@ -300,7 +300,7 @@ func (p *Proxy) Ready() bool { return p.ready.Load() }
 // Run serves until ctx is done, then shuts down gracefully: it stops
 // accepting, lets in-flight requests finish within the shutdown timeout,
 // and closes idle keep-alive connections. It returns nil after a clean
-// shutdown.
+// shutdown, and only after every goroutine it started has exited.
 func (p *Proxy) Run(ctx context.Context) error {
 	if !p.started.CompareAndSwap(false, true) {
 		return errors.New("proxy: Run called twice")
@@ -308,11 +308,25 @@ func (p *Proxy) Run(ctx context.Context) error {
 	if err := p.Listen(); err != nil {
 		return err
 	}
+	rctx, stopRouters := context.WithCancel(ctx)
+	var routers sync.WaitGroup
+	defer routers.Wait()
+	defer stopRouters()
 	for _, rs := range p.sets {
-		go func() { _ = rs.router.Run(ctx) }()
+		routers.Go(func() { _ = rs.router.Run(rctx) })
 	}
+
+	// fasthttp's Shutdown only sees listeners Serve has registered, which
+	// it does just before its first Accept: a Shutdown before that would
+	// return at once and leave Serve running. Wait for the first Accept.
+	ln := &acceptNotifier{Listener: p.ln, accepting: make(chan struct{})}
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- p.server.Serve(p.ln) }()
+	go func() { serveErr <- p.server.Serve(ln) }()
+	select {
+	case <-ln.accepting:
+	case err := <-serveErr:
+		return fmt.Errorf("serve: %w", err)
+	}
 	p.ready.Store(true)
 	p.log.Info("proxy listening", zap.Stringer("addr", p.ln.Addr()), zap.Strings("sets", p.Sets()))
 
@@ -340,6 +354,18 @@ func (p *Proxy) Run(ctx context.Context) error {
 	}
 	p.log.Info("proxy stopped")
 	return nil
+}
+
+// acceptNotifier closes accepting when Accept is first called.
+type acceptNotifier struct {
+	net.Listener
+	once      sync.Once
+	accepting chan struct{}
+}
+
+func (l *acceptNotifier) Accept() (net.Conn, error) {
+	l.once.Do(func() { close(l.accepting) })
+	return l.Listener.Accept()
 }
 
 // fasthttpLogger routes fasthttp's own messages to zap at warn level.
