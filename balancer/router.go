@@ -23,8 +23,9 @@ type RouterConfig struct {
 	// for retries, the first included. 0 means 3. Allowed 1..8.
 	Candidates int
 	// Coalesce is how long Run waits after a change before rebuilding, so
-	// that a burst of changes costs one rebuild. 0 rebuilds synchronously
-	// inside every setter call.
+	// that a burst of changes costs one rebuild (50–100 ms is typical).
+	// 0 rebuilds synchronously inside every setter call. With Coalesce > 0
+	// changes are applied only by Run or Flush.
 	Coalesce time.Duration
 }
 
