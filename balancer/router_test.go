@@ -581,6 +581,14 @@ func TestRouterScale3to4(t *testing.T) {
 	}
 }
 
+// advance moves a synctest bubble's fake clock forward by d (it returns as
+// soon as every goroutine in the bubble is blocked; no real time passes)
+// and waits until the bubble is idle again.
+func advance(d time.Duration) {
+	<-time.After(d)
+	synctest.Wait()
+}
+
 // TestRouterCoalesce: with Coalesce > 0 a burst of changes costs one
 // rebuild, published when the window ends. synctest's fake clock makes
 // the wait instant and exact.
@@ -605,13 +613,11 @@ func TestRouterCoalesce(t *testing.T) {
 			t.Fatalf("rebuilt before the window ended: %d rebuilds", rc.rebuilds())
 		}
 		start := time.Now()
-		time.Sleep(window - time.Nanosecond) // fake clock: returns at once
-		synctest.Wait()
+		advance(window - time.Nanosecond)
 		if rc.rebuilds() != 0 {
 			t.Fatal("rebuilt before the window ended")
 		}
-		time.Sleep(time.Nanosecond)
-		synctest.Wait()
+		advance(time.Nanosecond)
 		if time.Since(start) != window {
 			t.Fatalf("fake clock advanced %v", time.Since(start))
 		}
@@ -624,8 +630,7 @@ func TestRouterCoalesce(t *testing.T) {
 		}
 
 		// Quiet: nothing more happens, however long we wait.
-		time.Sleep(10 * window)
-		synctest.Wait()
+		advance(10 * window)
 		if rc.rebuilds() != 1 {
 			t.Fatalf("%d rebuilds while idle", rc.rebuilds())
 		}
@@ -633,8 +638,7 @@ func TestRouterCoalesce(t *testing.T) {
 		// A second burst, a second rebuild.
 		r.SetHealthy("orders-000", true)
 		r.SetHealthy("orders-001", false)
-		time.Sleep(window)
-		synctest.Wait()
+		advance(window)
 		if rc.rebuilds() != 2 || rc.last(t).Cause != "health" {
 			t.Fatalf("%d rebuilds after the second burst", rc.rebuilds())
 		}
@@ -645,8 +649,7 @@ func TestRouterCoalesce(t *testing.T) {
 		if rc.rebuilds() != 3 || r.Table().Len() != 3 {
 			t.Fatalf("Flush did not rebuild: %d rebuilds", rc.rebuilds())
 		}
-		time.Sleep(window)
-		synctest.Wait()
+		advance(window)
 		if rc.rebuilds() != 3 {
 			t.Fatalf("%d rebuilds, want 3 (nothing pending after Flush)", rc.rebuilds())
 		}
