@@ -8,6 +8,8 @@ import (
 
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/fasthttputil"
+
+	"keyway/balancer"
 )
 
 // memRig is a proxy with one replica set "orders" whose replicas, and the
@@ -150,4 +152,56 @@ func BenchmarkProxyRequestParallel(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkKeyExtraction measures the handler's key lookup (replicaSet.key)
+// for each source kind, on a request with a realistic set of headers.
+func BenchmarkKeyExtraction(b *testing.B) {
+	cases := []struct {
+		name    string
+		sources []balancer.KeySource
+		uri     string
+		header  string
+	}{
+		{"header", []balancer.KeySource{{Header: "X-Key"}}, "/ingest", "customer-42"},
+		{"header_lowercase_config", []balancer.KeySource{{Header: "x-key"}}, "/ingest", "customer-42"},
+		{"path_segment", []balancer.KeySource{{PathSegment: 2}}, "/ingest/customer-42/events", ""},
+		{"path_segment_escaped", []balancer.KeySource{{PathSegment: 2}}, "/ingest/customer%2D42/events", ""},
+		{"query", []balancer.KeySource{{Query: "key"}}, "/ingest?source=web&key=customer-42&v=2", ""},
+		{"query_escaped", []balancer.KeySource{{Query: "key"}}, "/ingest?source=web&key=customer%2D42+x&v=2", ""},
+		{"third_of_three", []balancer.KeySource{{Header: "X-Key"}, {PathSegment: 3}, {Query: "key"}}, "/ingest/x?key=customer-42", ""},
+	}
+	for _, c := range cases {
+		b.Run(c.name, func(b *testing.B) {
+			cfg := testConfig()
+			cfg.ReplicaSets[0].Replicas = 1
+			cfg.ReplicaSets[0].Key = c.sources
+			p, err := New(cfg, Options{Coalesce: -1})
+			if err != nil {
+				b.Fatal(err)
+			}
+			rs := p.byName["orders"]
+			var req fasthttp.Request
+			req.SetRequestURI(c.uri)
+			req.Header.SetHost("orders.example")
+			req.Header.SetMethod("POST")
+			for _, h := range []string{"Accept", "Accept-Encoding", "Authorization", "X-Request-Id", "X-Tenant", "Traceparent"} {
+				req.Header.Set(h, "some-value-of-typical-length")
+			}
+			if c.header != "" {
+				req.Header.Set("X-Key", c.header)
+			}
+			uri := req.URI()
+			path := uri.PathOriginal()
+			if _, st := rs.key(&req.Header, path, uri); st != balancer.KeyOK {
+				b.Fatalf("status %v", st)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, st := rs.key(&req.Header, path, uri); st != balancer.KeyOK {
+					b.Fatal(st)
+				}
+			}
+		})
+	}
 }

@@ -67,22 +67,7 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) {
 	}
 
 	t := rs.router.Table()
-	var hash uint64
-	status := balancer.KeyMissing
-	for i := range rs.sources {
-		src := &rs.sources[i]
-		switch src.kind {
-		case 0:
-			hash, status = balancer.HashHeader(ctx.Request.Header.PeekBytes(src.name))
-		case 1:
-			hash, status = balancer.HashPathSegment(path, src.segment)
-		default:
-			hash, status = balancer.HashQuery(uri.QueryString(), src.name)
-		}
-		if status != balancer.KeyMissing {
-			break
-		}
-	}
+	hash, status := rs.key(&ctx.Request.Header, path, uri)
 
 	var buf [8]uint16
 	var cands []uint16
@@ -111,6 +96,29 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) {
 		}
 	}
 	p.forward(ctx, rs, t, cands)
+}
+
+// key looks for the request's key in the set's sources, in order: the
+// first source that is present decides (a malformed key is KeyInvalid, not
+// skipped). path is the raw request path.
+func (rs *replicaSet) key(h *fasthttp.RequestHeader, path []byte, uri *fasthttp.URI) (uint64, balancer.KeyStatus) {
+	for i := range rs.sources {
+		src := &rs.sources[i]
+		var hash uint64
+		var status balancer.KeyStatus
+		switch src.kind {
+		case keyHeader:
+			hash, status = balancer.HashHeader(h.PeekBytes(src.name))
+		case keyPathSegment:
+			hash, status = balancer.HashPathSegment(path, src.segment)
+		default:
+			hash, status = balancer.HashQuery(uri.QueryString(), src.name)
+		}
+		if status != balancer.KeyMissing {
+			return hash, status
+		}
+	}
+	return 0, balancer.KeyMissing
 }
 
 // keyless picks candidates for a request without a key, or nil.

@@ -25,6 +25,8 @@ var (
 	hdrRequestID  = []byte("X-Request-Id")
 	hdrExpect     = []byte("Expect")
 	strHTTP       = []byte("http")
+	strClose      = []byte("close")
+	strKeepAlive  = []byte("keep-alive")
 	strHTTPS      = []byte("https")
 )
 
@@ -36,35 +38,56 @@ func protectedHeader(name []byte) bool {
 		bytes.EqualFold(name, hdrXFHost) || bytes.EqualFold(name, hdrRequestID)
 }
 
-// headerDeleter is the common part of Request- and ResponseHeader.
-type headerDeleter interface {
-	Peek(string) []byte
-	PeekBytes([]byte) []byte
-	DelBytes([]byte)
-}
+// The Connection list is copied before headers are deleted: deleting may
+// reuse the buffer it lives in. The two functions are twins rather than one
+// generic function: calls through a generic header type's dictionary make
+// the stack buffer escape, one 256-byte allocation per call.
 
-// stripHopByHop removes the headers named in Connection, then the standard
-// hop-by-hop headers. The Connection list is copied first: deleting headers
-// may reuse the buffer it lives in.
-func stripHopByHop[H headerDeleter](h H) {
+// stripRequestHopByHop removes the headers named in Connection, then the
+// standard hop-by-hop headers.
+func stripRequestHopByHop(h *fasthttp.RequestHeader) {
 	var buf [256]byte
 	list := append(buf[:0], h.PeekBytes(hdrConnection)...)
 	for len(list) > 0 {
-		tok := list
-		if i := bytes.IndexByte(list, ','); i >= 0 {
-			tok, list = list[:i], list[i+1:]
-		} else {
-			list = nil
+		var tok []byte
+		tok, list = nextToken(list)
+		if removableToken(tok) {
+			h.DelBytes(tok)
 		}
-		tok = bytes.TrimSpace(tok)
-		if len(tok) == 0 || bytes.EqualFold(tok, []byte("close")) || bytes.EqualFold(tok, []byte("keep-alive")) || protectedHeader(tok) {
-			continue
-		}
-		h.DelBytes(tok)
 	}
 	for _, k := range hopHeaders {
 		h.DelBytes(k)
 	}
+}
+
+// stripResponseHopByHop is stripRequestHopByHop for a response.
+func stripResponseHopByHop(h *fasthttp.ResponseHeader) {
+	var buf [256]byte
+	list := append(buf[:0], h.PeekBytes(hdrConnection)...)
+	for len(list) > 0 {
+		var tok []byte
+		tok, list = nextToken(list)
+		if removableToken(tok) {
+			h.DelBytes(tok)
+		}
+	}
+	for _, k := range hopHeaders {
+		h.DelBytes(k)
+	}
+}
+
+// nextToken splits the first element off a comma-separated list.
+func nextToken(list []byte) (tok, rest []byte) {
+	if i := bytes.IndexByte(list, ','); i >= 0 {
+		return bytes.TrimSpace(list[:i]), list[i+1:]
+	}
+	return bytes.TrimSpace(list), nil
+}
+
+// removableToken reports whether a header named in Connection may be
+// deleted: not the connection options themselves, not a protected header.
+func removableToken(tok []byte) bool {
+	return len(tok) > 0 && !bytes.EqualFold(tok, strClose) && !bytes.EqualFold(tok, strKeepAlive) && !protectedHeader(tok)
 }
 
 // prepareRequest turns the client's request into the one sent upstream:
@@ -73,7 +96,7 @@ func stripHopByHop[H headerDeleter](h H) {
 func prepareRequest(ctx *fasthttp.RequestCtx) (clientClose bool) {
 	req := &ctx.Request
 	clientClose = req.Header.ConnectionClose()
-	stripHopByHop(&req.Header)
+	stripRequestHopByHop(&req.Header)
 	req.Header.DelBytes(hdrExpect) // the front end already answered 100-continue
 	req.Header.ResetConnectionClose()
 
@@ -102,7 +125,7 @@ func prepareRequest(ctx *fasthttp.RequestCtx) (clientClose bool) {
 // prepareResponse cleans a replica's response before it is relayed.
 func prepareResponse(ctx *fasthttp.RequestCtx, clientClose bool) {
 	h := &ctx.Response.Header
-	stripHopByHop(h)
+	stripResponseHopByHop(h)
 	h.ResetConnectionClose() // a replica closing its connection must not close the client's
 	if clientClose {
 		ctx.SetConnectionClose()

@@ -87,10 +87,18 @@ type replicaSet struct {
 }
 
 type keySource struct {
-	kind    uint8 // 0 header, 1 path segment, 2 query
-	name    []byte
-	segment int
+	kind    keyKind
+	name    []byte // header or query parameter name
+	segment int    // 1-based path segment
 }
+
+type keyKind uint8
+
+const (
+	keyHeader keyKind = iota
+	keyPathSegment
+	keyQuery
+)
 
 // New validates cfg and builds the proxy and its routers. It does not
 // listen or start goroutines.
@@ -166,11 +174,11 @@ func (p *Proxy) newReplicaSet(sc SetConfig) (*replicaSet, error) {
 	for _, k := range sc.Key {
 		switch {
 		case k.Header != "":
-			rs.sources = append(rs.sources, keySource{kind: 0, name: []byte(k.Header)})
+			rs.sources = append(rs.sources, keySource{kind: keyHeader, name: []byte(k.Header)})
 		case k.PathSegment > 0:
-			rs.sources = append(rs.sources, keySource{kind: 1, segment: k.PathSegment})
+			rs.sources = append(rs.sources, keySource{kind: keyPathSegment, segment: k.PathSegment})
 		default:
-			rs.sources = append(rs.sources, keySource{kind: 2, name: []byte(k.Query)})
+			rs.sources = append(rs.sources, keySource{kind: keyQuery, name: []byte(k.Query)})
 		}
 		descr = append(descr, k.String())
 	}
