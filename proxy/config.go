@@ -97,7 +97,10 @@ type TimeoutsConfig struct {
 	// Connect bounds dialing a replica. Default 1s; at least 10ms.
 	Connect time.Duration `yaml:"connect"`
 	// Request bounds the whole exchange, retries included, from the first
-	// dial to the last response byte. Default 15s; at least 100ms.
+	// dial to the last response byte. Default 15s; at least 100ms. An
+	// attempt that times out has spent this whole budget, so a timeout is
+	// never retried, even for a replayable request: the client gets 504.
+	// Dial failures (bounded by Connect) leave time for the next candidate.
 	Request time.Duration `yaml:"request"`
 	// Idle closes a pooled connection to a replica idle this long; keep it
 	// below the replica's own keep-alive timeout. Default 90s; at least 1s.
@@ -105,9 +108,13 @@ type TimeoutsConfig struct {
 }
 
 // RetriesConfig says how often a request may be tried. A request that
-// never reached a replica (dial failure, refused) may always go to the next
-// candidate; one whose fate is unknown (timeout, reset after sending) only
-// if its method is idempotent or it carries the idempotency header.
+// never reached a replica (dial failure, refused, no free connection) may
+// always go to the next candidate; one whose fate is unknown (reset or
+// malformed answer after sending) only if its method is idempotent (GET,
+// HEAD, OPTIONS, TRACE, PUT, DELETE) or it carries the idempotency header.
+// A timeout is never retried: see TimeoutsConfig.Request. Retries stay
+// within timeouts.request and go to the next candidate along the ring (or
+// the next replica in rotation for requests without a key).
 type RetriesConfig struct {
 	// Attempts is the total number of tries per request, the first
 	// included: 1 disables retries. Default 2; allowed 1..8.

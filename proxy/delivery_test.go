@@ -75,6 +75,13 @@ func TestDialFailureIsRetried(t *testing.T) {
 				if r.body != tc.wantBody {
 					t.Fatalf("answered by %q, want %q", r.body, tc.wantBody)
 				}
+				// The retried answer is relayed as it is: the replica sent no
+				// Content-Type or Server, and keyway adds none.
+				for _, h := range []string{"Content-Type", "Server"} {
+					if v, ok := r.header[h]; ok {
+						t.Errorf("%s %q injected into a retried answer", h, v)
+					}
+				}
 				return
 			}
 			if r.header["Retry-After"] == "" {
@@ -162,6 +169,9 @@ func TestFateUnknown(t *testing.T) {
 			if tc.retried {
 				if r.body != "other" || other.count.Load() != 1 {
 					t.Fatalf("want the retry answered by other: %v, other saw %d", r, other.count.Load())
+				}
+				if v, ok := r.header["Content-Type"]; ok {
+					t.Errorf("Content-Type %q injected into a retried answer", v)
 				}
 				return
 			}
@@ -305,5 +315,40 @@ func TestErrorStatuses(t *testing.T) {
 				t.Errorf("error %q does not mention %q", m["error"], tc.errContains)
 			}
 		})
+	}
+}
+
+// TestRelay: keyway relays the replica's answer as it is — status, body
+// bytes and end-to-end headers — for any method, HEAD included.
+func TestRelay(t *testing.T) {
+	rep := startReplica(t, "r0")
+	rep.setHandler(func(ctx *fasthttp.RequestCtx) {
+		ctx.Response.Header.Set("X-Echo-Method", string(ctx.Method()))
+		ctx.Response.Header.Set("Content-Type", "application/octet-stream")
+		ctx.SetStatusCode(201)
+		ctx.SetBody(ctx.Request.Body())
+		if ctx.IsHead() {
+			ctx.Response.Header.SetContentLength(5)
+		}
+	})
+	_, addr := startProxy(t, nil, rep)
+	cl := newClient(addr)
+	body := string([]byte{0, 1, 2, 0xff, '\r', '\n', 'x'})
+	for _, m := range []string{"POST", "PUT", "PATCH", "DELETE", "OPTIONS"} {
+		r := cl.do(t, m, "/ingest", body, "X-Key", "k")
+		if r.status != 201 || r.body != body || r.header["X-Echo-Method"] != m || r.header["Content-Type"] != "application/octet-stream" {
+			t.Errorf("%s: got %v", m, r)
+		}
+	}
+	rc := dialRaw(t, addr)
+	rc.send(t, "HEAD /ingest HTTP/1.1\r\nHost: orders.example\r\nX-Key: k\r\n\r\n")
+	r := rc.readHead(t)
+	if r.status != 201 || r.header["X-Echo-Method"] != "HEAD" || r.header["Content-Length"] != "5" {
+		t.Fatalf("HEAD: got %v", r)
+	}
+	// The connection is still usable: HEAD did not leave a body to read.
+	rc.send(t, "GET /ingest HTTP/1.1\r\nHost: orders.example\r\nX-Key: k\r\n\r\n")
+	if r := rc.read(t); r.status != 201 || r.header["X-Echo-Method"] != "GET" {
+		t.Fatalf("GET after HEAD: got %v", r)
 	}
 }

@@ -180,8 +180,10 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, rs *replicaSet, t *balancer.Ta
 		b := t.Backend(int(cands[i]))
 		last = b
 		if i > 0 {
+			// No ctx.Response.Reset() here: DoDeadline resets the response
+			// itself but keeps its no-default-Content-Type flag, which
+			// Reset would clear (and fasthttp would then add text/plain).
 			rs.retries.Inc()
-			ctx.Response.Reset()
 		}
 		t0 := time.Now()
 		b.inflight.Add(1)
@@ -292,8 +294,8 @@ func writeJSONError(ctx *fasthttp.RequestCtx, status int, msg, set, replica stri
 }
 
 func (p *Proxy) respondNoSet(ctx *fasthttp.RequestCtx) {
-	p.metrics.rejected.WithLabelValues("none", "no_set").Inc()
-	p.metrics.requests.WithLabelValues("none", "none", "4xx").Inc()
+	p.metrics.noSet.Inc()
+	p.metrics.noSetReqs[4].Inc()
 	writeJSONError(ctx, fasthttp.StatusNotFound,
 		"no replica set matches host "+strconv.Quote(string(ctx.Host()))+" and path "+strconv.Quote(string(ctx.URI().PathOriginal())), "", "")
 }
@@ -321,8 +323,12 @@ func (p *Proxy) handleParseError(ctx *fasthttp.RequestCtx, err error) {
 			status, msg = fasthttp.StatusRequestTimeout, "request not received within server.read_timeout"
 		}
 	}
-	p.metrics.rejected.WithLabelValues("none", "malformed").Inc()
-	p.metrics.requests.WithLabelValues("none", "none", strconv.Itoa(status/100)+"xx").Inc()
+	if status == fasthttp.StatusRequestEntityTooLarge {
+		p.metrics.noSetBodyBig.Inc()
+	} else {
+		p.metrics.malformed.Inc()
+	}
+	p.metrics.noSetReqs[codeClass(status)].Inc()
 	writeJSONError(ctx, status, msg, "", "")
 	ctx.SetConnectionClose()
 }

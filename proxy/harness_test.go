@@ -354,11 +354,24 @@ func (rc *rawConn) read(t testing.TB) reply {
 	return r
 }
 
-func (rc *rawConn) tryRead() (reply, error) {
+func (rc *rawConn) tryRead() (reply, error) { return rc.tryReadResponse(false) }
+
+// readHead reads the response to a HEAD request: headers only.
+func (rc *rawConn) readHead(t testing.TB) reply {
+	t.Helper()
+	r, err := rc.tryReadResponse(true)
+	if err != nil {
+		t.Fatalf("reading response: %v", err)
+	}
+	return r
+}
+
+func (rc *rawConn) tryReadResponse(head bool) (reply, error) {
 	if err := rc.c.SetReadDeadline(time.Now().Add(5 * time.Second)); err != nil {
 		return reply{}, err
 	}
 	var resp fasthttp.Response
+	resp.SkipBody = head
 	resp.Header.DisableNormalizing()
 	resp.Header.SetNoDefaultContentType(true)
 	if err := resp.Read(rc.br); err != nil {

@@ -18,6 +18,12 @@ type metrics struct {
 	rotation  *prometheus.GaugeVec   // set
 	ringSize  *prometheus.GaugeVec   // set
 	rebuildSe *prometheus.HistogramVec
+
+	// Pre-bound series for requests that match no set (set "none").
+	noSet        prometheus.Counter    // local_responses_total{reason="no_set"}
+	malformed    prometheus.Counter    // local_responses_total{reason="malformed"}
+	noSetBodyBig prometheus.Counter    // local_responses_total{reason="body_too_large"}
+	noSetReqs    [6]prometheus.Counter // requests_total{replica="none"} by class
 }
 
 // latencyBuckets spans 100µs to 30s.
@@ -71,6 +77,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help:    "Time to build and publish a routing table.",
 			Buckets: []float64{.00001, .0001, .001, .005, .01, .05, .1, .5, 1},
 		}, []string{"set"}),
+	}
+	m.noSet = m.rejected.WithLabelValues("none", "no_set")
+	m.malformed = m.rejected.WithLabelValues("none", "malformed")
+	m.noSetBodyBig = m.rejected.WithLabelValues("none", lrBodyTooLarge.String())
+	for i, c := range codeClasses {
+		if i > 0 {
+			m.noSetReqs[i] = m.requests.WithLabelValues("none", "none", c)
+		}
 	}
 	if reg != nil {
 		reg.MustRegister(m.requests, m.latency, m.upErrors, m.retries, m.rejected, m.inflight,
