@@ -168,7 +168,7 @@ func (p *Proxy) keyless(rs *replicaSet, t *balancer.Table[*Backend], dst []uint1
 func (p *Proxy) forward(ctx *fasthttp.RequestCtx, rs *replicaSet, t *balancer.Table[*Backend], cands []uint16) {
 	start := time.Now()
 	deadline := start.Add(rs.timeout)
-	clientClose := prepareRequest(ctx)
+	clientClose, http10 := prepareRequest(ctx)
 	replayable := isIdempotent(ctx.Request.Header.Method()) ||
 		(len(rs.idem) > 0 && len(ctx.Request.Header.PeekBytes(rs.idem)) > 0)
 
@@ -196,6 +196,7 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, rs *replicaSet, t *balancer.Ta
 				p.opts.Observer.Observe(rs.name, b.name, code, nil, d)
 			}
 			prepareResponse(ctx, clientClose)
+			restoreRequest(ctx, http10)
 			b.requests[codeClass(code)].Inc()
 			b.latency.Observe(time.Since(start).Seconds())
 			p.logAccess(ctx, rs, b, code, start, i+1)
@@ -216,6 +217,7 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, rs *replicaSet, t *balancer.Ta
 			break
 		}
 	}
+	restoreRequest(ctx, http10)
 	ctx.Response.Reset()
 	if clientClose {
 		ctx.SetConnectionClose()

@@ -26,6 +26,8 @@ var (
 	hdrExpect     = []byte("Expect")
 	strHTTP       = []byte("http")
 	strClose      = []byte("close")
+	strHTTP10     = []byte("HTTP/1.0")
+	strHTTP11     = []byte("HTTP/1.1")
 	strKeepAlive  = []byte("keep-alive")
 	strHTTPS      = []byte("https")
 )
@@ -91,14 +93,22 @@ func removableToken(tok []byte) bool {
 }
 
 // prepareRequest turns the client's request into the one sent upstream:
-// hop-by-hop headers out, forwarding headers in. It returns whether the
-// client asked to close its connection.
-func prepareRequest(ctx *fasthttp.RequestCtx) (clientClose bool) {
+// hop-by-hop headers out, forwarding headers in, and keyway's own protocol
+// version (RFC 9110 §2.5: an intermediary sends its own HTTP-version; an
+// HTTP/1.0 request would otherwise close the pooled replica connection).
+// It returns whether the client asked to close its connection and whether
+// it spoke HTTP/1.0; restoreRequest undoes the version change, which the
+// front end reads after the handler to frame its answer.
+func prepareRequest(ctx *fasthttp.RequestCtx) (clientClose, http10 bool) {
 	req := &ctx.Request
 	clientClose = req.Header.ConnectionClose()
+	http10 = !req.Header.IsHTTP11()
 	stripRequestHopByHop(&req.Header)
 	req.Header.DelBytes(hdrExpect) // the front end already answered 100-continue
 	req.Header.ResetConnectionClose()
+	if http10 {
+		req.Header.SetProtocolBytes(strHTTP11)
+	}
 
 	// X-Forwarded-For: append the peer to any list the client sent.
 	var buf [128]byte
@@ -119,7 +129,14 @@ func prepareRequest(ctx *fasthttp.RequestCtx) (clientClose bool) {
 	if len(req.Header.PeekBytes(hdrRequestID)) == 0 {
 		req.Header.SetBytesKV(hdrRequestID, appendRequestID(buf[:0]))
 	}
-	return clientClose
+	return clientClose, http10
+}
+
+// restoreRequest gives the client's request back its protocol version.
+func restoreRequest(ctx *fasthttp.RequestCtx, http10 bool) {
+	if http10 {
+		ctx.Request.Header.SetProtocolBytes(strHTTP10)
+	}
 }
 
 // prepareResponse cleans a replica's response before it is relayed.

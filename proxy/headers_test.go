@@ -302,3 +302,29 @@ func TestSmuggling(t *testing.T) {
 		})
 	}
 }
+
+// TestHTTP10Client: keyway speaks HTTP/1.1 to replicas whatever the client
+// speaks (RFC 9110 §2.5), so an HTTP/1.0 client does not close pooled
+// replica connections; the client still gets HTTP/1.0 keep-alive semantics.
+func TestHTTP10Client(t *testing.T) {
+	rep := startReplica(t, "r0")
+	_, addr := startProxy(t, nil, rep)
+	rc := dialRaw(t, addr)
+	for i := 0; i < 2; i++ {
+		rc.send(t, "GET /x HTTP/1.0\r\nHost: orders.example\r\nX-Key: k\r\nConnection: keep-alive\r\n\r\n")
+		r := rc.read(t)
+		if r.status != 200 || r.close || !strings.EqualFold(r.header["Connection"], "keep-alive") {
+			t.Fatalf("request %d: got %v; want 200 with Connection: keep-alive for an HTTP/1.0 keep-alive client", i, r)
+		}
+		last := rep.last.Load()
+		if p := string(last.Header.Protocol()); p != "HTTP/1.1" {
+			t.Errorf("replica got %s, want HTTP/1.1", p)
+		}
+		if v, ok := headerMap(last)["connection"]; ok {
+			t.Errorf("replica got Connection: %s; the pooled connection would close", v)
+		}
+	}
+	if got := rep.srv.GetOpenConnectionsCount(); got != 1 {
+		t.Errorf("replica has %d open connections after two requests, want 1 (reused)", got)
+	}
+}
