@@ -352,3 +352,37 @@ func TestRelay(t *testing.T) {
 		t.Fatalf("GET after HEAD: got %v", r)
 	}
 }
+
+// TestNoFreeConnsIsRetried: a request that found the replica's pool full
+// (max_conns_per_replica) was never sent, so even a POST goes to the next
+// candidate.
+func TestNoFreeConnsIsRetried(t *testing.T) {
+	busy, other := startReplica(t, "busy"), startReplica(t, "other")
+	release := make(chan struct{})
+	arrived := make(chan struct{}, 1)
+	busy.setHandler(func(ctx *fasthttp.RequestCtx) {
+		arrived <- struct{}{}
+		<-release
+		ctx.SetBodyString("busy")
+	})
+	p, addr := startProxy(t, func(c *Config) { c.ReplicaSets[0].MaxConnsPerReplica = 1 }, busy, other)
+	key := keyOwnedBy(t, p, "busy")
+	first := make(chan reply, 1)
+	go func() {
+		r, err := newClient(addr).try("POST", "/ingest", "x", "X-Key", key)
+		if err != nil {
+			r = reply{status: -1, body: err.Error()}
+		}
+		first <- r
+	}()
+	t.Cleanup(func() { close(release); <-first })
+	within(t, arrived, 5*time.Second, "the first request at busy") // busy's only connection is taken
+
+	r := newClient(addr).do(t, "POST", "/ingest", "x", "X-Key", key)
+	if r.status != 200 || r.body != "other" {
+		t.Fatalf("got %v, want 200 from other", r)
+	}
+	if n := busy.count.Load(); n != 1 {
+		t.Fatalf("busy saw %d requests, want 1", n)
+	}
+}

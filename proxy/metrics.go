@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"fmt"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -29,7 +31,7 @@ type metrics struct {
 // latencyBuckets spans 100µs to 30s.
 var latencyBuckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
 
-func newMetrics(reg prometheus.Registerer) *metrics {
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "keyway", Name: "requests_total",
@@ -87,10 +89,16 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}
 	}
 	if reg != nil {
-		reg.MustRegister(m.requests, m.latency, m.upErrors, m.retries, m.rejected, m.inflight,
-			m.rebuilds, m.moved, m.rotation, m.ringSize, m.rebuildSe)
+		for _, c := range []prometheus.Collector{m.requests, m.latency, m.upErrors, m.retries, m.rejected, m.inflight,
+			m.rebuilds, m.moved, m.rotation, m.ringSize, m.rebuildSe} {
+			if err := reg.Register(c); err != nil {
+				// A second proxy on the same registry, typically: an error
+				// from New rather than MustRegister's panic.
+				return nil, fmt.Errorf("register proxy metrics: %w", err)
+			}
+		}
 	}
-	return m
+	return m, nil
 }
 
 var codeClasses = [6]string{"error", "1xx", "2xx", "3xx", "4xx", "5xx"}

@@ -253,3 +253,16 @@ func TestMetricsLint(t *testing.T) {
 		}
 	}
 }
+
+// TestMetricsRegisteredTwice: a second proxy on the same registry is an
+// error from New, not a panic.
+func TestMetricsRegisteredTwice(t *testing.T) {
+	reg := newRegistry()
+	cfg := testConfig(startReplica(t, "r0"))
+	if _, err := New(cfg, Options{Registerer: reg, Coalesce: -1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(cfg, Options{Registerer: reg, Coalesce: -1}); err == nil {
+		t.Fatal("New registered the same metrics twice without an error")
+	}
+}

@@ -34,7 +34,8 @@ type Options struct {
 	Logger *zap.Logger
 	// AccessLog, if non-nil, receives one entry per request.
 	AccessLog *zap.Logger
-	// Registerer receives the proxy's metrics. If nil, they are not exported.
+	// Registerer receives the proxy's metrics. If nil, they are not
+	// exported. New fails if they are already registered there.
 	Registerer prometheus.Registerer
 	// Observer, if non-nil, is told the outcome of every attempt.
 	Observer Observer
@@ -109,12 +110,16 @@ func New(cfg Config, opts Options) (*Proxy, error) {
 	if opts.Coalesce == 0 {
 		opts.Coalesce = 50 * time.Millisecond
 	}
+	m, err := newMetrics(opts.Registerer)
+	if err != nil {
+		return nil, err
+	}
 	p := &Proxy{
 		cfg:     cfg,
 		opts:    opts,
 		log:     cmp.Or(opts.Logger, zap.NewNop()),
 		access:  opts.AccessLog,
-		metrics: newMetrics(opts.Registerer),
+		metrics: m,
 		byName:  map[string]*replicaSet{},
 	}
 	maxBody := 0
