@@ -243,6 +243,12 @@ func TestErrorStatuses(t *testing.T) {
 			setup:  simple(twoSets, post("/big", strings.Repeat("x", 100<<10), "X-Key", "k")),
 			status: 413, set: "big", errContains: "max_body_bytes",
 		},
+		// The client is still sending when keyway answers: without a
+		// lingering close the kernel's RST would destroy the answer.
+		"413 over the server-wide limit, 8MiB body": {
+			setup:  simple(twoSets, post("/big", strings.Repeat("x", 8<<20), "X-Key", "k")),
+			status: 413, set: "big", errContains: "max_body_bytes",
+		},
 		"431 headers over max_header_bytes": {
 			setup: simple(func(c *Config) {
 				c.Server.MaxHeaderBytes = 4 << 10

@@ -316,6 +316,7 @@ func (p *Proxy) handleParseError(ctx *fasthttp.RequestCtx, err error) {
 			p.respondError(ctx, rs, lrBodyTooLarge, fasthttp.StatusRequestEntityTooLarge,
 				"request body exceeds max_body_bytes ("+ByteSize(rs.maxBody).String()+") of this replica set", "")
 			ctx.SetConnectionClose()
+			markLinger(ctx.Conn())
 			return
 		}
 		status, msg = fasthttp.StatusRequestEntityTooLarge, "request body exceeds the largest max_body_bytes of all replica sets ("+ByteSize(p.server.MaxRequestBodySize).String()+")"
@@ -333,6 +334,7 @@ func (p *Proxy) handleParseError(ctx *fasthttp.RequestCtx, err error) {
 	p.metrics.noSetReqs[codeClass(status)].Inc()
 	writeJSONError(ctx, status, msg, "", "")
 	ctx.SetConnectionClose()
+	markLinger(ctx.Conn())
 }
 
 func (p *Proxy) logAccess(ctx *fasthttp.RequestCtx, rs *replicaSet, b *Backend, status int, start time.Time, attempts int) {

@@ -64,6 +64,10 @@ type Proxy struct {
 	ln      net.Listener
 	ready   atomic.Bool
 	started atomic.Bool
+
+	lingering  sync.WaitGroup // connections draining before close (listener.go)
+	stopLinger atomic.Bool    // set once shut down: drain no longer
+	lingerTime time.Duration  // bound on one connection's draining
 }
 
 // replicaSet is the proxy's per-set state, fixed at construction.
@@ -115,12 +119,13 @@ func New(cfg Config, opts Options) (*Proxy, error) {
 		return nil, err
 	}
 	p := &Proxy{
-		cfg:     cfg,
-		opts:    opts,
-		log:     cmp.Or(opts.Logger, zap.NewNop()),
-		access:  opts.AccessLog,
-		metrics: m,
-		byName:  map[string]*replicaSet{},
+		cfg:        cfg,
+		opts:       opts,
+		log:        cmp.Or(opts.Logger, zap.NewNop()),
+		access:     opts.AccessLog,
+		metrics:    m,
+		byName:     map[string]*replicaSet{},
+		lingerTime: defaultLingerTime,
 	}
 	maxBody := 0
 	for _, sc := range cfg.ReplicaSets {
@@ -332,7 +337,7 @@ func (p *Proxy) Run(ctx context.Context) error {
 	// fasthttp's Shutdown only sees listeners Serve has registered, which
 	// it does just before its first Accept: a Shutdown before that would
 	// return at once and leave Serve running. Wait for the first Accept.
-	ln := &acceptNotifier{Listener: p.ln, accepting: make(chan struct{})}
+	ln := newFrontListener(p.ln, p)
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- p.server.Serve(ln) }()
 	select {
@@ -355,6 +360,11 @@ func (p *Proxy) Run(ctx context.Context) error {
 	defer cancel()
 	err := p.server.ShutdownWithContext(sctx)
 	<-serveErr
+	if err == nil {
+		// Every connection is closed: no lingering close starts any more.
+		p.stopLinger.Store(true)
+		p.lingering.Wait()
+	}
 	for _, rs := range p.sets {
 		t := rs.router.Table()
 		for i := 0; i < t.Len(); i++ {
@@ -367,18 +377,6 @@ func (p *Proxy) Run(ctx context.Context) error {
 	}
 	p.log.Info("proxy stopped")
 	return nil
-}
-
-// acceptNotifier closes accepting when Accept is first called.
-type acceptNotifier struct {
-	net.Listener
-	once      sync.Once
-	accepting chan struct{}
-}
-
-func (l *acceptNotifier) Accept() (net.Conn, error) {
-	l.once.Do(func() { close(l.accepting) })
-	return l.Listener.Accept()
 }
 
 // fasthttpLogger routes fasthttp's own messages to zap at warn level.

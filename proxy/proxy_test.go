@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -140,5 +141,48 @@ func TestRunCancelledAtOnce(t *testing.T) {
 		if err := within(t, done, 5*time.Second, "Run to return after cancel"); err != nil {
 			t.Fatalf("Run: %v", err)
 		}
+	}
+}
+
+// TestShutdownWhileLingering: a connection drained after a 431 (see
+// listener.go) stays open for the client to read the answer, and does not
+// hold up Run once the server has shut down, even if its client never
+// closes it.
+func TestShutdownWhileLingering(t *testing.T) {
+	cfg := testConfig(startReplica(t, "r0"))
+	cfg.Server.MaxHeaderBytes = 1 << 10
+	p, err := New(cfg, Options{Logger: zaptest.NewLogger(t), Coalesce: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.lingerTime = time.Hour // only the shutdown can end the draining in time
+	if err := p.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	runErr := make(chan error, 1)
+	go func() { runErr <- p.Run(ctx) }()
+	eventually(t, 5*time.Second, "the proxy to be ready", p.Ready)
+
+	rc := dialRaw(t, p.Addr().String())
+	rc.send(t, "GET / HTTP/1.1\r\nHost: a\r\nX-Big: "+strings.Repeat("b", 4<<10)+"\r\n\r\n")
+	if r := rc.read(t); r.status != 431 {
+		t.Fatalf("got %v, want 431", r)
+	}
+	// keyway half-closed the connection after its answer and drains what
+	// the client still sends (for up to an hour, here): a client that goes
+	// on writing its request is not reset.
+	chunk := []byte(strings.Repeat("b", 64<<10))
+	for i := 0; i < 16; i++ {
+		_ = rc.c.SetWriteDeadline(time.Now().Add(5 * time.Second))
+		if _, err := rc.c.Write(chunk); err != nil {
+			t.Fatalf("write %d after the 431: %v; the connection was reset, not drained", i, err)
+		}
+	}
+	// Only the shutdown can end this connection's draining in time.
+	cancel()
+	if err := within(t, runErr, 10*time.Second, "Run to return while a connection lingers"); err != nil {
+		t.Fatalf("Run: %v", err)
 	}
 }
