@@ -2,12 +2,15 @@ package proxy
 
 import (
 	"context"
+	"io"
 	"net"
 	"testing"
 	"time"
 
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/fasthttputil"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"keyway/balancer"
 )
@@ -25,6 +28,13 @@ type memRig struct {
 // startMemRig starts n in-memory replicas answering 200 "ok" and a proxy in
 // front of them. modify may change the configuration before New.
 func startMemRig(tb testing.TB, n int, modify func(*Config)) *memRig {
+	tb.Helper()
+	return startMemRigOpts(tb, n, modify, Options{})
+}
+
+// startMemRigOpts is startMemRig with options; Coalesce and the dial hook
+// are set here.
+func startMemRigOpts(tb testing.TB, n int, modify func(*Config), opts Options) *memRig {
 	tb.Helper()
 	rig := &memRig{replicas: map[string]*fasthttputil.InmemoryListener{}}
 	cfg := DefaultConfig()
@@ -53,13 +63,15 @@ func startMemRig(tb testing.TB, n int, modify func(*Config)) *memRig {
 	if modify != nil {
 		modify(&cfg)
 	}
-	p, err := New(cfg, Options{Coalesce: -1, dial: func(addr string, _ time.Duration) (net.Conn, error) {
+	opts.Coalesce = -1
+	opts.dial = func(addr string, _ time.Duration) (net.Conn, error) {
 		ln := rig.replicas[addr]
 		if ln == nil {
 			return nil, &net.OpError{Op: "dial", Net: "memory", Err: errRefused}
 		}
 		return ln.Dial()
-	}})
+	}
+	p, err := New(cfg, opts)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -126,6 +138,23 @@ func BenchmarkProxyRequest(b *testing.B) {
 		}
 		if resp.StatusCode() != 200 {
 			b.Fatalf("status %d: %s", resp.StatusCode(), resp.Body())
+		}
+	}
+}
+
+// BenchmarkProxyRequestAccessLog is BenchmarkProxyRequest with the access
+// log on (JSON to io.Discard): the price of one log entry per request.
+func BenchmarkProxyRequestAccessLog(b *testing.B) {
+	access := zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), zapcore.AddSync(io.Discard), zapcore.InfoLevel))
+	rig := startMemRigOpts(b, 3, nil, Options{AccessLog: access})
+	req := newKeyedPost("http://orders.example/ingest", "customer-42", []byte(`{"id":1}`))
+	defer fasthttp.ReleaseRequest(req)
+	resp := fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseResponse(resp)
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := rig.client.Do(req, resp); err != nil || resp.StatusCode() != 200 {
+			b.Fatalf("%v %d", err, resp.StatusCode())
 		}
 	}
 }

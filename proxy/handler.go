@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"math/rand/v2"
@@ -175,10 +176,12 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, rs *replicaSet, t *balancer.Ta
 	var lastErr error
 	var lastKind errKind
 	var last *Backend
+	tried := 0
 	attempts := min(len(cands), rs.attempts)
 	for i := 0; i < attempts; i++ {
 		b := t.Backend(int(cands[i]))
 		last = b
+		tried++
 		if i > 0 {
 			// No ctx.Response.Reset() here: DoDeadline resets the response
 			// itself but keeps its no-default-Content-Type flag, which
@@ -199,7 +202,7 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, rs *replicaSet, t *balancer.Ta
 			restoreRequest(ctx, http10)
 			b.requests[codeClass(code)].Inc()
 			b.latency.Observe(time.Since(start).Seconds())
-			p.logAccess(ctx, rs, b, code, start, i+1)
+			p.logAccess(ctx, rs.name, b.name, code, start, tried)
 			return
 		}
 		lastErr, lastKind = err, classify(err)
@@ -224,14 +227,14 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, rs *replicaSet, t *balancer.Ta
 	}
 	switch {
 	case lastKind.neverSent():
-		p.respondError(ctx, rs, lrUnreachable, fasthttp.StatusServiceUnavailable,
-			"no replica could be reached for this request ("+lastKind.String()+"); it was not delivered: retry", last.name)
+		p.answer(ctx, rs, lrUnreachable, fasthttp.StatusServiceUnavailable,
+			"no replica could be reached for this request ("+lastKind.String()+"); it was not delivered: retry", last.name, start, tried)
 	case lastKind == errTimeout:
-		p.respondError(ctx, rs, lrTimeout, fasthttp.StatusGatewayTimeout,
-			"the replica did not answer within "+rs.timeout.String()+"; the request may or may not have been processed", last.name)
+		p.answer(ctx, rs, lrTimeout, fasthttp.StatusGatewayTimeout,
+			"the replica did not answer within "+rs.timeout.String()+"; the request may or may not have been processed", last.name, start, tried)
 	default:
-		p.respondError(ctx, rs, lrUpstream, fasthttp.StatusBadGateway,
-			"the replica failed after the request was sent ("+lastKind.String()+"); the request may or may not have been processed", last.name)
+		p.answer(ctx, rs, lrUpstream, fasthttp.StatusBadGateway,
+			"the replica failed after the request was sent ("+lastKind.String()+"); the request may or may not have been processed", last.name, start, tried)
 	}
 	if ce := p.log.Check(zapcore.DebugLevel, "request failed"); ce != nil {
 		ce.Write(zap.String("set", rs.name), zap.String("replica", last.name), zap.Error(lastErr))
@@ -273,6 +276,11 @@ type errorBody struct {
 
 // respondError answers with a small JSON body. 503s carry Retry-After.
 func (p *Proxy) respondError(ctx *fasthttp.RequestCtx, rs *replicaSet, reason localReason, status int, msg, replica string) {
+	p.answer(ctx, rs, reason, status, msg, replica, ctx.Time(), 0)
+}
+
+// answer is respondError after attempts with replicas.
+func (p *Proxy) answer(ctx *fasthttp.RequestCtx, rs *replicaSet, reason localReason, status int, msg, replica string, start time.Time, attempts int) {
 	set := ""
 	if rs != nil {
 		set = rs.name
@@ -280,9 +288,7 @@ func (p *Proxy) respondError(ctx *fasthttp.RequestCtx, rs *replicaSet, reason lo
 		rs.noneReqs[codeClass(status)].Inc()
 	}
 	writeJSONError(ctx, status, msg, set, replica)
-	if rs != nil {
-		p.logAccess(ctx, rs, nil, status, ctx.Time(), 0)
-	}
+	p.logAccess(ctx, cmp.Or(set, "none"), cmp.Or(replica, "none"), status, start, attempts)
 }
 
 func writeJSONError(ctx *fasthttp.RequestCtx, status int, msg, set, replica string) {
@@ -300,6 +306,7 @@ func (p *Proxy) respondNoSet(ctx *fasthttp.RequestCtx) {
 	p.metrics.noSetReqs[4].Inc()
 	writeJSONError(ctx, fasthttp.StatusNotFound,
 		"no replica set matches host "+strconv.Quote(string(ctx.Host()))+" and path "+strconv.Quote(string(ctx.URI().PathOriginal())), "", "")
+	p.logAccess(ctx, "none", "none", fasthttp.StatusNotFound, ctx.Time(), 0)
 }
 
 // handleParseError answers requests fasthttp could not read.
@@ -335,9 +342,12 @@ func (p *Proxy) handleParseError(ctx *fasthttp.RequestCtx, err error) {
 	writeJSONError(ctx, status, msg, "", "")
 	ctx.SetConnectionClose()
 	markLinger(ctx.Conn())
+	p.logAccess(ctx, "none", "none", status, ctx.Time(), 0)
 }
 
-func (p *Proxy) logAccess(ctx *fasthttp.RequestCtx, rs *replicaSet, b *Backend, status int, start time.Time, attempts int) {
+// logAccess writes one access-log entry, if the access log is on. set and
+// replica are "none" when keyway answered without one.
+func (p *Proxy) logAccess(ctx *fasthttp.RequestCtx, set, replica string, status int, start time.Time, attempts int) {
 	if p.access == nil {
 		return
 	}
@@ -345,20 +355,32 @@ func (p *Proxy) logAccess(ctx *fasthttp.RequestCtx, rs *replicaSet, b *Backend, 
 	if ce == nil {
 		return
 	}
-	replica := "none"
-	if b != nil {
-		replica = b.name
-	}
+	// Allocations remain: the variadic field slice, which escapes into the
+	// core, and the remote address's String. The request's byte fields go
+	// through accessRequest rather than zap.ByteString, which boxes each
+	// []byte (an allocation apiece).
 	ce.Write(
-		zap.String("set", rs.name),
+		zap.String("set", set),
 		zap.String("replica", replica),
-		zap.ByteString("method", ctx.Request.Header.Method()),
-		zap.ByteString("path", ctx.URI().PathOriginal()),
 		zap.Int("status", status),
 		zap.Duration("duration", time.Since(start)),
 		zap.Int("attempts", attempts),
 		zap.Int("bytes", len(ctx.Response.Body())),
-		zap.ByteString("request_id", ctx.Request.Header.PeekBytes(hdrRequestID)),
+		zap.Inline((*accessRequest)(ctx)),
 		zap.Stringer("remote", ctx.RemoteAddr()),
 	)
+}
+
+// accessRequest adds a request's method, raw path and request id to an
+// access-log entry. A pointer conversion of the RequestCtx: making it
+// an ObjectMarshaler costs no allocation. Like zap.ByteString, it refers to
+// the request's buffers, which the (synchronous) encoder copies.
+type accessRequest fasthttp.RequestCtx
+
+func (a *accessRequest) MarshalLogObject(enc zapcore.ObjectEncoder) error {
+	ctx := (*fasthttp.RequestCtx)(a)
+	enc.AddByteString("method", ctx.Request.Header.Method())
+	enc.AddByteString("path", ctx.URI().PathOriginal())
+	enc.AddByteString("request_id", ctx.Request.Header.PeekBytes(hdrRequestID))
+	return nil
 }

@@ -1,0 +1,41 @@
+// Package proxy is keyway's HTTP front end: a fasthttp server that routes
+// each request to one replica of a replica set and relays the answer.
+//
+// # Request path
+//
+// Per request (handler.go): match the replica set by host and raw path
+// prefix → take the key from the set's sources in order (header, path
+// segment, query; the first present one decides) → one atomic load of the
+// set's [balancer.Table] → its precomputed candidates for the key's
+// partition → forward with the candidate's [fasthttp.HostClient] → record
+// the outcome (metrics, [Observer]). A request without a key follows the
+// set's fallback policy. In steady state a proxied request allocates
+// nothing (TestHandlerAllocs, BenchmarkProxyRequest).
+//
+// # Delivery contract
+//
+// keyway answers 2xx only when a replica did. A request that provably never
+// reached a replica (dial failure, no free pooled connection) goes to the
+// next candidate; one whose fate is unknown (reset or bad answer after
+// sending) only if it is replayable: an idempotent method or the
+// configured idempotency header. A timeout spends the set's whole request
+// budget and is never retried. What keyway answers itself is a small JSON
+// body {"error","replica_set","replica"}:
+//
+//	400  no key (fallback reject, naming the sources) or a key in a non-canonical form
+//	404  no replica set matches
+//	413  body over max_body_bytes      431  headers over max_header_bytes
+//	502  the replica failed after the request was sent
+//	503  nothing in rotation (or failover strict), or no candidate reachable; with Retry-After
+//	504  the replica did not answer within timeouts.request
+//
+// # Headers
+//
+// Hop-by-hop headers and the ones a Connection header lists are dropped in
+// both directions, except that Connection cannot remove Host,
+// Content-Length or the X-Forwarded-* and X-Request-Id headers keyway sets.
+// The raw request URI is forwarded byte for byte; upstream keyway speaks
+// HTTP/1.1 and keeps its pooled connections whatever the client or the
+// replica say about theirs. No User-Agent, Server or Content-Type is
+// added.
+package proxy
