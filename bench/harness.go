@@ -1,0 +1,452 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Config is what one harness run measures. Zero values are not defaults:
+// main fills every field from its flags.
+type Config struct {
+	Duration        time.Duration `json:"duration"`         // each throughput run
+	Warmup          time.Duration `json:"warmup"`           // load before each throughput and latency run, not measured
+	Connections     int           `json:"connections"`      // client connections of the throughput runs
+	Rates           []int         `json:"rates"`            // fixed rates of the latency runs, requests/s
+	LatencyDuration time.Duration `json:"latency_duration"` // each latency run
+	Replicas        int           `json:"replicas"`
+	Body            int           `json:"body_bytes"`
+	Keys            int           `json:"keys"`
+	Rounds          int           `json:"rounds"`
+	Targets         []string      `json:"targets"`
+	IdleConns       int           `json:"idle_conns"` // 0 skips the idle-connection memory test
+	LoadGen         string        `json:"loadgen"`    // auto, wrk or vegeta
+	Pin             bool          `json:"pin"`        // proxy on CPU 0, everything else on CPU 1
+	Profile         time.Duration `json:"profile"`    // keyway CPU profile taken during an extra throughput run in the last round; 0: none
+	OutDir          string        `json:"-"`
+	Keyway          string        `json:"-"` // a prebuilt keyway binary; "" builds one
+	Repo            string        `json:"-"` // module root, for building keyway
+	Race            bool          `json:"-"` // build keyway with -race (the smoke test under -race)
+	Log             io.Writer     `json:"-"` // progress; nil discards
+}
+
+// Harness runs the measurements of one Config.
+type Harness struct {
+	cfg      Config
+	dir      string // scratch: configs, logs, binaries
+	replicas []*replica
+	targets  []*target
+	notes    []string
+	loadgen  string
+	nofile   uint64 // RLIMIT_NOFILE in force, inherited by the proxies
+	proxyCPU int    // -1: not pinned
+	loadCPU  int
+	log      io.Writer
+}
+
+// Run measures every target over cfg.Rounds rounds and returns the report.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	h := &Harness{cfg: cfg, log: cfg.Log, proxyCPU: -1, loadCPU: -1}
+	if h.log == nil {
+		h.log = io.Discard
+	}
+	dir, err := os.MkdirTemp("", "keyway-bench-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	h.dir = dir
+
+	// The harness shares its core with the load generator and the
+	// replicas; collecting vegeta's garbage less often leaves them more.
+	defer debug.SetGCPercent(debug.SetGCPercent(400))
+
+	rep := &Report{Started: time.Now().UTC(), Config: cfg, Env: environment()}
+	rep.Env.LoadStart = loadAvg()
+
+	// Build before pinning, so the build has both cores.
+	bin := cfg.Keyway
+	if bin == "" {
+		h.logf("building keyway")
+		if bin, err = buildKeyway(ctx, cfg.Repo, dir, cfg.Race); err != nil {
+			return nil, err
+		}
+	}
+	if h.targets, h.notes, err = newTargets(cfg.Targets, bin); err != nil {
+		return nil, err
+	}
+	h.loadgen = cfg.LoadGen
+	if h.loadgen == "auto" {
+		h.loadgen = "vegeta"
+		if _, err := exec.LookPath("wrk"); err == nil {
+			h.loadgen = "wrk"
+		} else {
+			h.notes = append(h.notes, "wrk not installed: throughput measured with vegeta (closed loop), which costs more client CPU per request than wrk; install wrk for comparable numbers")
+		}
+	}
+	if cfg.Pin {
+		_, tsErr := exec.LookPath("taskset")
+		switch {
+		case runtime.NumCPU() < 2:
+			h.notes = append(h.notes, fmt.Sprintf("not pinned: %d CPU", runtime.NumCPU()))
+		case tsErr != nil:
+			h.notes = append(h.notes, "not pinned: taskset not installed")
+		default:
+			if err := pinSelf(1); err != nil {
+				h.notes = append(h.notes, "not pinned: "+err.Error())
+			} else {
+				h.proxyCPU, h.loadCPU = 0, 1
+				runtime.GOMAXPROCS(1)
+			}
+		}
+	}
+	// The harness holds the idle client connections and a proxy their
+	// other ends, each in its own process.
+	need := uint64(cfg.IdleConns + 4096)
+	if h.nofile, err = raiseNoFile(need); err != nil || h.nofile < need {
+		h.notes = append(h.notes, fmt.Sprintf("RLIMIT_NOFILE is %d, %d wanted for %d idle connections (%v)", h.nofile, need, cfg.IdleConns, err))
+	}
+
+	for i := range cfg.Replicas {
+		r, err := startReplica("r"+strconv.Itoa(i), cfg.Keys)
+		if err != nil {
+			return nil, err
+		}
+		defer r.close()
+		h.replicas = append(h.replicas, r)
+	}
+	for _, t := range h.targets {
+		rep.Env.Versions = append(rep.Env.Versions, t.name+": "+t.version)
+	}
+	for round := range cfg.Rounds {
+		// Rotate the order each round so no target always runs first.
+		for i := range h.targets {
+			t := h.targets[(i+round)%len(h.targets)]
+			run := h.measure(ctx, t, round)
+			rep.Runs = append(rep.Runs, run)
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+		}
+	}
+	rep.Notes = h.notes
+	rep.Env.LoadEnd = loadAvg()
+	rep.Finished = time.Now().UTC()
+	rep.summarise()
+	return rep, nil
+}
+
+func (c *Config) validate() error {
+	var errs []error
+	if c.Duration < time.Second {
+		errs = append(errs, errors.New("duration must be at least 1s"))
+	}
+	if c.Connections < 1 || c.Replicas < 1 || c.Keys < 1 || c.Rounds < 1 || c.Body < 0 || c.IdleConns < 0 {
+		errs = append(errs, errors.New("connections, replicas, keys and rounds must be at least 1; body and idle-conns at least 0"))
+	}
+	for _, r := range c.Rates {
+		if r < 1 {
+			errs = append(errs, fmt.Errorf("rate %d: must be at least 1", r))
+		}
+	}
+	if len(c.Rates) > 0 && c.LatencyDuration <= 0 {
+		errs = append(errs, errors.New("latency-duration must be positive"))
+	}
+	if len(c.Targets) == 0 {
+		errs = append(errs, errors.New("no targets"))
+	}
+	switch c.LoadGen {
+	case "auto", "wrk", "vegeta":
+	default:
+		errs = append(errs, fmt.Errorf("loadgen %q: want auto, wrk or vegeta", c.LoadGen))
+	}
+	return errors.Join(errs...)
+}
+
+func (h *Harness) logf(format string, args ...any) {
+	fmt.Fprintf(h.log, "%s bench: "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
+}
+
+// buildKeyway builds the real binary from the module at repo.
+func buildKeyway(ctx context.Context, repo, dir string, race bool) (string, error) {
+	out := filepath.Join(dir, "keyway")
+	args := []string{"build", "-o", out}
+	if race {
+		args = append(args, "-race")
+	}
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
+	}
+	cmd := exec.CommandContext(ctx, goBin, append(args, "./cmd/keyway")...)
+	cmd.Dir = repo
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build ./cmd/keyway: %w\n%s", err, b)
+	}
+	return out, nil
+}
+
+// running is a target ready for load.
+type running struct {
+	addr  string
+	admin string // keyway's admin listener
+	p     *proc  // nil for direct
+}
+
+// start starts t in front of the replicas and waits until it proxies a
+// request. A port taken by someone else between freePort and the bind is
+// retried with a new one.
+func (h *Harness) start(ctx context.Context, t *target, maxConns int) (*running, error) {
+	if t.config == nil {
+		return &running{addr: h.replicas[0].addr()}, nil
+	}
+	var last error
+	for attempt := range 3 {
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		admin, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		env := &targetEnv{maxConns: maxConns, adminPort: admin, nofile: h.nofile}
+		for _, r := range h.replicas {
+			env.replicas = append(env.replicas, r.addr())
+		}
+		tdir := filepath.Join(h.dir, fmt.Sprintf("%s-%d", t.name, attempt))
+		if err := os.MkdirAll(tdir, 0o755); err != nil {
+			return nil, err
+		}
+		args, err := t.config(tdir, port, env)
+		if err != nil {
+			return nil, err
+		}
+		penv := t.env
+		if t.name == "caddy" {
+			penv = append(penv[:len(penv):len(penv)], "HOME="+tdir, "XDG_CONFIG_HOME="+tdir, "XDG_DATA_HOME="+tdir)
+		}
+		p, err := startProc(t.name, tdir, h.proxyCPU, penv, append([]string{t.bin}, args...)...)
+		if err != nil {
+			return nil, err
+		}
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		if err := waitReady(ctx, addr, 15*time.Second, p.alive); err != nil {
+			p.stop(5 * time.Second)
+			last = fmt.Errorf("%s did not start: %w\n%s", t.name, err, p.tail(1500))
+			continue
+		}
+		r := &running{addr: addr, p: p}
+		if t.name == "keyway" {
+			r.admin = net.JoinHostPort("127.0.0.1", strconv.Itoa(admin))
+		}
+		return r, nil
+	}
+	return nil, last
+}
+
+func (r *running) stop() {
+	if r.p != nil {
+		r.p.stop(10 * time.Second)
+	}
+}
+
+// measure runs every measurement of one target in one round: memory with
+// idle connections on a fresh process, then throughput, CPU, peak RSS and
+// routing on another fresh process, then latency at each fixed rate.
+func (h *Harness) measure(ctx context.Context, t *target, round int) TargetRun {
+	run := TargetRun{Round: round + 1, Target: t.name}
+	fail := func(what string, err error) {
+		run.Failures = append(run.Failures, what+": "+err.Error())
+		h.logf("%s round %d: %s failed: %v", t.name, round+1, what, err)
+	}
+	maxConns := h.cfg.IdleConns + 2048
+
+	if h.cfg.IdleConns > 0 && t.config != nil {
+		if ir, err := h.measureIdle(ctx, t, maxConns); err != nil {
+			fail("idle connections", err)
+		} else {
+			run.Idle = &ir
+			h.logf("%s round %d: %d idle connections, %.0f bytes each", t.name, round+1, ir.Conns, ir.BytesPerConn)
+		}
+	}
+
+	rt, err := h.start(ctx, t, maxConns)
+	if err != nil {
+		fail("start", err)
+		return run
+	}
+	defer rt.stop()
+
+	seed := uint64(round*1000 + 1)
+	if h.cfg.Warmup > 0 {
+		if _, err := h.throughput(ctx, rt, h.cfg.Warmup, int(seed)+7); err != nil {
+			fail("warm-up", err)
+			return run
+		}
+	}
+	for _, r := range h.replicas {
+		r.reset()
+	}
+	var cpu0 float64
+	if rt.p != nil {
+		cpu0, _ = treeCPU(rt.p.pid())
+	}
+	tr, err := h.throughput(ctx, rt, h.cfg.Duration, int(seed))
+	if err != nil {
+		fail("throughput", err)
+	} else {
+		if rt.p != nil {
+			cpu1, err1 := treeCPU(rt.p.pid())
+			mem, err2 := treeMem(rt.p.pid())
+			if err := errors.Join(err1, err2); err != nil {
+				fail("proxy stats", err)
+			}
+			tr.CPUSeconds = cpu1 - cpu0
+			tr.CPUUtil = tr.CPUSeconds / tr.Seconds
+			if tr.Requests > 0 {
+				tr.CPUPerReqUS = tr.CPUSeconds / float64(tr.Requests) * 1e6
+			}
+			tr.PeakRSSBytes = mem.hwm
+		}
+		reps := h.replicas
+		if t.config == nil {
+			reps = reps[:1]
+		}
+		tr.Routing = measureRouting(reps)
+		run.Throughput = &tr
+		h.logf("%s round %d: %.0f req/s (%s), proxy CPU %.0f%%, %.1f µs/req, errors %d", t.name, round+1, tr.RPS, tr.Tool, 100*tr.CPUUtil, tr.CPUPerReqUS, tr.Errors)
+	}
+	if rt.admin != "" && h.cfg.Profile > 0 && round == h.cfg.Rounds-1 {
+		// An extra, unrecorded run, so that profiling costs no measured
+		// throughput.
+		profile := make(chan error, 1)
+		go func() { profile <- h.saveProfile(ctx, rt.admin) }()
+		if _, err := h.throughput(ctx, rt, h.cfg.Profile+time.Second, int(seed)+11); err != nil {
+			fail("profiled run", err)
+		}
+		if err := <-profile; err != nil {
+			fail("profile", err)
+		}
+	}
+	for _, rate := range h.cfg.Rates {
+		lr, err := runLatency(ctx, rt.addr, &h.cfg, rate, min(h.cfg.Warmup, time.Second), h.cfg.LatencyDuration, seed+uint64(rate))
+		if err != nil {
+			fail(fmt.Sprintf("latency at %d/s", rate), err)
+			continue
+		}
+		run.Latency = append(run.Latency, lr)
+		h.logf("%s round %d: %d/s p50 %.3f p99 %.3f p99.9 %.3f max %.3f ms, errors %d", t.name, round+1, rate, lr.P50, lr.P99, lr.P999, lr.Max, lr.Errors)
+	}
+	if rt.p != nil && !rt.p.alive() {
+		fail("process", fmt.Errorf("%s exited during the run: %v\n%s", t.name, rt.p.err, rt.p.tail(1500)))
+	}
+	return run
+}
+
+func (h *Harness) throughput(ctx context.Context, rt *running, d time.Duration, seed int) (throughputRun, error) {
+	if h.loadgen == "wrk" {
+		return runWrk(ctx, h.dir, h.loadCPU, rt.addr, &h.cfg, d, seed)
+	}
+	return runVegetaMax(ctx, rt.addr, &h.cfg, d, uint64(seed))
+}
+
+// measureIdle starts a fresh process, measures its RSS, opens the idle
+// connections, measures again and stops it.
+func (h *Harness) measureIdle(ctx context.Context, t *target, maxConns int) (idleRun, error) {
+	rt, err := h.start(ctx, t, maxConns)
+	if err != nil {
+		return idleRun{}, err
+	}
+	defer rt.stop()
+	// A few requests first so that the pools and buffers every request
+	// needs exist before the baseline.
+	warm, err := openIdle(ctx, rt.addr, 32, h.cfg.Keys)
+	if err != nil {
+		return idleRun{}, fmt.Errorf("warm-up: %w", err)
+	}
+	closeAll(warm)
+	before, err := settledRSS(ctx, rt.p.pid(), 3*time.Second)
+	if err != nil {
+		return idleRun{}, err
+	}
+	start := time.Now()
+	conns, err := openIdle(ctx, rt.addr, h.cfg.IdleConns, h.cfg.Keys)
+	if err != nil {
+		return idleRun{}, err
+	}
+	defer closeAll(conns)
+	opened := time.Since(start)
+	with, err := settledRSS(ctx, rt.p.pid(), 5*time.Second)
+	if err != nil {
+		return idleRun{}, err
+	}
+	return idleRun{
+		Conns: len(conns), RSSBefore: before, RSSWith: with, OpenSeconds: opened.Seconds(),
+		BytesPerConn: float64(with-before) / float64(len(conns)),
+	}, nil
+}
+
+// saveProfile takes a CPU profile of keyway through its admin listener
+// while load runs and writes it to the output directory.
+func (h *Harness) saveProfile(ctx context.Context, admin string) error {
+	secs := max(1, int(h.cfg.Profile.Seconds()))
+	url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", admin, secs)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := (&http.Client{Timeout: time.Duration(secs+30) * time.Second}).Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		return fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	if err := os.MkdirAll(h.cfg.OutDir, 0o755); err != nil {
+		return err
+	}
+	path := filepath.Join(h.cfg.OutDir, "keyway-cpu.prof")
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	h.logf("keyway CPU profile (%ds) written to %s", secs, path)
+	return f.Close()
+}
+
+// environment records what the numbers were measured on.
+func environment() Env {
+	e := Env{GoVersion: runtime.Version(), CPUs: runtime.NumCPU()}
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		e.Kernel = strings.TrimSpace(string(b))
+	}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(l, ":"); ok && strings.TrimSpace(k) == "model name" {
+				e.CPUModel = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	return e
+}

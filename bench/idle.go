@@ -1,0 +1,137 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// idleRun is the memory a proxy needs for idle keep-alive client
+// connections.
+type idleRun struct {
+	Conns        int     `json:"conns"`
+	RSSBefore    int64   `json:"rss_before_bytes"`
+	RSSWith      int64   `json:"rss_with_bytes"`
+	BytesPerConn float64 `json:"bytes_per_conn"`
+	OpenSeconds  float64 `json:"open_seconds"`
+}
+
+// openIdle opens n keep-alive connections to addr, sends one keyed GET on
+// each and reads its answer, and leaves them open and idle. The caller
+// closes them. Connections are opened by a bounded number of workers so
+// that the listen backlog never overflows.
+func openIdle(ctx context.Context, addr string, n, keyCount int) ([]net.Conn, error) {
+	conns := make([]net.Conn, n)
+	var next atomic.Int64
+	var firstErr error
+	var once sync.Once
+	var wg sync.WaitGroup
+	d := net.Dialer{Timeout: 5 * time.Second}
+	for range min(32, n) {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n || ctx.Err() != nil {
+					return
+				}
+				c, err := oneRequestConn(ctx, &d, addr, keyName(i%keyCount))
+				if err != nil {
+					once.Do(func() { firstErr = fmt.Errorf("connection %d of %d: %w", i+1, n, err) })
+					next.Store(int64(n)) // stop the other workers
+					return
+				}
+				conns[i] = c
+			}
+		})
+	}
+	wg.Wait()
+	if firstErr == nil {
+		firstErr = ctx.Err()
+	}
+	if firstErr != nil {
+		closeAll(conns)
+		return nil, firstErr
+	}
+	return conns, nil
+}
+
+func oneRequestConn(ctx context.Context, d *net.Dialer, addr, key string) (net.Conn, error) {
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	req := "GET /ingest HTTP/1.1\r\nHost: " + addr + "\r\nX-Key: " + key + "\r\n\r\n"
+	if _, err := io.WriteString(c, req); err != nil {
+		c.Close()
+		return nil, err
+	}
+	resp, err := http.ReadResponse(bufio.NewReaderSize(c, 1024), nil)
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	_, err = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if err == nil && resp.StatusCode != 200 {
+		err = fmt.Errorf("status %d", resp.StatusCode)
+	}
+	if err == nil && resp.Close {
+		err = errors.New("the server closed the keep-alive connection")
+	}
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	_ = c.SetDeadline(time.Time{})
+	return c, nil
+}
+
+func closeAll(conns []net.Conn) {
+	for _, c := range conns {
+		if c != nil {
+			c.Close()
+		}
+	}
+}
+
+// settledRSS samples the RSS of pid's process tree every 200 ms until two
+// samples in a row differ by less than 1%, or for at most limit; it
+// returns the last sample.
+func settledRSS(ctx context.Context, pid int, limit time.Duration) (int64, error) {
+	m, err := treeMem(pid)
+	if err != nil {
+		return 0, err
+	}
+	prev := m.rss
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.Now().Add(limit)
+	for time.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-tick.C:
+		}
+		m, err := treeMem(pid)
+		if err != nil {
+			return 0, err
+		}
+		diff := m.rss - prev
+		prev = m.rss
+		if diff < 0 {
+			diff = -diff
+		}
+		if float64(diff) < 0.01*float64(m.rss) {
+			break
+		}
+	}
+	return prev, nil
+}

@@ -1,0 +1,130 @@
+// Command bench is keyway's side-by-side load harness: it starts counting
+// replicas on loopback, puts keyway (the real binary), HAProxy, nginx and
+// Caddy in front of them in turn, each configured for one core and
+// consistent hashing on X-Key, and measures throughput, CPU per request,
+// latency at fixed rates, key affinity, balance and memory, interleaving
+// the targets over several rounds.
+//
+//	go run ./bench                              # every installed target, defaults below
+//	go run ./bench -rounds 1 -duration 5s -targets direct,keyway
+//
+// It prints markdown tables and writes results.json, results.md and one
+// latency percentile plot per rate (latency-RATE.svg) to -out. Method and
+// results: docs/benchmarks.md.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var cfg Config
+	var rates, targets string
+	fs.DurationVar(&cfg.Duration, "duration", 10*time.Second, "length of each throughput (wrk) run")
+	fs.DurationVar(&cfg.Warmup, "warmup", 2*time.Second, "unmeasured load before each throughput run (and up to 1s before each latency run)")
+	fs.IntVar(&cfg.Connections, "connections", 64, "client connections of the throughput runs")
+	fs.StringVar(&rates, "rates", "1000,5000", "fixed request rates of the open-loop latency runs, comma-separated; empty: none")
+	fs.DurationVar(&cfg.LatencyDuration, "latency-duration", 10*time.Second, "length of each latency run")
+	fs.IntVar(&cfg.Replicas, "replicas", 3, "replicas behind each proxy")
+	fs.IntVar(&cfg.Body, "body", 1024, "request body size in bytes")
+	fs.IntVar(&cfg.Keys, "keys", 10000, "distinct X-Key values, drawn uniformly")
+	fs.IntVar(&cfg.Rounds, "rounds", 3, "rounds; targets are interleaved within each round")
+	fs.StringVar(&targets, "targets", strings.Join(targetNames, ","), "targets to measure, comma-separated; a proxy that is not installed is skipped with a note")
+	fs.IntVar(&cfg.IdleConns, "idle-conns", 10000, "idle keep-alive client connections for the memory test; 0 skips it")
+	fs.StringVar(&cfg.LoadGen, "loadgen", "auto", "throughput load generator: wrk, vegeta, or auto (wrk when installed)")
+	fs.BoolVar(&cfg.Pin, "pin", true, "pin the proxy to CPU 0 and the harness, replicas and load generator to CPU 1")
+	fs.DurationVar(&cfg.Profile, "profile", 0, "if > 0, take a keyway CPU profile this long (admin /debug/pprof/profile) during an extra load run in the last round, saved as keyway-cpu.prof in -out")
+	fs.StringVar(&cfg.OutDir, "out", filepath.Join("bench", "results"), "output directory")
+	fs.StringVar(&cfg.Keyway, "keyway", "", "a prebuilt keyway binary; empty: go build ./cmd/keyway")
+	quiet := fs.Bool("quiet", false, "no progress lines on stderr")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	var err error
+	if cfg.Rates, err = parseRates(rates); err != nil {
+		return err
+	}
+	for _, t := range strings.Split(targets, ",") {
+		if t = strings.TrimSpace(t); t != "" {
+			cfg.Targets = append(cfg.Targets, t)
+		}
+	}
+	if cfg.Keyway == "" {
+		if cfg.Repo, err = moduleRoot(); err != nil {
+			return err
+		}
+	}
+	if !*quiet {
+		cfg.Log = stderr
+	}
+	rep, err := Run(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	fmt.Fprint(stdout, rep.Markdown())
+	files, err := writeFiles(rep, cfg.OutDir)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "\nWritten: %s\n", strings.Join(files, ", "))
+	return nil
+}
+
+func parseRates(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("-rates: %q is not a positive whole number of requests per second", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// moduleRoot finds the directory holding keyway's go.mod, from the
+// working directory upwards.
+func moduleRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && strings.HasPrefix(string(b), "module keyway\n") {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("keyway's go.mod not found above the working directory; run from the repository or pass -keyway")
+		}
+		dir = parent
+	}
+}

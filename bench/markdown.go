@@ -1,0 +1,133 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+)
+
+// fs formats a Stat as "median (min–max)" with the given verb, or "—".
+func fs(s *Stat, verb string) string {
+	if s == nil {
+		return "—"
+	}
+	m := fmt.Sprintf(verb, s.Median)
+	if s.N < 2 {
+		return m
+	}
+	return fmt.Sprintf("%s (%s–%s)", m, fmt.Sprintf(verb, s.Min), fmt.Sprintf(verb, s.Max))
+}
+
+// Markdown renders the summary tables.
+func (r *Report) Markdown() string {
+	var b strings.Builder
+	c := r.Config
+	fmt.Fprintf(&b, "## keyway side-by-side benchmark, %s\n\n", r.Started.Format("2006-01-02 15:04 UTC"))
+	fmt.Fprintf(&b, "%d round(s), targets interleaved; every cell is the median over rounds with (min–max).\n", c.Rounds)
+	fmt.Fprintf(&b, "Machine: %d CPU (%s), Linux %s, %s; load average (1, 5, 15 min) %s at start, %s at end.\n",
+		r.Env.CPUs, r.Env.CPUModel, r.Env.Kernel, r.Env.GoVersion, r.Env.LoadStart, r.Env.LoadEnd)
+	tool := "wrk"
+	for _, run := range r.Runs {
+		if run.Throughput != nil {
+			tool = run.Throughput.Tool
+			break
+		}
+	}
+	fmt.Fprintf(&b, "Load: POST /ingest, %d-byte body, X-Key uniform over %d keys, %d replicas; throughput with %s, %d connections, %v per run.\n",
+		c.Body, c.Keys, c.Replicas, tool, c.Connections, c.Duration)
+	if c.Pin {
+		b.WriteString("Pinning: proxy on CPU 0 (`taskset -c 0`), load generator and replicas on CPU 1, unless a note says otherwise.\n")
+	}
+	b.WriteString("\n")
+
+	b.WriteString("### Throughput and CPU\n\n")
+	b.WriteString("| target | req/s | proxy CPU (cores) | proxy CPU µs/req | peak RSS MiB | errors |\n|---|---|---|---|---|---|\n")
+	for _, s := range r.Summary {
+		errs := fmt.Sprint(s.Errors)
+		if s.Errors > 0 {
+			errs = "**" + errs + " (flagged)**"
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", s.Target, fs(s.RPS, "%.0f"), fs(s.CPUUtil, "%.2f"),
+			fs(s.CPUPerReqUS, "%.1f"), fs(s.PeakRSSMiB, "%.1f"), errs)
+	}
+	for _, rate := range c.Rates {
+		fmt.Fprintf(&b, "\n### Latency at %d req/s, open loop (vegeta, %v per run), ms\n\n", rate, c.LatencyDuration)
+		b.WriteString("| target | p50 | p99 | p99.9 | max | added p50 | added p99 | errors |\n|---|---|---|---|---|---|---|---|\n")
+		for _, s := range r.Summary {
+			for _, l := range s.Latency {
+				if l.Rate != rate {
+					continue
+				}
+				errs := fmt.Sprint(l.Errors)
+				if l.Errors > 0 {
+					errs = "**" + errs + " (flagged)**"
+				}
+				fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", s.Target, fs(l.P50, "%.3f"), fs(l.P99, "%.3f"),
+					fs(l.P999, "%.3f"), fs(l.Max, "%.2f"), fs(l.AddedP50, "%.3f"), fs(l.AddedP99, "%.3f"), errs)
+			}
+		}
+	}
+	fmt.Fprintf(&b, "\n### Routing and memory\n\n")
+	fmt.Fprintf(&b, "| target | keys seen by >1 replica | balance max/mean | RSS before MiB | RSS with %d idle conns MiB | bytes per idle conn |\n|---|---|---|---|---|---|\n", c.IdleConns)
+	for _, s := range r.Summary {
+		aff := fmt.Sprintf("%.4f (of %d keys)", s.SplitKeyShare, s.KeysSeen)
+		if s.SplitKeyShare == 0 {
+			aff = fmt.Sprintf("0 (of %d keys)", s.KeysSeen)
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", s.Target, aff, fs(s.Balance, "%.3f"),
+			fs(s.IdleBaseMiB, "%.1f"), fs(s.IdleRSSMiB, "%.1f"), fs(s.IdleBytes, "%.0f"))
+	}
+	if len(r.Ratios) > 0 {
+		var others []string
+		for _, s := range r.Summary {
+			if s.Target != "keyway" {
+				others = append(others, s.Target)
+			}
+		}
+		b.WriteString("\n### keyway ÷ other, per-round ratio\n\n| metric | better |")
+		for _, o := range others {
+			fmt.Fprintf(&b, " vs %s |", o)
+		}
+		b.WriteString("\n|---|---|" + strings.Repeat("---|", len(others)) + "\n")
+		for _, row := range r.Ratios {
+			if len(row.Vs) == 0 {
+				continue
+			}
+			fmt.Fprintf(&b, "| %s | %s |", row.Metric, row.Better)
+			for _, o := range others {
+				fmt.Fprintf(&b, " %s |", fs(row.Vs[o], "%.2f"))
+			}
+			b.WriteString("\n")
+		}
+		var affs []string
+		for _, s := range r.Summary {
+			if s.Target != "direct" {
+				affs = append(affs, fmt.Sprintf("%s %g", s.Target, s.SplitKeyShare))
+			}
+		}
+		fmt.Fprintf(&b, "\nKey affinity (share of keys seen by more than one replica, worst round): %s.\n", strings.Join(affs, ", "))
+		for _, row := range r.Ratios {
+			if row.Note != "" {
+				fmt.Fprintf(&b, "- %s: %s\n", row.Metric, row.Note)
+			}
+		}
+	}
+	if len(r.Notes) > 0 {
+		b.WriteString("\nNotes:\n")
+		for _, n := range r.Notes {
+			fmt.Fprintf(&b, "- %s\n", n)
+		}
+	}
+	var fails []string
+	for _, s := range r.Summary {
+		for _, f := range s.Failures {
+			fails = append(fails, s.Target+" "+f)
+		}
+	}
+	if len(fails) > 0 {
+		b.WriteString("\nFailures:\n")
+		for _, f := range fails {
+			fmt.Fprintf(&b, "- %s\n", strings.ReplaceAll(f, "\n", " "))
+		}
+	}
+	return b.String()
+}

@@ -1,0 +1,6 @@
+//go:build !race
+
+package main
+
+// raceEnabled is true in a -race build (see race.go).
+const raceEnabled = false

@@ -1,0 +1,373 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Report is everything one harness run measured; it is written as JSON.
+type Report struct {
+	Started  time.Time       `json:"started"`
+	Finished time.Time       `json:"finished"`
+	Config   Config          `json:"config"`
+	Env      Env             `json:"environment"`
+	Notes    []string        `json:"notes,omitempty"`
+	Runs     []TargetRun     `json:"runs"`
+	Summary  []TargetSummary `json:"summary"`
+	Ratios   []RatioRow      `json:"keyway_ratios,omitempty"`
+}
+
+// Env describes the machine and the software measured.
+type Env struct {
+	CPUs      int      `json:"cpus"`
+	CPUModel  string   `json:"cpu_model"`
+	Kernel    string   `json:"kernel"`
+	GoVersion string   `json:"go_version"`
+	Versions  []string `json:"versions"`
+	LoadStart string   `json:"loadavg_start"` // /proc/loadavg 1, 5, 15 min
+	LoadEnd   string   `json:"loadavg_end"`
+}
+
+// TargetRun is one target in one round.
+type TargetRun struct {
+	Round      int            `json:"round"`
+	Target     string         `json:"target"`
+	Throughput *throughputRun `json:"throughput,omitempty"`
+	Latency    []latencyRun   `json:"latency,omitempty"`
+	Idle       *idleRun       `json:"idle,omitempty"`
+	Failures   []string       `json:"failures,omitempty"`
+}
+
+// Stat is the median and range of one number over rounds.
+type Stat struct {
+	Median float64 `json:"median"`
+	Min    float64 `json:"min"`
+	Max    float64 `json:"max"`
+	N      int     `json:"n"`
+}
+
+func newStat(xs []float64) *Stat {
+	xs = slices.DeleteFunc(slices.Clone(xs), func(x float64) bool { return math.IsNaN(x) || math.IsInf(x, 0) })
+	if len(xs) == 0 {
+		return nil
+	}
+	slices.Sort(xs)
+	m := xs[len(xs)/2]
+	if len(xs)%2 == 0 {
+		m = (xs[len(xs)/2-1] + xs[len(xs)/2]) / 2
+	}
+	return &Stat{Median: m, Min: xs[0], Max: xs[len(xs)-1], N: len(xs)}
+}
+
+// TargetSummary is one target over all rounds.
+type TargetSummary struct {
+	Target        string           `json:"target"`
+	RPS           *Stat            `json:"rps,omitempty"`
+	CPUUtil       *Stat            `json:"proxy_cpu_util,omitempty"`
+	CPUPerReqUS   *Stat            `json:"proxy_cpu_us_per_request,omitempty"`
+	PeakRSSMiB    *Stat            `json:"proxy_peak_rss_mib,omitempty"`
+	Errors        int64            `json:"throughput_errors"`
+	SplitKeyShare float64          `json:"split_key_share_max"` // worst round
+	KeysSeen      int              `json:"keys_seen_min"`
+	Balance       *Stat            `json:"balance_max_over_mean,omitempty"`
+	IdleBytes     *Stat            `json:"idle_bytes_per_conn,omitempty"`
+	IdleRSSMiB    *Stat            `json:"idle_rss_with_mib,omitempty"`
+	IdleBaseMiB   *Stat            `json:"idle_rss_before_mib,omitempty"`
+	Latency       []LatencySummary `json:"latency,omitempty"`
+	Failures      []string         `json:"failures,omitempty"`
+}
+
+// LatencySummary is one target at one fixed rate over all rounds.
+type LatencySummary struct {
+	Rate     int          `json:"rate"`
+	P50      *Stat        `json:"p50_ms,omitempty"`
+	P99      *Stat        `json:"p99_ms,omitempty"`
+	P999     *Stat        `json:"p99_9_ms,omitempty"`
+	Max      *Stat        `json:"max_ms,omitempty"`
+	AddedP50 *Stat        `json:"added_p50_ms,omitempty"`
+	AddedP99 *Stat        `json:"added_p99_ms,omitempty"`
+	Errors   int64        `json:"errors"`
+	Curve    []CurvePoint `json:"curve,omitempty"` // all rounds pooled
+}
+
+// CurvePoint is one point of the latency percentile curve.
+type CurvePoint struct {
+	Percentile float64 `json:"percentile"`
+	Ms         float64 `json:"ms"`
+}
+
+// RatioRow is keyway's value divided by another target's, computed per
+// round (both measured in that round) and summarised over rounds.
+type RatioRow struct {
+	Metric string           `json:"metric"`
+	Better string           `json:"better"` // "higher" or "lower" ratio is better for keyway
+	Vs     map[string]*Stat `json:"vs"`
+	Note   string           `json:"note,omitempty"`
+}
+
+// summarise fills Summary and Ratios from Runs.
+func (r *Report) summarise() {
+	byTarget := map[string][]TargetRun{}
+	var order []string
+	for _, run := range r.Runs {
+		if _, ok := byTarget[run.Target]; !ok {
+			order = append(order, run.Target)
+		}
+		byTarget[run.Target] = append(byTarget[run.Target], run)
+	}
+	slices.SortFunc(order, func(a, b string) int { return slices.Index(targetNames, a) - slices.Index(targetNames, b) })
+	r.addLatencyOverDirect()
+	r.Summary = nil
+	for _, name := range order {
+		r.Summary = append(r.Summary, summariseTarget(name, byTarget[name], r.Config.Rates))
+	}
+	r.Ratios = r.ratios(order)
+}
+
+// addLatencyOverDirect sets AddedP50/AddedP99 of every latency run from
+// the direct run of the same round and rate.
+func (r *Report) addLatencyOverDirect() {
+	direct := map[[2]int]latencyRun{}
+	for _, run := range r.Runs {
+		if run.Target == "direct" {
+			for _, l := range run.Latency {
+				direct[[2]int{run.Round, l.Rate}] = l
+			}
+		}
+	}
+	for i := range r.Runs {
+		for j := range r.Runs[i].Latency {
+			l := &r.Runs[i].Latency[j]
+			if d, ok := direct[[2]int{r.Runs[i].Round, l.Rate}]; ok {
+				a50, a99 := l.P50-d.P50, l.P99-d.P99
+				l.AddedP50, l.AddedP99 = &a50, &a99
+			}
+		}
+	}
+}
+
+func summariseTarget(name string, runs []TargetRun, rates []int) TargetSummary {
+	s := TargetSummary{Target: name, KeysSeen: -1}
+	var rps, util, cpu, peak, bal, idle, idleWith, idleBase []float64
+	for _, run := range runs {
+		for _, f := range run.Failures {
+			s.Failures = append(s.Failures, fmt.Sprintf("round %d: %s", run.Round, f))
+		}
+		if t := run.Throughput; t != nil {
+			rps = append(rps, t.RPS)
+			s.Errors += t.Errors
+			if name != "direct" {
+				util = append(util, t.CPUUtil)
+				cpu = append(cpu, t.CPUPerReqUS)
+				peak = append(peak, float64(t.PeakRSSBytes)/(1<<20))
+				bal = append(bal, t.Routing.Balance)
+			}
+			s.SplitKeyShare = max(s.SplitKeyShare, t.Routing.Affinity)
+			if s.KeysSeen < 0 || t.Routing.KeysSeen < s.KeysSeen {
+				s.KeysSeen = t.Routing.KeysSeen
+			}
+		}
+		if i := run.Idle; i != nil {
+			idle = append(idle, i.BytesPerConn)
+			idleWith = append(idleWith, float64(i.RSSWith)/(1<<20))
+			idleBase = append(idleBase, float64(i.RSSBefore)/(1<<20))
+		}
+	}
+	s.KeysSeen = max(s.KeysSeen, 0)
+	s.RPS, s.CPUUtil, s.CPUPerReqUS, s.PeakRSSMiB = newStat(rps), newStat(util), newStat(cpu), newStat(peak)
+	s.Balance, s.IdleBytes, s.IdleRSSMiB, s.IdleBaseMiB = newStat(bal), newStat(idle), newStat(idleWith), newStat(idleBase)
+	for _, rate := range rates {
+		ls := LatencySummary{Rate: rate}
+		var p50, p99, p999, mx, a50, a99 []float64
+		var pooled []time.Duration
+		for _, run := range runs {
+			for _, l := range run.Latency {
+				if l.Rate != rate {
+					continue
+				}
+				p50, p99, p999, mx = append(p50, l.P50), append(p99, l.P99), append(p999, l.P999), append(mx, l.Max)
+				if l.AddedP50 != nil && name != "direct" {
+					a50, a99 = append(a50, *l.AddedP50), append(a99, *l.AddedP99)
+				}
+				ls.Errors += l.Errors
+				pooled = append(pooled, l.samples...)
+			}
+		}
+		if len(p50) == 0 {
+			continue
+		}
+		ls.P50, ls.P99, ls.P999, ls.Max = newStat(p50), newStat(p99), newStat(p999), newStat(mx)
+		ls.AddedP50, ls.AddedP99 = newStat(a50), newStat(a99)
+		slices.Sort(pooled)
+		ls.Curve = curve(pooled)
+		s.Latency = append(s.Latency, ls)
+	}
+	return s
+}
+
+// curve samples the percentile curve of sorted latencies from p50 to
+// p99.99, evenly on the log scale of 1/(1-p).
+func curve(sorted []time.Duration) []CurvePoint {
+	if len(sorted) == 0 {
+		return nil
+	}
+	const points = 61
+	lo, hi := math.Log10(2), 4.0 // p50 .. p99.99
+	out := make([]CurvePoint, 0, points)
+	for i := range points {
+		x := lo + (hi-lo)*float64(i)/(points-1)
+		p := 100 * (1 - math.Pow(10, -x))
+		out = append(out, CurvePoint{Percentile: p, Ms: ms(percentile(sorted, p))})
+	}
+	return out
+}
+
+// ratioMetric extracts one number from a run; ok is false when the run
+// does not have it.
+type ratioMetric struct {
+	name, better, note string
+	value              func(TargetRun) (float64, bool)
+	proxiesOnly        bool // meaningless against direct
+}
+
+func (r *Report) ratioMetrics() []ratioMetric {
+	ms := []ratioMetric{
+		{name: "throughput, req/s with the proxy on one core", better: "higher", value: func(run TargetRun) (float64, bool) {
+			return tput(run, func(t *throughputRun) float64 { return t.RPS })
+		}},
+		{name: "proxy CPU µs per request", better: "lower", proxiesOnly: true, value: func(run TargetRun) (float64, bool) {
+			return tput(run, func(t *throughputRun) float64 { return t.CPUPerReqUS })
+		}},
+	}
+	for _, rate := range r.Config.Rates {
+		ms = append(ms,
+			ratioMetric{name: fmt.Sprintf("p50 latency at %d/s", rate), better: "lower", value: lat(rate, func(l latencyRun) *float64 { return &l.P50 })},
+			ratioMetric{name: fmt.Sprintf("p99 latency at %d/s", rate), better: "lower", value: lat(rate, func(l latencyRun) *float64 { return &l.P99 })},
+			ratioMetric{name: fmt.Sprintf("added p50 over direct at %d/s", rate), better: "lower", proxiesOnly: true, value: lat(rate, func(l latencyRun) *float64 { return l.AddedP50 })},
+			ratioMetric{name: fmt.Sprintf("added p99 over direct at %d/s", rate), better: "lower", proxiesOnly: true, value: lat(rate, func(l latencyRun) *float64 { return l.AddedP99 })},
+		)
+	}
+	ms = append(ms,
+		ratioMetric{name: "balance, max/mean requests per replica", better: "lower", proxiesOnly: true, value: func(run TargetRun) (float64, bool) {
+			return tput(run, func(t *throughputRun) float64 { return t.Routing.Balance })
+		}},
+		ratioMetric{name: "bytes per idle keep-alive connection", better: "lower", proxiesOnly: true, value: func(run TargetRun) (float64, bool) {
+			if run.Idle == nil {
+				return 0, false
+			}
+			return run.Idle.BytesPerConn, true
+		}},
+		ratioMetric{name: "peak RSS under the throughput run", better: "lower", proxiesOnly: true, value: func(run TargetRun) (float64, bool) {
+			return tput(run, func(t *throughputRun) float64 { return float64(t.PeakRSSBytes) })
+		}},
+	)
+	return ms
+}
+
+func tput(run TargetRun, f func(*throughputRun) float64) (float64, bool) {
+	if run.Throughput == nil {
+		return 0, false
+	}
+	return f(run.Throughput), true
+}
+
+func lat(rate int, f func(latencyRun) *float64) func(TargetRun) (float64, bool) {
+	return func(run TargetRun) (float64, bool) {
+		for _, l := range run.Latency {
+			if l.Rate == rate {
+				if v := f(l); v != nil {
+					return *v, true
+				}
+			}
+		}
+		return 0, false
+	}
+}
+
+// ratios divides keyway's value by each other target's, round by round.
+// A round where the other value is zero or negative (an added latency
+// lost in noise) gives no ratio.
+func (r *Report) ratios(order []string) []RatioRow {
+	if !slices.Contains(order, "keyway") {
+		return nil
+	}
+	runs := map[string]map[int]TargetRun{}
+	for _, run := range r.Runs {
+		if runs[run.Target] == nil {
+			runs[run.Target] = map[int]TargetRun{}
+		}
+		runs[run.Target][run.Round] = run
+	}
+	var rows []RatioRow
+	for _, m := range r.ratioMetrics() {
+		row := RatioRow{Metric: m.name, Better: m.better, Vs: map[string]*Stat{}}
+		for _, other := range order {
+			if other == "keyway" || (m.proxiesOnly && other == "direct") {
+				continue
+			}
+			var xs []float64
+			dropped := 0
+			for round, k := range runs["keyway"] {
+				o, ok := runs[other][round]
+				if !ok {
+					continue
+				}
+				kv, ok1 := m.value(k)
+				ov, ok2 := m.value(o)
+				if !ok1 || !ok2 {
+					continue
+				}
+				if ov <= 0 || kv < 0 {
+					dropped++
+					continue
+				}
+				xs = append(xs, kv/ov)
+			}
+			if st := newStat(xs); st != nil {
+				row.Vs[other] = st
+			}
+			if dropped > 0 {
+				row.Note = strings.TrimSpace(row.Note + fmt.Sprintf(" %s: %d round(s) without a ratio (value ≤ 0).", other, dropped))
+			}
+		}
+		rows = append(rows, row)
+	}
+	return rows
+}
+
+// writeFiles writes results.json, results.md and one latency plot per rate
+// into dir.
+func writeFiles(r *Report, dir string) ([]string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	var files []string
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	path := filepath.Join(dir, "results.json")
+	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
+		return nil, err
+	}
+	files = append(files, path)
+	path = filepath.Join(dir, "results.md")
+	if err := os.WriteFile(path, []byte(r.Markdown()), 0o644); err != nil {
+		return nil, err
+	}
+	files = append(files, path)
+	for _, rate := range r.Config.Rates {
+		path := filepath.Join(dir, fmt.Sprintf("latency-%d.svg", rate))
+		if err := os.WriteFile(path, []byte(r.plot(rate)), 0o644); err != nil {
+			return nil, err
+		}
+		files = append(files, path)
+	}
+	return files, nil
+}

@@ -1,0 +1,239 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+)
+
+// A target is one thing the load is sent to: a replica directly, or a
+// proxy in front of the replicas.
+type target struct {
+	name    string
+	bin     string // executable; "" for direct
+	version string
+	// config writes the target's configuration into dir and returns the
+	// command line that runs it listening on 127.0.0.1:port.
+	config func(dir string, port int, env *targetEnv) ([]string, error)
+	// env is extra environment for the process.
+	env []string
+}
+
+// targetEnv is what every proxy configuration is generated from.
+type targetEnv struct {
+	replicas  []string // host:port of each replica
+	maxConns  int      // client connections the proxy must accept (idle test + slack)
+	adminPort int      // keyway's admin listener (pprof)
+	nofile    uint64   // RLIMIT_NOFILE the proxies inherit
+}
+
+// targetNames is the order targets are listed in tables.
+var targetNames = []string{"direct", "keyway", "haproxy", "nginx", "caddy"}
+
+// newTargets resolves the requested targets: each proxy whose binary is
+// found is returned; a missing one gets a note instead.
+func newTargets(names []string, keywayBin string) (ts []*target, notes []string, err error) {
+	for _, n := range names {
+		t := &target{name: n}
+		switch n {
+		case "direct":
+			t.version = "replica 0 of the harness (fasthttp)"
+		case "keyway":
+			t.bin = keywayBin
+			t.config = keywayConfig
+			t.env = []string{"GOMAXPROCS=1"}
+		case "haproxy":
+			t.config = haproxyConfig
+		case "nginx":
+			t.config = nginxConfig
+		case "caddy":
+			t.config = caddyConfig
+			t.env = []string{"GOMAXPROCS=1"}
+		default:
+			return nil, nil, fmt.Errorf("unknown target %q (known: %s)", n, strings.Join(targetNames, ", "))
+		}
+		if n != "direct" && n != "keyway" {
+			path, err := exec.LookPath(n)
+			if err != nil {
+				notes = append(notes, fmt.Sprintf("%s skipped: not installed (apt-get install -y %s)", n, n))
+				continue
+			}
+			t.bin = path
+		}
+		if t.bin != "" {
+			t.version = binVersion(n, t.bin)
+		}
+		ts = append(ts, t)
+	}
+	return ts, notes, nil
+}
+
+func binVersion(name, bin string) string {
+	var args []string
+	switch name {
+	case "keyway", "caddy":
+		args = []string{"version"}
+	case "haproxy":
+		args = []string{"-v"}
+	case "nginx":
+		args = []string{"-v"}
+	}
+	out, _ := exec.Command(bin, args...).CombinedOutput()
+	line, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
+	return line
+}
+
+func write(dir, name, text string) (string, error) {
+	path := filepath.Join(dir, name)
+	return path, os.WriteFile(path, []byte(text), 0o644)
+}
+
+// keywayConfig: static replicas, key header X-Key, one replica set, admin
+// on a free loopback port, warn-level logs, no access log. max_conns is
+// raised for the idle-connection test; the pool per replica is the default.
+func keywayConfig(dir string, port int, e *targetEnv) ([]string, error) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "listen: \"127.0.0.1:%d\"\n", port)
+	fmt.Fprintf(&b, "server:\n  max_conns: %d\n  idle_timeout: 10m\n  shutdown_timeout: 5s\n", e.maxConns)
+	fmt.Fprintf(&b, "admin:\n  listen: \"127.0.0.1:%d\"\n", e.adminPort)
+	b.WriteString("log:\n  level: warn\n  access_log: false\n")
+	fmt.Fprintf(&b, "replica_sets:\n  - name: bench\n    replicas: %d\n    key: [{header: X-Key}]\n    timeouts: {idle: 10m}\n    static:\n", len(e.replicas))
+	for i, a := range e.replicas {
+		fmt.Fprintf(&b, "      - {name: r%d, addr: %q}\n", i, a)
+	}
+	path, err := write(dir, "keyway.yaml", b.String())
+	return []string{"proxy", "-c", path}, err
+}
+
+// haproxyConfig: one thread, consistent hashing on the X-Key header,
+// keep-alive on both sides with server connections shared between client
+// connections (http-reuse always, as keyway's pool is), no logging.
+// HAProxy wants 2 × maxconn descriptors and, when it cannot raise
+// RLIMIT_NOFILE that far (no CAP_SYS_RESOURCE), refuses to start unless
+// strict-limits is off; idle client connections need one descriptor each,
+// so the inherited limit is enough for them.
+func haproxyConfig(dir string, port int, e *targetEnv) ([]string, error) {
+	var b strings.Builder
+	fmt.Fprintf(&b, `global
+  nbthread 1
+  maxconn %[1]d
+  no strict-limits
+
+defaults
+  mode http
+  option http-keep-alive
+  http-reuse always
+  timeout connect 1s
+  timeout client 10m
+  timeout server 30s
+  timeout http-keep-alive 10m
+  timeout http-request 30s
+
+frontend fe
+  bind 127.0.0.1:%[2]d
+  maxconn %[1]d
+  default_backend be
+
+backend be
+  balance hdr(X-Key)
+  hash-type consistent
+`, e.maxConns, port)
+	for i, a := range e.replicas {
+		fmt.Fprintf(&b, "  server r%d %s\n", i, a)
+	}
+	path, err := write(dir, "haproxy.cfg", b.String())
+	return []string{"-f", path, "-db"}, err
+}
+
+// nginxConfig: one worker, consistent (ketama) hashing on $http_x_key,
+// upstream keep-alive, no access log, unlimited requests per client
+// connection (the default of 1000 would make wrk reconnect).
+// worker_connections counts client and upstream connections alike.
+func nginxConfig(dir string, port int, e *targetEnv) ([]string, error) {
+	tmp := filepath.Join(dir, "nginx-tmp")
+	if err := os.MkdirAll(tmp, 0o777); err != nil {
+		return nil, err
+	}
+	user := ""
+	if os.Geteuid() == 0 {
+		user = "user root;\n"
+	}
+	var ups strings.Builder
+	for _, a := range e.replicas {
+		fmt.Fprintf(&ups, "    server %s;\n", a)
+	}
+	text := fmt.Sprintf(`%[1]sworker_processes 1;
+daemon off;
+master_process on;
+pid %[2]s/nginx.pid;
+error_log %[2]s/nginx-error.log warn;
+worker_rlimit_nofile %[6]d;
+events {
+  worker_connections %[3]d;
+}
+http {
+  access_log off;
+  client_body_temp_path %[2]s/body;
+  proxy_temp_path %[2]s/proxy;
+  fastcgi_temp_path %[2]s/fastcgi;
+  uwsgi_temp_path %[2]s/uwsgi;
+  scgi_temp_path %[2]s/scgi;
+  keepalive_timeout 600s;
+  keepalive_requests 100000000;
+  client_max_body_size 8m;
+  upstream be {
+    hash $http_x_key consistent;
+%[4]s    keepalive 1024;
+    keepalive_requests 100000000;
+    keepalive_timeout 600s;
+  }
+  server {
+    listen 127.0.0.1:%[5]d;
+    location / {
+      proxy_pass http://be;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+    }
+  }
+}
+`, user, tmp, e.maxConns, ups.String(), port, e.nofile)
+	path, err := write(dir, "nginx.conf", text)
+	return []string{"-e", filepath.Join(tmp, "nginx-error.log"), "-p", tmp, "-c", path}, err
+}
+
+// caddyConfig: JSON config, reverse_proxy with the header selection policy
+// on X-Key (rendezvous hashing), keep-alive pool to the replicas, admin
+// endpoint off, no access log, error-level logs.
+func caddyConfig(dir string, port int, e *targetEnv) ([]string, error) {
+	var ups []map[string]string
+	for _, a := range e.replicas {
+		ups = append(ups, map[string]string{"dial": a})
+	}
+	cfg := map[string]any{
+		"admin":   map[string]any{"disabled": true, "config": map[string]any{"persist": false}},
+		"logging": map[string]any{"logs": map[string]any{"default": map[string]any{"level": "ERROR"}}},
+		"apps": map[string]any{"http": map[string]any{"servers": map[string]any{"bench": map[string]any{
+			"listen":          []string{fmt.Sprintf("127.0.0.1:%d", port)},
+			"automatic_https": map[string]any{"disable": true},
+			"idle_timeout":    "10m",
+			"routes": []any{map[string]any{"handle": []any{map[string]any{
+				"handler":        "reverse_proxy",
+				"upstreams":      ups,
+				"load_balancing": map[string]any{"selection_policy": map[string]any{"policy": "header", "field": "X-Key"}},
+				"transport": map[string]any{
+					"protocol":   "http",
+					"keep_alive": map[string]any{"enabled": true, "max_idle_conns_per_host": 1024, "idle_timeout": "10m"},
+				},
+			}}}},
+		}}}},
+	}
+	b, err := json.MarshalIndent(cfg, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	path, err := write(dir, "caddy.json", string(b))
+	return []string{"run", "--config", path}, err
+}
