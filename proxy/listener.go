@@ -63,18 +63,66 @@ func markLinger(c net.Conn) {
 }
 
 func (c *lingerConn) Close() error {
-	if !c.linger.Load() {
+	if !c.linger.Load() || !c.p.lingering.start() {
 		return c.TCPConn.Close()
 	}
 	if err := c.TCPConn.CloseWrite(); err != nil {
+		c.p.lingering.done()
 		return c.TCPConn.Close()
 	}
-	c.p.lingering.Add(1)
 	go func() {
-		defer c.p.lingering.Done()
-		drain(c.TCPConn, c.p.lingerTime, &c.p.stopLinger)
+		defer c.p.lingering.done()
+		drain(c.TCPConn, c.p.lingerTime, &c.p.lingering.stopping)
 	}()
 	return nil
+}
+
+// lingerTracker counts draining connections so that Run can stop and wait
+// for them. A WaitGroup does not fit: fasthttp closes a connection after
+// it stopped counting it as open, so a Close may come after Shutdown
+// returned, and WaitGroup forbids an Add from zero concurrent with Wait.
+// The zero value is ready to use.
+type lingerTracker struct {
+	stopping atomic.Bool // drainers poll it
+	mu       sync.Mutex
+	cond     *sync.Cond
+	n        int
+	stopped  bool
+}
+
+// start registers a draining connection; false once stopped.
+func (t *lingerTracker) start() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.stopped {
+		return false
+	}
+	t.n++
+	return true
+}
+
+func (t *lingerTracker) done() {
+	t.mu.Lock()
+	t.n--
+	if t.n == 0 && t.cond != nil {
+		t.cond.Broadcast()
+	}
+	t.mu.Unlock()
+}
+
+// stopAndWait ends every drain (within lingerPoll) and waits for them;
+// connections closed afterwards close at once.
+func (t *lingerTracker) stopAndWait() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.stopped = true
+	t.stopping.Store(true)
+	if t.cond == nil {
+		t.cond = sync.NewCond(&t.mu)
+	}
+	for t.n > 0 {
+		t.cond.Wait()
+	}
 }
 
 // drain reads and discards until EOF, an error, linger time or

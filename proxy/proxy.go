@@ -65,9 +65,8 @@ type Proxy struct {
 	ready   atomic.Bool
 	started atomic.Bool
 
-	lingering  sync.WaitGroup // connections draining before close (listener.go)
-	stopLinger atomic.Bool    // set once shut down: drain no longer
-	lingerTime time.Duration  // bound on one connection's draining
+	lingering  lingerTracker // connections draining before close (listener.go)
+	lingerTime time.Duration // bound on one connection's draining
 }
 
 // replicaSet is the proxy's per-set state, fixed at construction.
@@ -360,11 +359,7 @@ func (p *Proxy) Run(ctx context.Context) error {
 	defer cancel()
 	err := p.server.ShutdownWithContext(sctx)
 	<-serveErr
-	if err == nil {
-		// Every connection is closed: no lingering close starts any more.
-		p.stopLinger.Store(true)
-		p.lingering.Wait()
-	}
+	p.lingering.stopAndWait()
 	for _, rs := range p.sets {
 		t := rs.router.Table()
 		for i := 0; i < t.Len(); i++ {
