@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -35,10 +34,11 @@ type Config struct {
 	Pin             bool          `json:"pin"`        // proxy on CPU 0, everything else on CPU 1
 	Profile         time.Duration `json:"profile"`    // keyway CPU profile taken during an extra throughput run in the last round; 0: none
 	OutDir          string        `json:"-"`
-	Keyway          string        `json:"-"` // a prebuilt keyway binary; "" builds one
-	Repo            string        `json:"-"` // module root, for building keyway
-	Race            bool          `json:"-"` // build keyway with -race (the smoke test under -race)
-	Log             io.Writer     `json:"-"` // progress; nil discards
+	Keyway          string        `json:"-"`                    // a prebuilt keyway binary; "" builds one
+	KeywayRev       string        `json:"keyway_rev,omitempty"` // build keyway from this git revision instead of the working tree
+	Repo            string        `json:"-"`                    // module root, for building keyway
+	Race            bool          `json:"-"`                    // build keyway with -race (the smoke test under -race)
+	Log             io.Writer     `json:"-"`                    // progress; nil discards
 }
 
 // Harness runs the measurements of one Config.
@@ -82,9 +82,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	bin := cfg.Keyway
 	if bin == "" {
 		h.logf("building keyway")
-		if bin, err = buildKeyway(ctx, cfg.Repo, dir, cfg.Race); err != nil {
+		if bin, rep.Env.KeywaySource, err = buildKeyway(ctx, cfg.Repo, cfg.KeywayRev, dir, cfg.Race); err != nil {
 			return nil, err
 		}
+	} else {
+		rep.Env.KeywaySource = "prebuilt binary " + bin
 	}
 	if h.targets, h.notes, err = newTargets(cfg.Targets, bin); err != nil {
 		return nil, err
@@ -181,10 +183,24 @@ func (h *Harness) logf(format string, args ...any) {
 	fmt.Fprintf(h.log, "%s bench: "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
 }
 
-// buildKeyway builds the real binary from the module at repo.
-func buildKeyway(ctx context.Context, repo, dir string, race bool) (string, error) {
-	out := filepath.Join(dir, "keyway")
-	args := []string{"build", "-o", out}
+// buildKeyway builds the real binary from the module at repo: from its
+// working tree, or, with rev, from that git revision exported into dir.
+// It returns the binary and a description of the source it was built from.
+func buildKeyway(ctx context.Context, repo, rev, dir string, race bool) (bin, source string, err error) {
+	src := repo
+	if rev != "" {
+		src = filepath.Join(dir, "src")
+		if err := os.MkdirAll(src, 0o755); err != nil {
+			return "", "", err
+		}
+		archive := exec.CommandContext(ctx, "sh", "-c", `git -C "$1" archive --format=tar "$2" | tar -x -C "$3"`, "sh", repo, rev, src)
+		if b, err := archive.CombinedOutput(); err != nil {
+			return "", "", fmt.Errorf("export keyway at %s: %w\n%s", rev, err, b)
+		}
+	}
+	source = describeSource(ctx, repo, rev)
+	bin = filepath.Join(dir, "keyway")
+	args := []string{"build", "-o", bin}
 	if race {
 		args = append(args, "-race")
 	}
@@ -193,11 +209,40 @@ func buildKeyway(ctx context.Context, repo, dir string, race bool) (string, erro
 		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
 	}
 	cmd := exec.CommandContext(ctx, goBin, append(args, "./cmd/keyway")...)
-	cmd.Dir = repo
+	cmd.Dir = src
 	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build ./cmd/keyway: %w\n%s", err, b)
+		return "", "", fmt.Errorf("go build ./cmd/keyway: %w\n%s", err, b)
 	}
-	return out, nil
+	return bin, source, nil
+}
+
+// describeSource names the commit keyway was built from and, for a working
+// tree, the files changed since (outside bench/ and docs/).
+func describeSource(ctx context.Context, repo, rev string) string {
+	git := func(args ...string) string {
+		b, err := exec.CommandContext(ctx, "git", append([]string{"-C", repo}, args...)...).Output()
+		if err != nil {
+			return ""
+		}
+		return strings.TrimRight(string(b), "\n") // porcelain lines start with a space
+	}
+	if rev != "" {
+		return "git " + rev + " = " + git("rev-parse", "--short=12", rev)
+	}
+	head := git("rev-parse", "--short=12", "HEAD")
+	if head == "" {
+		return "working tree (not a git checkout)"
+	}
+	var dirty []string
+	for _, l := range strings.Split(git("status", "--porcelain", "--", ".", ":!bench", ":!docs"), "\n") {
+		if len(l) > 3 {
+			dirty = append(dirty, l[3:])
+		}
+	}
+	if len(dirty) == 0 {
+		return "working tree at " + head
+	}
+	return "working tree at " + head + " with uncommitted changes in " + strings.Join(dirty, ", ")
 }
 
 // running is a target ready for load.
@@ -277,7 +322,7 @@ func (h *Harness) measure(ctx context.Context, t *target, round int) TargetRun {
 	maxConns := h.cfg.IdleConns + 2048
 
 	if h.cfg.IdleConns > 0 && t.config != nil {
-		if ir, err := h.measureIdle(ctx, t, maxConns); err != nil {
+		if ir, err := h.measureIdle(ctx, t, maxConns, round == h.cfg.Rounds-1); err != nil {
 			fail("idle connections", err)
 		} else {
 			run.Idle = &ir
@@ -366,8 +411,10 @@ func (h *Harness) throughput(ctx context.Context, rt *running, d time.Duration, 
 }
 
 // measureIdle starts a fresh process, measures its RSS, opens the idle
-// connections, measures again and stops it.
-func (h *Harness) measureIdle(ctx context.Context, t *target, maxConns int) (idleRun, error) {
+// connections, measures again and stops it. For keyway it also records the
+// Go runtime's split of the memory and, in the last round with -profile, a
+// heap profile with the connections open.
+func (h *Harness) measureIdle(ctx context.Context, t *target, maxConns int, last bool) (idleRun, error) {
 	rt, err := h.start(ctx, t, maxConns)
 	if err != nil {
 		return idleRun{}, err
@@ -384,6 +431,12 @@ func (h *Harness) measureIdle(ctx context.Context, t *target, maxConns int) (idl
 	if err != nil {
 		return idleRun{}, err
 	}
+	var goBefore *goMem
+	if rt.admin != "" {
+		if goBefore, err = scrapeGoMem(ctx, rt.admin); err != nil {
+			return idleRun{}, err
+		}
+	}
 	start := time.Now()
 	conns, err := openIdle(ctx, rt.addr, h.cfg.IdleConns, h.cfg.Keys)
 	if err != nil {
@@ -395,43 +448,46 @@ func (h *Harness) measureIdle(ctx context.Context, t *target, maxConns int) (idl
 	if err != nil {
 		return idleRun{}, err
 	}
-	return idleRun{
+	ir := idleRun{
 		Conns: len(conns), RSSBefore: before, RSSWith: with, OpenSeconds: opened.Seconds(),
-		BytesPerConn: float64(with-before) / float64(len(conns)),
-	}, nil
+		BytesPerConn: float64(with-before) / float64(len(conns)), GoBefore: goBefore,
+	}
+	if rt.admin != "" {
+		if ir.GoWith, err = scrapeGoMem(ctx, rt.admin); err != nil {
+			return idleRun{}, err
+		}
+		if last && h.cfg.Profile > 0 {
+			b, err := httpGet(ctx, "http://"+rt.admin+"/debug/pprof/heap")
+			if err != nil {
+				return idleRun{}, err
+			}
+			if err := h.saveOutput("keyway-heap-idle.prof", b); err != nil {
+				return idleRun{}, err
+			}
+		}
+	}
+	return ir, nil
+}
+
+// saveOutput writes a file into the output directory.
+func (h *Harness) saveOutput(name string, b []byte) error {
+	if err := os.MkdirAll(h.cfg.OutDir, 0o755); err != nil {
+		return err
+	}
+	path := filepath.Join(h.cfg.OutDir, name)
+	h.logf("%s written", path)
+	return os.WriteFile(path, b, 0o644)
 }
 
 // saveProfile takes a CPU profile of keyway through its admin listener
 // while load runs and writes it to the output directory.
 func (h *Harness) saveProfile(ctx context.Context, admin string) error {
 	secs := max(1, int(h.cfg.Profile.Seconds()))
-	url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", admin, secs)
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	b, err := httpGet(ctx, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", admin, secs))
 	if err != nil {
 		return err
 	}
-	resp, err := (&http.Client{Timeout: time.Duration(secs+30) * time.Second}).Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != 200 {
-		return fmt.Errorf("%s: %s", url, resp.Status)
-	}
-	if err := os.MkdirAll(h.cfg.OutDir, 0o755); err != nil {
-		return err
-	}
-	path := filepath.Join(h.cfg.OutDir, "keyway-cpu.prof")
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(f, resp.Body); err != nil {
-		f.Close()
-		return err
-	}
-	h.logf("keyway CPU profile (%ds) written to %s", secs, path)
-	return f.Close()
+	return h.saveOutput("keyway-cpu.prof", b)
 }
 
 // environment records what the numbers were measured on.

@@ -8,6 +8,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,6 +23,65 @@ type idleRun struct {
 	RSSWith      int64   `json:"rss_with_bytes"`
 	BytesPerConn float64 `json:"bytes_per_conn"`
 	OpenSeconds  float64 `json:"open_seconds"`
+	// For keyway, from its own /metrics: where the memory went.
+	GoBefore *goMem `json:"go_before,omitempty"`
+	GoWith   *goMem `json:"go_with,omitempty"`
+}
+
+// goMem is the Go runtime's view of a process's memory, from the
+// Prometheus Go collector on keyway's admin listener.
+type goMem struct {
+	Goroutines float64 `json:"goroutines"`
+	HeapInuse  float64 `json:"heap_inuse_bytes"`
+	StackInuse float64 `json:"stack_inuse_bytes"`
+}
+
+// scrapeGoMem reads goMem from a /metrics endpoint.
+func scrapeGoMem(ctx context.Context, admin string) (*goMem, error) {
+	b, err := httpGet(ctx, "http://"+admin+"/metrics")
+	if err != nil {
+		return nil, err
+	}
+	m := &goMem{}
+	for _, line := range strings.Split(string(b), "\n") {
+		name, val, ok := strings.Cut(line, " ")
+		if !ok {
+			continue
+		}
+		var dst *float64
+		switch name {
+		case "go_goroutines":
+			dst = &m.Goroutines
+		case "go_memstats_heap_inuse_bytes":
+			dst = &m.HeapInuse
+		case "go_memstats_stack_inuse_bytes":
+			dst = &m.StackInuse
+		default:
+			continue
+		}
+		if *dst, err = strconv.ParseFloat(strings.TrimSpace(val), 64); err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+	}
+	return m, nil
+}
+
+// httpGet fetches url from a loopback admin endpoint.
+func httpGet(ctx context.Context, url string) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := (&http.Client{Timeout: time.Minute}).Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return b, err
 }
 
 // openIdle opens n keep-alive connections to addr, sends one keyed GET on

@@ -45,7 +45,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.DurationVar(&cfg.Duration, "duration", 10*time.Second, "length of each throughput (wrk) run")
 	fs.DurationVar(&cfg.Warmup, "warmup", 2*time.Second, "unmeasured load before each throughput run (and up to 1s before each latency run)")
 	fs.IntVar(&cfg.Connections, "connections", 64, "client connections of the throughput runs")
-	fs.StringVar(&rates, "rates", "1000,5000", "fixed request rates of the open-loop latency runs, comma-separated; empty: none")
+	fs.StringVar(&rates, "rates", "1000,2000", "fixed request rates of the open-loop latency runs, comma-separated; empty: none")
 	fs.DurationVar(&cfg.LatencyDuration, "latency-duration", 10*time.Second, "length of each latency run")
 	fs.IntVar(&cfg.Replicas, "replicas", 3, "replicas behind each proxy")
 	fs.IntVar(&cfg.Body, "body", 1024, "request body size in bytes")
@@ -58,6 +58,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.DurationVar(&cfg.Profile, "profile", 0, "if > 0, take a keyway CPU profile this long (admin /debug/pprof/profile) during an extra load run in the last round, saved as keyway-cpu.prof in -out")
 	fs.StringVar(&cfg.OutDir, "out", filepath.Join("bench", "results"), "output directory")
 	fs.StringVar(&cfg.Keyway, "keyway", "", "a prebuilt keyway binary; empty: go build ./cmd/keyway")
+	fs.StringVar(&cfg.KeywayRev, "keyway-rev", "", "build keyway from this git revision (e.g. HEAD) instead of the working tree")
 	quiet := fs.Bool("quiet", false, "no progress lines on stderr")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {

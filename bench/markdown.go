@@ -25,6 +25,7 @@ func (r *Report) Markdown() string {
 	fmt.Fprintf(&b, "%d round(s), targets interleaved; every cell is the median over rounds with (min–max).\n", c.Rounds)
 	fmt.Fprintf(&b, "Machine: %d CPU (%s), Linux %s, %s; load average (1, 5, 15 min) %s at start, %s at end.\n",
 		r.Env.CPUs, r.Env.CPUModel, r.Env.Kernel, r.Env.GoVersion, r.Env.LoadStart, r.Env.LoadEnd)
+	fmt.Fprintf(&b, "keyway: %s.\n", r.Env.KeywaySource)
 	tool := "wrk"
 	for _, run := range r.Runs {
 		if run.Throughput != nil {

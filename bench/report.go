@@ -25,13 +25,14 @@ type Report struct {
 
 // Env describes the machine and the software measured.
 type Env struct {
-	CPUs      int      `json:"cpus"`
-	CPUModel  string   `json:"cpu_model"`
-	Kernel    string   `json:"kernel"`
-	GoVersion string   `json:"go_version"`
-	Versions  []string `json:"versions"`
-	LoadStart string   `json:"loadavg_start"` // /proc/loadavg 1, 5, 15 min
-	LoadEnd   string   `json:"loadavg_end"`
+	CPUs         int      `json:"cpus"`
+	CPUModel     string   `json:"cpu_model"`
+	Kernel       string   `json:"kernel"`
+	GoVersion    string   `json:"go_version"`
+	KeywaySource string   `json:"keyway_source"`
+	Versions     []string `json:"versions"`
+	LoadStart    string   `json:"loadavg_start"` // /proc/loadavg 1, 5, 15 min
+	LoadEnd      string   `json:"loadavg_end"`
 }
 
 // TargetRun is one target in one round.
