@@ -1,0 +1,531 @@
+package membership
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"net"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"keyway/balancer"
+)
+
+// Status is a member's liveness as this node's gossip sees it.
+type Status uint8
+
+const (
+	StatusAlive Status = iota // reachable
+	StatusDead                // failed without leaving (or unreachable for long enough)
+	StatusLeft                // left gracefully
+)
+
+func (s Status) String() string {
+	switch s {
+	case StatusAlive:
+		return "alive"
+	case StatusDead:
+		return "dead"
+	}
+	return "left"
+}
+
+// MarshalText implements encoding.TextMarshaler.
+func (s Status) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
+// Member is one gossip member as this node knows it. It is a plain value.
+type Member struct {
+	// Node is the gossip node name: the replica name plus a boot suffix.
+	Node string `json:"node"`
+	// Gossip is the member's gossip address.
+	Gossip string `json:"gossip"`
+	Meta   Meta   `json:"meta"`
+	Status Status `json:"status"`
+	// Since is when Status last changed, on this node's clock.
+	Since time.Time `json:"since"`
+	// Self marks this node's own entry.
+	Self bool `json:"self,omitempty"`
+}
+
+// Sink receives the full member list after every change (coalesced).
+// Calls are serialized; implementations must not block and must not call
+// back into the Node.
+type Sink interface {
+	SetMembers([]Member)
+}
+
+// MessageHandler receives user messages sent with [Node.Send]. It is called
+// from a worker goroutine, serialized, never from memberlist's packet loop.
+type MessageHandler func(from string, msg []byte)
+
+// Options are a Node's dependencies. All are optional.
+type Options struct {
+	Logger     *zap.Logger
+	Registerer prometheus.Registerer
+	Sink       Sink
+	Messages   MessageHandler
+	// Env looks up KEYWAY_GOSSIP_KEY; nil means os.LookupEnv.
+	Env func(string) (string, bool)
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// Node is this process's gossip member. Construct with New, then Run. It is
+// safe for concurrent use and must not be copied.
+type Node struct {
+	cfg     Config
+	opts    Options
+	log     *zap.Logger
+	name    string
+	keys    [][]byte
+	metrics *metrics
+	now     func() time.Time
+
+	meta   atomic.Pointer[[]byte] // encoded, served by NodeMeta
+	metaMu sync.Mutex             // serializes SetMeta
+	cur    Meta
+
+	mu      sync.Mutex // guards members
+	members map[string]*Member
+	dirty   chan struct{}
+	inbox   chan inMsg
+
+	ml      atomic.Pointer[memberlist.Memberlist]
+	started chan struct{}
+}
+
+type inMsg struct {
+	from string
+	msg  []byte
+}
+
+// New validates the configuration and the local metadata. It does not bind
+// or join: Run does.
+func New(cfg Config, self Meta, opts Options) (*Node, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("gossip config: %w", err)
+	}
+	keys, err := cfg.keys(opts.Env)
+	if err != nil {
+		return nil, fmt.Errorf("gossip key: %w", err)
+	}
+	now := opts.Now
+	if now == nil {
+		now = time.Now
+	}
+	if self.Boot == 0 {
+		self.Boot = now().UnixNano()
+	}
+	n := &Node{
+		cfg:     cfg,
+		opts:    opts,
+		log:     cmp.Or(opts.Logger, zap.NewNop()),
+		keys:    keys,
+		now:     now,
+		members: map[string]*Member{},
+		dirty:   make(chan struct{}, 1),
+		inbox:   make(chan inMsg, 256),
+		started: make(chan struct{}),
+		metrics: newMetrics(opts.Registerer),
+	}
+	base := self.Replica
+	if base == "" {
+		base = self.Role.String()
+	}
+	// A per-boot suffix: a restart (possibly on a new address) must not
+	// collide with its own dead entry (memberlist#157).
+	n.name = base + "." + strconv.FormatInt(self.Boot%1e9, 36)
+	if err := n.setMeta(self); err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+// Name returns the gossip node name.
+func (n *Node) Name() string { return n.name }
+
+// Meta returns the metadata this node advertises.
+func (n *Node) Meta() Meta {
+	n.metaMu.Lock()
+	defer n.metaMu.Unlock()
+	return n.cur
+}
+
+func (n *Node) setMeta(m Meta) error {
+	b, err := m.Encode()
+	if err != nil {
+		return err
+	}
+	n.cur = m
+	n.meta.Store(&b)
+	return nil
+}
+
+// UpdateMeta changes the advertised metadata and gossips it, waiting at
+// most timeout for the broadcast to go out (it keeps spreading after).
+func (n *Node) UpdateMeta(f func(*Meta), timeout time.Duration) error {
+	n.metaMu.Lock()
+	m := n.cur
+	f(&m)
+	err := n.setMeta(m)
+	n.metaMu.Unlock()
+	if err != nil {
+		return err
+	}
+	n.mu.Lock()
+	if self := n.members[n.name]; self != nil {
+		self.Meta = m
+	}
+	n.mu.Unlock()
+	n.signal()
+	if ml := n.ml.Load(); ml != nil {
+		if err := ml.UpdateNode(timeout); err != nil {
+			return fmt.Errorf("gossip metadata update: %w", err)
+		}
+	}
+	return nil
+}
+
+// Members returns a snapshot of every member, self included, sorted by
+// node name.
+func (n *Node) Members() []Member {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	out := make([]Member, 0, len(n.members))
+	for _, k := range slices.Sorted(maps.Keys(n.members)) {
+		out = append(out, *n.members[k])
+	}
+	return out
+}
+
+// HealthScore returns memberlist's awareness score: 0 is healthy, higher
+// means this node is slow to answer probes. -1 before Run.
+func (n *Node) HealthScore() int {
+	if ml := n.ml.Load(); ml != nil {
+		return ml.GetHealthScore()
+	}
+	return -1
+}
+
+// Started is closed once the gossip listener is bound.
+func (n *Node) Started() <-chan struct{} { return n.started }
+
+// GossipAddr returns the advertised gossip address, or "" before Run.
+func (n *Node) GossipAddr() string {
+	if ml := n.ml.Load(); ml != nil {
+		return ml.LocalNode().Address()
+	}
+	return ""
+}
+
+// ErrNotRunning is returned by calls that need a running Node.
+var ErrNotRunning = errors.New("membership: node is not running")
+
+// Send sends a user message reliably (TCP) to the member with this gossip
+// node name.
+func (n *Node) Send(node string, msg []byte) error {
+	ml := n.ml.Load()
+	if ml == nil {
+		return ErrNotRunning
+	}
+	n.mu.Lock()
+	m, ok := n.members[node]
+	n.mu.Unlock()
+	if !ok || m.Status != StatusAlive {
+		return fmt.Errorf("membership: no live member %q", node)
+	}
+	return ml.SendToAddress(memberlist.Address{Addr: m.Gossip, Name: node}, encodeEnvelope(n.name, msg))
+}
+
+// Run binds, joins, and keeps the member list current until ctx is done;
+// then it leaves the cluster gracefully and shuts gossip down.
+func (n *Node) Run(ctx context.Context) error {
+	ml, err := memberlist.Create(n.memberlistConfig())
+	if err != nil {
+		return fmt.Errorf("gossip: %w", err)
+	}
+	n.ml.Store(ml)
+	n.mu.Lock()
+	n.members[n.name] = &Member{Node: n.name, Gossip: ml.LocalNode().Address(), Meta: n.Meta(), Status: StatusAlive, Since: n.now(), Self: true}
+	n.mu.Unlock()
+	close(n.started)
+	n.log.Info("gossip started", zap.String("node", n.name), zap.String("addr", ml.LocalNode().Address()),
+		zap.String("label", n.cfg.Label), zap.Bool("encrypted", len(n.keys) > 0))
+	n.signal()
+
+	var wg sync.WaitGroup
+	wctx, cancel := context.WithCancel(ctx)
+	wg.Add(3)
+	go func() { defer wg.Done(); n.joinLoop(wctx, ml) }()
+	go func() { defer wg.Done(); n.emitLoop(wctx) }()
+	go func() { defer wg.Done(); n.messageLoop(wctx) }()
+	<-ctx.Done()
+	cancel()
+	wg.Wait()
+
+	if err := ml.Leave(5 * time.Second); err != nil {
+		n.log.Warn("gossip leave", zap.Error(err))
+	}
+	if err := ml.Shutdown(); err != nil {
+		n.log.Warn("gossip shutdown", zap.Error(err))
+	}
+	n.log.Info("gossip stopped", zap.String("node", n.name))
+	return nil
+}
+
+func (n *Node) memberlistConfig() *memberlist.Config {
+	c := memberlist.DefaultLANConfig()
+	if n.cfg.Profile == "fast" {
+		c.ProbeInterval = 500 * time.Millisecond
+		c.ProbeTimeout = 200 * time.Millisecond
+		c.SuspicionMult = 2
+		c.GossipInterval = 100 * time.Millisecond
+		c.TCPTimeout = 2 * time.Second
+	}
+	c.Name = n.name
+	c.BindAddr = n.cfg.BindAddr
+	c.BindPort = n.cfg.BindPort
+	c.AdvertiseAddr = n.cfg.AdvertiseAddr
+	c.AdvertisePort = n.cfg.AdvertisePort
+	if c.AdvertiseAddr == "" && n.cfg.BindAddr != "0.0.0.0" && n.cfg.BindAddr != "::" {
+		c.AdvertiseAddr = n.cfg.BindAddr
+	}
+	c.PushPullInterval = n.cfg.PushPullInterval
+	c.Label = n.cfg.Label
+	// A Left node's name is reclaimable at once; a dead one after this.
+	c.DeadNodeReclaimTime = 10 * time.Second
+	if len(n.keys) > 0 {
+		kr, _ := memberlist.NewKeyring(n.keys, n.keys[0])
+		c.Keyring = kr
+	}
+	c.Delegate = (*delegate)(n)
+	c.Events = (*events)(n)
+	c.Alive = (*alive)(n)
+	c.LogOutput = &logWriter{log: n.log.Named("memberlist")}
+	return c
+}
+
+// joinLoop joins the seeds with backoff, then re-joins them periodically.
+func (n *Node) joinLoop(ctx context.Context, ml *memberlist.Memberlist) {
+	if len(n.cfg.Join) == 0 {
+		return
+	}
+	backoff := 200 * time.Millisecond
+	for {
+		k, err := ml.Join(n.cfg.Join)
+		if err == nil || k > 0 {
+			n.log.Info("gossip joined", zap.Strings("seeds", n.cfg.Join), zap.Int("contacted", k))
+			break
+		}
+		n.metrics.joinFailures.Inc()
+		n.log.Warn("gossip join failed; retrying", zap.Strings("seeds", n.cfg.Join), zap.Error(err), zap.Duration("in", backoff))
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 10*time.Second)
+	}
+	if n.cfg.RejoinInterval <= 0 {
+		return
+	}
+	t := time.NewTicker(n.cfg.RejoinInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if _, err := ml.Join(n.cfg.Join); err != nil {
+				n.log.Debug("gossip rejoin failed", zap.Error(err))
+			}
+		}
+	}
+}
+
+// emitLoop hands member snapshots to the sink, coalescing bursts, and
+// forgets dead members after ForgetAfter.
+func (n *Node) emitLoop(ctx context.Context) {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-n.dirty:
+			// Coalesce: a burst of joins becomes one snapshot.
+			t := time.NewTimer(20 * time.Millisecond)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+		case <-tick.C:
+			if !n.forget() {
+				continue
+			}
+		}
+		n.emit()
+	}
+}
+
+// forget drops dead and left members older than ForgetAfter; it reports
+// whether anything changed.
+func (n *Node) forget() bool {
+	cutoff := n.now().Add(-n.cfg.ForgetAfter)
+	changed := false
+	n.mu.Lock()
+	for k, m := range n.members {
+		if m.Status != StatusAlive && m.Since.Before(cutoff) {
+			delete(n.members, k)
+			changed = true
+		}
+	}
+	n.mu.Unlock()
+	return changed
+}
+
+func (n *Node) emit() {
+	ms := n.Members()
+	n.metrics.observe(ms)
+	if n.opts.Sink != nil {
+		n.opts.Sink.SetMembers(ms)
+	}
+}
+
+func (n *Node) messageLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case m := <-n.inbox:
+			if n.opts.Messages != nil {
+				n.opts.Messages(m.from, m.msg)
+			}
+		}
+	}
+}
+
+func (n *Node) signal() {
+	select {
+	case n.dirty <- struct{}{}:
+	default:
+	}
+}
+
+// update records an event. It runs inside memberlist callbacks, under
+// memberlist's node lock: it must not block or call memberlist.
+func (n *Node) update(node *memberlist.Node, leaving bool) {
+	if node.Name == n.name {
+		return
+	}
+	meta, err := DecodeMeta(node.Meta)
+	if err != nil {
+		n.metrics.badMeta.Inc()
+		return
+	}
+	addr := net.JoinHostPort(node.Addr.String(), strconv.Itoa(int(node.Port)))
+	now := n.now()
+	n.mu.Lock()
+	m, ok := n.members[node.Name]
+	if !ok {
+		m = &Member{Node: node.Name}
+		n.members[node.Name] = m
+	}
+	status := StatusAlive
+	if leaving {
+		// memberlist cannot tell us Left from Dead (memberlist#293): a
+		// member that leaves gracefully advertises stopped first.
+		status = StatusDead
+		if m.Meta.State == balancer.StateStopped || meta.State == balancer.StateStopped {
+			status = StatusLeft
+		}
+	} else {
+		m.Meta = meta
+	}
+	if !ok || m.Status != status {
+		m.Since = now
+	}
+	m.Status, m.Gossip = status, addr
+	n.mu.Unlock()
+	n.metrics.events.Inc()
+	n.signal()
+}
+
+// delegate implements memberlist.Delegate.
+type delegate Node
+
+func (d *delegate) NodeMeta(limit int) []byte {
+	b := *(*Node)(d).meta.Load()
+	if len(b) > limit {
+		// Encode already checked MetaMaxSize; never panic memberlist.
+		return nil
+	}
+	return b
+}
+
+func (d *delegate) NotifyMsg(b []byte) {
+	n := (*Node)(d)
+	from, msg, ok := decodeEnvelope(b)
+	if !ok {
+		n.metrics.badMsgs.Inc()
+		return
+	}
+	select {
+	case n.inbox <- inMsg{from: from, msg: msg}:
+	default:
+		n.metrics.droppedMsgs.Inc()
+	}
+}
+
+func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte { return nil }
+func (d *delegate) LocalState(join bool) []byte                { return nil }
+func (d *delegate) MergeRemoteState(buf []byte, join bool)     {}
+
+// events implements memberlist.EventDelegate.
+type events Node
+
+func (e *events) NotifyJoin(node *memberlist.Node)   { (*Node)(e).update(node, false) }
+func (e *events) NotifyUpdate(node *memberlist.Node) { (*Node)(e).update(node, false) }
+func (e *events) NotifyLeave(node *memberlist.Node)  { (*Node)(e).update(node, true) }
+
+// alive implements memberlist.AliveDelegate: a peer whose metadata this
+// version cannot read never becomes a member.
+type alive Node
+
+func (a *alive) NotifyAlive(peer *memberlist.Node) error {
+	if peer.Name == (*Node)(a).name {
+		return nil
+	}
+	if _, err := DecodeMeta(peer.Meta); err != nil {
+		(*Node)(a).metrics.badMeta.Inc()
+		return fmt.Errorf("keyway: rejecting %s: %w", peer.Name, err)
+	}
+	return nil
+}
+
+// envelope: 1 byte length of the sender name, the name, the payload.
+func encodeEnvelope(from string, msg []byte) []byte {
+	b := make([]byte, 0, 1+len(from)+len(msg))
+	b = append(b, byte(len(from)))
+	b = append(b, from...)
+	return append(b, msg...)
+}
+
+func decodeEnvelope(b []byte) (from string, msg []byte, ok bool) {
+	if len(b) < 1 || len(b) < 1+int(b[0]) {
+		return "", nil, false
+	}
+	return string(b[1 : 1+int(b[0])]), bytes.Clone(b[1+int(b[0]):]), true
+}

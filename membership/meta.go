@@ -1,0 +1,142 @@
+package membership
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"keyway/balancer"
+)
+
+// Role says what a gossip member is.
+type Role uint8
+
+const (
+	RoleUnknown Role = iota
+	RoleProxy        // a keyway proxy
+	RoleReplica      // an agent advertising one replica
+)
+
+func (r Role) String() string {
+	switch r {
+	case RoleProxy:
+		return "proxy"
+	case RoleReplica:
+		return "replica"
+	}
+	return "unknown"
+}
+
+// MarshalText implements encoding.TextMarshaler.
+func (r Role) MarshalText() ([]byte, error) { return []byte(r.String()), nil }
+
+// Meta is what a member advertises in its gossip node metadata. Encoded
+// with [Meta.Encode] it must fit in 512 bytes (memberlist.MetaMaxSize).
+type Meta struct {
+	Role Role `json:"role"`
+	// Set is the replica set (replicas only).
+	Set string `json:"set,omitempty"`
+	// Replica is the ring identity (replicas only), stable across restarts.
+	Replica string `json:"replica,omitempty"`
+	// Addr is the HTTP address: the replica's for proxies to forward to, or
+	// the proxy's admin address.
+	Addr string `json:"addr,omitempty"`
+	// State is the replica's lifecycle state (replicas only).
+	State balancer.State `json:"state"`
+	// Weight is advisory; 0 means 1.
+	Weight uint16 `json:"weight,omitempty"`
+	// Zone is an optional failure-domain label.
+	Zone string `json:"zone,omitempty"`
+	// Boot is when the process started (Unix nanoseconds): of two members
+	// claiming one replica name the newest boot wins.
+	Boot int64 `json:"boot"`
+	// Fingerprint is the ring fingerprint a proxy routes with, one per set
+	// as "set=fingerprint" joined by ','; agents leave it empty.
+	Fingerprint string `json:"fingerprint,omitempty"`
+	// Remove is set by a replica leaving for good (scale-in): proxies drop
+	// it from the ring at once instead of waiting for forget_after.
+	Remove bool `json:"remove,omitempty"`
+}
+
+// MetaMaxSize is memberlist's limit on node metadata.
+const MetaMaxSize = 512
+
+// metaVersion is the first byte of every encoded Meta. A decoder accepts
+// its own version and rejects others, so that an incompatible layout is
+// ignored (and counted) instead of misread.
+const metaVersion = 1
+
+const flagRemove = 1
+
+// Errors returned by DecodeMeta.
+var (
+	ErrMetaVersion = errors.New("membership: unsupported metadata version")
+	ErrMetaFormat  = errors.New("membership: malformed metadata")
+	ErrMetaSize    = errors.New("membership: metadata larger than 512 bytes")
+)
+
+// Encode returns the compact binary form: version, role, state, flags,
+// weight, boot, then length-prefixed strings set, replica, addr, zone,
+// fingerprint. It fails when the result exceeds MetaMaxSize.
+func (m Meta) Encode() ([]byte, error) {
+	b := make([]byte, 0, 64+len(m.Set)+len(m.Replica)+len(m.Addr)+len(m.Zone)+len(m.Fingerprint))
+	var flags byte
+	if m.Remove {
+		flags |= flagRemove
+	}
+	b = append(b, metaVersion, byte(m.Role), byte(m.State), flags)
+	b = binary.BigEndian.AppendUint16(b, m.Weight)
+	b = binary.AppendVarint(b, m.Boot)
+	for _, s := range []string{m.Set, m.Replica, m.Addr, m.Zone, m.Fingerprint} {
+		if len(s) > 255 {
+			return nil, fmt.Errorf("%w: field %q is longer than 255 bytes", ErrMetaSize, s[:32]+"…")
+		}
+		b = append(b, byte(len(s)))
+		b = append(b, s...)
+	}
+	if len(b) > MetaMaxSize {
+		return nil, fmt.Errorf("%w: %d bytes; shorten the fingerprint, names or address", ErrMetaSize, len(b))
+	}
+	return b, nil
+}
+
+// DecodeMeta parses metadata written by Encode. It never panics on
+// arbitrary input, rejects another version, and ignores bytes after the
+// fields it knows (fields a later revision of version 1 may append).
+func DecodeMeta(b []byte) (Meta, error) {
+	var m Meta
+	if len(b) > MetaMaxSize {
+		return m, ErrMetaSize
+	}
+	if len(b) < 6 {
+		return m, ErrMetaFormat
+	}
+	if b[0] != metaVersion {
+		return m, fmt.Errorf("%w %d", ErrMetaVersion, b[0])
+	}
+	m.Role, m.State = Role(b[1]), balancer.State(b[2])
+	if m.Role != RoleProxy && m.Role != RoleReplica {
+		return Meta{}, fmt.Errorf("%w: role %d", ErrMetaFormat, b[1])
+	}
+	if m.State > balancer.StateFailed {
+		return Meta{}, fmt.Errorf("%w: state %d", ErrMetaFormat, b[2])
+	}
+	m.Remove = b[3]&flagRemove != 0
+	m.Weight = binary.BigEndian.Uint16(b[4:6])
+	rest := b[6:]
+	boot, n := binary.Varint(rest)
+	if n <= 0 {
+		return Meta{}, ErrMetaFormat
+	}
+	m.Boot, rest = boot, rest[n:]
+	for _, dst := range []*string{&m.Set, &m.Replica, &m.Addr, &m.Zone, &m.Fingerprint} {
+		if len(rest) < 1 || len(rest) < 1+int(rest[0]) {
+			return Meta{}, ErrMetaFormat
+		}
+		*dst = string(rest[1 : 1+int(rest[0])])
+		rest = rest[1+int(rest[0]):]
+	}
+	// Bytes after the known fields are fields appended by a later minor
+	// revision of version 1: ignored.
+	return m, nil
+}
