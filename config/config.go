@@ -8,6 +8,7 @@ import (
 
 	"keyway/admin"
 	"keyway/logging"
+	"keyway/membership"
 	"keyway/proxy"
 )
 
@@ -24,6 +25,26 @@ type Config struct {
 	Admin admin.Config `yaml:"admin"`
 	// Log configures application and access logs.
 	Log logging.Config `yaml:"log"`
+	// Gossip configures replica discovery; off by default (static
+	// replicas only).
+	Gossip Gossip `yaml:"gossip"`
+}
+
+// Gossip is the proxy's gossip section: when enabled, the proxy joins the
+// gossip cluster as a member with role proxy and routes to the replicas the
+// agents advertise, beside any static ones.
+type Gossip struct {
+	// Enabled turns gossip discovery on. Default false.
+	Enabled           bool `yaml:"enabled"`
+	membership.Config `yaml:",inline"`
+}
+
+// Validate checks the gossip keys only when gossip is enabled.
+func (g Gossip) Validate() error {
+	if !g.Enabled {
+		return nil
+	}
+	return g.Config.Validate()
 }
 
 // Default returns the configuration used for every key the file, the
@@ -34,6 +55,7 @@ func Default() Config {
 		Config: proxy.DefaultConfig(),
 		Admin:  admin.DefaultConfig(),
 		Log:    logging.DefaultConfig(),
+		Gossip: Gossip{Config: membership.DefaultConfig()},
 	}
 }
 

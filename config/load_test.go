@@ -90,6 +90,18 @@ log:
   level: debug
   format: console
   access_log: true
+gossip:
+  enabled: true
+  bind_addr: 127.0.0.1
+  bind_port: 7950
+  advertise_addr: 127.0.0.2
+  advertise_port: 7951
+  join: [proxy-0.keyway.svc, "10.0.0.9:7946"]
+  rejoin_interval: 20s
+  label: prod
+  forget_after: 2m
+  profile: fast
+  push_pull_interval: 10s
 `
 
 func fullConfig() Config {
@@ -119,6 +131,12 @@ func fullConfig() Config {
 	}}
 	c.Admin.Listen = ""
 	c.Log.Level, c.Log.Format, c.Log.AccessLog = "debug", "console", true
+	c.Gossip.Enabled = true
+	c.Gossip.BindAddr, c.Gossip.BindPort = "127.0.0.1", 7950
+	c.Gossip.AdvertiseAddr, c.Gossip.AdvertisePort = "127.0.0.2", 7951
+	c.Gossip.Join = []string{"proxy-0.keyway.svc", "10.0.0.9:7946"}
+	c.Gossip.RejoinInterval, c.Gossip.Label = 20*time.Second, "prod"
+	c.Gossip.ForgetAfter, c.Gossip.Profile, c.Gossip.PushPullInterval = 2*time.Minute, "fast", 10*time.Second
 	return c
 }
 
@@ -304,7 +322,7 @@ func TestLoadProblems(t *testing.T) {
 		},
 		"unknown key from another section": {
 			yaml: "level: debug\n" + okSets,
-			want: []string{`f.yaml:1: level: unknown key "level" here (log.level is a key of another section); allowed keys here: listen, server, replica_sets, admin, log`},
+			want: []string{`f.yaml:1: level: unknown key "level" here (log.level is a key of another section); allowed keys here: listen, server, replica_sets, admin, log, gossip`},
 		},
 		"mapping merged into itself": {
 			yaml: "server: &a {<<: *a}\n" + okSets,
