@@ -67,7 +67,15 @@ type Replica struct {
 	Zone string `json:"zone,omitempty"`
 	// Source says where the replica came from ("static", "gossip", ...).
 	Source string `json:"source,omitempty"`
+	// Down says gossip found the replica unreachable (dead, not yet
+	// forgotten): it stays on the ring, keeping its partitions for a
+	// restart, but is out of rotation.
+	Down bool `json:"down,omitempty"`
 }
+
+// routable reports whether the replica's own view allows traffic: ready
+// and not down. Proxy-local exclusions come on top.
+func (r *Replica) routable() bool { return r.State == StateReady && !r.Down }
 
 // Reason is a bit set of proxy-local causes that hold a ring member out of
 // rotation, in addition to its lifecycle state.

@@ -165,6 +165,10 @@ func (r *Router[B]) SetHealthy(name string, healthy bool) {
 // rotation. It never changes the ring. Reasons for names the Router does
 // not know yet are kept: the producer (a health checker) clears what it set.
 // A call that changes nothing publishes nothing. Safe for concurrent use.
+//
+// Taking a replica out applies at once, without waiting for the coalescing
+// window: traffic must leave a failing replica now, and a rotation-only
+// rebuild is cheap (the ring is shared). Bringing it back is coalesced.
 func (r *Router[B]) SetExcluded(name string, reason Reason, excluded bool) {
 	r.mu.Lock()
 	old := r.excluded[name]
@@ -179,7 +183,11 @@ func (r *Router[B]) SetExcluded(name string, reason Reason, excluded bool) {
 			r.excluded[name] = v
 		}
 		r.pendingHealth = true
-		r.changed()
+		if v&^old != 0 {
+			r.flushLocked()
+		} else {
+			r.changed()
+		}
 	}
 	r.mu.Unlock()
 }
@@ -257,7 +265,7 @@ func (r *Router[B]) rebuild(cause string) {
 			if rep.Name == "" {
 				continue
 			}
-			if cur, ok := merged[rep.Name]; ok && (cur.State == StateReady || rep.State != StateReady) {
+			if cur, ok := merged[rep.Name]; ok && (cur.routable() || !rep.routable()) {
 				continue
 			}
 			merged[rep.Name] = rep
@@ -270,7 +278,7 @@ func (r *Router[B]) rebuild(cause string) {
 	}
 	var ringNames []string
 	for name, rep := range merged {
-		if rep.State == StateReady {
+		if rep.State == StateReady && !rep.Down {
 			r.everReady[name] = true
 		}
 		if r.everReady[name] {
@@ -308,7 +316,7 @@ func (r *Router[B]) rebuild(cause string) {
 		rep := merged[name]
 		t.replicas[slot] = rep
 		t.excluded[slot] = r.excluded[name]
-		t.inRotation[slot] = rep.State == StateReady && t.excluded[slot] == 0
+		t.inRotation[slot] = rep.routable() && t.excluded[slot] == 0
 		if t.inRotation[slot] {
 			t.rotation = append(t.rotation, uint16(slot))
 		}
