@@ -604,9 +604,6 @@ func TestRouterCoalesce(t *testing.T) {
 		gen := r.Table().Generation()
 		for i := range 50 {
 			r.SetReplicas("gossip", readyReplicas(7-i%7)) // ends with 7
-			if i == 10 {
-				r.SetHealthy("orders-000", false)
-			}
 		}
 		synctest.Wait()
 		if rc.rebuilds() != 0 || r.Table().Generation() != gen {
@@ -625,8 +622,8 @@ func TestRouterCoalesce(t *testing.T) {
 			t.Fatalf("%d rebuilds, generation %d, want 1 rebuild and generation %d", rc.rebuilds(), r.Table().Generation(), gen+1)
 		}
 		info := rc.last(t)
-		if info.Cause != "replicas+health" || info.RingSize != 7 || info.InRotation != 6 {
-			t.Fatalf("coalesced rebuild %+v, want the final state: 7 on the ring, 6 in rotation", info)
+		if info.Cause != "replicas" || info.RingSize != 7 || info.InRotation != 7 {
+			t.Fatalf("coalesced rebuild %+v, want the final state: 7 on the ring, 7 in rotation", info)
 		}
 
 		// Quiet: nothing more happens, however long we wait.
@@ -635,23 +632,33 @@ func TestRouterCoalesce(t *testing.T) {
 			t.Fatalf("%d rebuilds while idle", rc.rebuilds())
 		}
 
-		// A second burst, a second rebuild.
+		// Taking a replica out does not wait for the window; it publishes
+		// whatever else is pending with it.
+		r.SetReplicas("gossip", readyReplicas(6))
+		r.SetHealthy("orders-000", false)
+		if rc.rebuilds() != 2 || rc.last(t).Cause != "replicas+health" || rc.last(t).InRotation != 5 {
+			t.Fatalf("exclusion not applied at once: %d rebuilds, last %+v", rc.rebuilds(), rc.last(t))
+		}
+		// Bringing it back is coalesced like everything else.
 		r.SetHealthy("orders-000", true)
-		r.SetHealthy("orders-001", false)
+		synctest.Wait()
+		if rc.rebuilds() != 2 {
+			t.Fatal("re-admission published before the window ended")
+		}
 		advance(window)
-		if rc.rebuilds() != 2 || rc.last(t).Cause != "health" {
-			t.Fatalf("%d rebuilds after the second burst", rc.rebuilds())
+		if rc.rebuilds() != 3 || rc.last(t).Cause != "health" || rc.last(t).InRotation != 6 {
+			t.Fatalf("%d rebuilds after the re-admission, last %+v", rc.rebuilds(), rc.last(t))
 		}
 
 		// Flush applies a pending change at once; Run then finds nothing to do.
 		r.SetReplicas("gossip", readyReplicas(3))
 		r.Flush()
-		if rc.rebuilds() != 3 || r.Table().Len() != 3 {
+		if rc.rebuilds() != 4 || r.Table().Len() != 3 {
 			t.Fatalf("Flush did not rebuild: %d rebuilds", rc.rebuilds())
 		}
 		advance(window)
-		if rc.rebuilds() != 3 {
-			t.Fatalf("%d rebuilds, want 3 (nothing pending after Flush)", rc.rebuilds())
+		if rc.rebuilds() != 4 {
+			t.Fatalf("%d rebuilds, want 4 (nothing pending after Flush)", rc.rebuilds())
 		}
 
 		cancel()
