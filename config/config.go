@@ -160,6 +160,12 @@ func Summary(c Config) string {
 	} else {
 		fmt.Fprintf(&b, ", admin %s", c.Admin.Listen)
 	}
+	if c.Gossip.Enabled {
+		fmt.Fprintf(&b, ", gossip %s:%d", c.Gossip.BindAddr, c.Gossip.BindPort)
+		if len(c.Gossip.Join) > 0 {
+			fmt.Fprintf(&b, " joining %s", strings.Join(c.Gossip.Join, ","))
+		}
+	}
 	return b.String()
 }
 

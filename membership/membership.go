@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"maps"
 	"net"
+	"os"
 	"slices"
 	"strconv"
 	"sync"
@@ -140,7 +141,8 @@ func New(cfg Config, self Meta, opts Options) (*Node, error) {
 	}
 	base := self.Replica
 	if base == "" {
-		base = self.Role.String()
+		host, _ := os.Hostname()
+		base = self.Role.String() + "-" + host
 	}
 	// A per-boot suffix: a restart (possibly on a new address) must not
 	// collide with its own dead entry (memberlist#157).

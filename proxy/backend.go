@@ -22,6 +22,7 @@ type Backend struct {
 	addr     string
 	hc       *fasthttp.HostClient
 	inflight atomic.Int64
+	refused  atomic.Bool // held out of rotation after a refused connection
 
 	requests [6]prometheus.Counter // by status class: 1xx..5xx, and index 0 for transport errors
 	latency  prometheus.Observer

@@ -207,6 +207,9 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, rs *replicaSet, t *balancer.Ta
 		}
 		lastErr, lastKind = err, classify(err)
 		b.upErrs[lastKind].Inc()
+		if lastKind == errDial && isRefused(err) {
+			p.ejectRefused(rs, b)
+		}
 		if p.opts.Observer != nil {
 			p.opts.Observer.Observe(rs.name, b.name, 0, err, d)
 		}

@@ -86,8 +86,9 @@ type replicaSet struct {
 	noneReqs  [6]prometheus.Counter
 	sourceMsg string // "header X-Key, path segment 2"
 
-	mu   sync.Mutex // guards live; taken by the Router's hooks only
-	live map[string]*Backend
+	mu     sync.Mutex // guards live and gossip
+	live   map[string]*Backend
+	gossip []balancer.Replica // the last gossip list, sorted by name
 }
 
 type keySource struct {

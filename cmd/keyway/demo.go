@@ -56,7 +56,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	g.Go(func() error {
 		return serve(gctx, cfg, stdout, stderr, func(proxyAddr, adminAddr string) {
 			printDemoHelp(stdout, cfg, proxyAddr, adminAddr)
-		})
+		}, nil)
 	})
 	return g.Wait()
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"runtime/debug"
+	"strconv"
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -17,6 +18,7 @@ import (
 	"keyway/admin"
 	"keyway/config"
 	"keyway/logging"
+	"keyway/membership"
 	"keyway/proxy"
 )
 
@@ -122,6 +124,9 @@ func newConfigFlags(fs *flag.FlagSet) *configFlags {
 		{flag: "log-level", path: "log.level", help: "log `LEVEL`: debug, info, warn, error (config key log.level)"},
 		{flag: "log-format", path: "log.format", help: "log `FORMAT`: json or console (config key log.format)"},
 		{flag: "access-log", path: "log.access_log", help: "`true` to write an access log to stdout (config key log.access_log)"},
+		{flag: "join", path: "gossip.join", help: "gossip `ADDRS` to join, comma-separated host:port; turns gossip on (config keys gossip.join, gossip.enabled)"},
+		{flag: "gossip-bind-addr", path: "gossip.bind_addr", help: "gossip bind `IP` (config key gossip.bind_addr)"},
+		{flag: "gossip-bind-port", path: "gossip.bind_port", help: "gossip `PORT`, 0 for any free port (config key gossip.bind_port)"},
 	} {
 		nf.value = new(string)
 		fs.StringVar(nf.value, nf.flag, "", nf.help)
@@ -145,9 +150,22 @@ func (cf *configFlags) options(fs *flag.FlagSet) []config.Option {
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	for _, nf := range cf.named {
-		if set[nf.flag] {
-			opts = append(opts, config.WithFlag("--"+nf.flag, nf.path, *nf.value))
+		if !set[nf.flag] {
+			continue
 		}
+		if nf.flag == "join" {
+			var quoted []string
+			for _, a := range strings.Split(*nf.value, ",") {
+				if a = strings.TrimSpace(a); a != "" {
+					quoted = append(quoted, strconv.Quote(a))
+				}
+			}
+			opts = append(opts,
+				config.WithFlag("--join", "gossip.enabled", "true"),
+				config.WithFlag("--join", "gossip.join", "["+strings.Join(quoted, ", ")+"]"))
+			continue
+		}
+		opts = append(opts, config.WithFlag("--"+nf.flag, nf.path, *nf.value))
 	}
 	return append(opts, cf.sets...)
 }
@@ -208,14 +226,33 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	return serve(ctx, cfg, stdout, stderr, nil)
+	return serve(ctx, cfg, stdout, stderr, nil, nil)
 }
 
 // started is told the bound addresses once every listener is open.
 type started func(proxyAddr, adminAddr string)
 
+// gossipStarted is told the gossip address once the gossip node is bound.
+type gossipStarted func(gossipAddr string)
+
+// startGossip builds the proxy's gossip member and its discovery, which
+// feeds the proxy's routers with the replicas agents advertise.
+func startGossip(cfg config.Config, p *proxy.Proxy, adminAddr string, log *zap.Logger, reg prometheus.Registerer) (*membership.Node, *membership.Discovery, error) {
+	disc := membership.NewDiscovery(p, membership.DiscoveryOptions{Logger: log.Named("discovery"), Registerer: reg})
+	node, err := membership.New(cfg.Gossip.Config, membership.Meta{
+		Role:        membership.RoleProxy,
+		Addr:        adminAddr,
+		Fingerprint: membership.FingerprintMeta(p.Fingerprints()),
+	}, membership.Options{Logger: log.Named("gossip"), Registerer: reg, Sink: disc})
+	if err != nil {
+		return nil, nil, err
+	}
+	disc.Attach(node)
+	return node, disc, nil
+}
+
 // serve builds and runs the components of one proxy process.
-func serve(ctx context.Context, cfg config.Config, stdout, stderr io.Writer, onStart started) error {
+func serve(ctx context.Context, cfg config.Config, stdout, stderr io.Writer, onStart started, onGossip gossipStarted) error {
 	logs, err := logging.New(cfg.Log, stderr, stdout)
 	if err != nil {
 		return err
@@ -258,6 +295,24 @@ func serve(ctx context.Context, cfg config.Config, stdout, stderr io.Writer, onS
 	g.Go(func() error { return p.Run(gctx) })
 	if adm != nil {
 		g.Go(func() error { return adm.Run(gctx) })
+	}
+	if cfg.Gossip.Enabled {
+		node, disc, err := startGossip(cfg, p, adminAddr, log, reg)
+		if err != nil {
+			return err
+		}
+		g.Go(func() error { return node.Run(gctx) })
+		g.Go(func() error { return disc.Run(gctx) })
+		if onGossip != nil {
+			g.Go(func() error {
+				select {
+				case <-node.Started():
+					onGossip(node.GossipAddr())
+				case <-gctx.Done():
+				}
+				return nil
+			})
+		}
 	}
 	err = g.Wait()
 	if err != nil {

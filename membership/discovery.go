@@ -1,0 +1,258 @@
+package membership
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"keyway/balancer"
+)
+
+// Target is what a proxy's discovery feeds. The proxy implements it.
+type Target interface {
+	// SetReplicaSet replaces the gossip-discovered replicas of one set. It
+	// returns false when the proxy does not serve that set.
+	SetReplicaSet(set string, rs []balancer.Replica) bool
+	// ReplicaLoad reports the proxy's requests in flight to a replica and
+	// whether it routes with the replica out of rotation. ok is false when
+	// the proxy has no such replica on its ring.
+	ReplicaLoad(set, replica string) (inflight int64, outOfRotation, ok bool)
+	// Fingerprints returns the ring fingerprint of every set it serves.
+	Fingerprints() map[string]string
+}
+
+// DiscoveryOptions are a Discovery's dependencies; all optional.
+type DiscoveryOptions struct {
+	Logger     *zap.Logger
+	Registerer prometheus.Registerer
+	// ReportInterval is how often drain reports go to draining replicas'
+	// agents. 0 means 200ms.
+	ReportInterval time.Duration
+}
+
+// Discovery is the proxy side of gossip: it turns member snapshots into
+// per-set replica lists for the proxy, compares ring fingerprints with the
+// other proxies, and tells agents of draining replicas how many requests
+// are still in flight to them. It implements [Sink]. Safe for concurrent
+// use.
+type Discovery struct {
+	target   Target
+	log      *zap.Logger
+	interval time.Duration
+
+	mismatchTotal prometheus.Counter
+	mismatchPeers prometheus.Gauge
+	unknownSets   prometheus.Counter
+
+	mu         sync.Mutex
+	node       *Node
+	members    []Member
+	mismatched map[string]bool // "peer/set" pairs known to disagree
+	unknown    map[string]bool // sets advertised that this proxy does not serve
+	sets       map[string]bool // sets fed at least once
+}
+
+var _ Sink = (*Discovery)(nil)
+
+// NewDiscovery returns a Discovery feeding t. Attach the Node before Run.
+func NewDiscovery(t Target, opts DiscoveryOptions) *Discovery {
+	d := &Discovery{
+		target:     t,
+		log:        opts.Logger,
+		interval:   opts.ReportInterval,
+		mismatched: map[string]bool{},
+		unknown:    map[string]bool{},
+		sets:       map[string]bool{},
+		mismatchTotal: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "keyway", Name: "ring_fingerprint_mismatches_total",
+			Help: "Times another proxy was found routing a shared replica set with a different ring fingerprint.",
+		}),
+		mismatchPeers: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "keyway", Name: "ring_fingerprint_disagreements",
+			Help: "Proxy/set pairs whose ring fingerprint differs from this proxy's now.",
+		}),
+		unknownSets: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "keyway", Subsystem: "gossip", Name: "unknown_set_replicas_total",
+			Help: "Replica sets advertised by agents that this proxy does not serve (counted once per set).",
+		}),
+	}
+	if d.log == nil {
+		d.log = zap.NewNop()
+	}
+	if d.interval <= 0 {
+		d.interval = 200 * time.Millisecond
+	}
+	if opts.Registerer != nil {
+		opts.Registerer.MustRegister(d.mismatchTotal, d.mismatchPeers, d.unknownSets)
+	}
+	return d
+}
+
+// Attach sets the gossip node used to send drain reports.
+func (d *Discovery) Attach(n *Node) {
+	d.mu.Lock()
+	d.node = n
+	d.mu.Unlock()
+}
+
+// SetMembers implements Sink.
+func (d *Discovery) SetMembers(ms []Member) {
+	bySet := ReplicasBySet(ms)
+	d.mu.Lock()
+	d.members = ms
+	for set := range d.sets {
+		if _, ok := bySet[set]; !ok {
+			bySet[set] = nil // the set's last replica is gone: clear it
+		}
+	}
+	d.mu.Unlock()
+	for _, set := range slices.Sorted(maps.Keys(bySet)) {
+		ok := d.target.SetReplicaSet(set, bySet[set])
+		d.mu.Lock()
+		if ok {
+			d.sets[set] = true
+		} else if !d.unknown[set] {
+			d.unknown[set] = true
+			d.unknownSets.Inc()
+			d.log.Warn("agents advertise a replica set this proxy does not serve; ignored", zap.String("set", set))
+		}
+		d.mu.Unlock()
+	}
+	d.checkFingerprints(ms)
+}
+
+// ReplicasBySet turns gossip members into each set's replica list for the
+// Router. Of several members claiming one replica name, the newest boot
+// wins. A dead member stays listed as Down (on the ring, out of rotation)
+// until membership forgets it; a member that left advertising Remove is
+// dropped at once; one that left without it (a restart) stays listed as
+// stopped until forgotten.
+func ReplicasBySet(ms []Member) map[string][]balancer.Replica {
+	best := map[[2]string]Member{}
+	for _, m := range ms {
+		if m.Meta.Role != RoleReplica || m.Meta.Set == "" || m.Meta.Replica == "" {
+			continue
+		}
+		k := [2]string{m.Meta.Set, m.Meta.Replica}
+		cur, ok := best[k]
+		if !ok || m.Meta.Boot > cur.Meta.Boot || (m.Meta.Boot == cur.Meta.Boot && m.Status == StatusAlive && cur.Status != StatusAlive) {
+			best[k] = m
+		}
+	}
+	out := map[string][]balancer.Replica{}
+	for k, m := range best {
+		r := balancer.Replica{
+			Name: m.Meta.Replica, Addr: m.Meta.Addr, State: m.Meta.State,
+			Weight: int(m.Meta.Weight), Zone: m.Meta.Zone, Source: "gossip",
+		}
+		switch m.Status {
+		case StatusDead:
+			r.Down = true
+		case StatusLeft:
+			if m.Meta.Remove {
+				continue
+			}
+			r.State = balancer.StateStopped
+		}
+		out[k[0]] = append(out[k[0]], r)
+	}
+	for set := range out {
+		slices.SortFunc(out[set], func(a, b balancer.Replica) int { return strings.Compare(a.Name, b.Name) })
+	}
+	return out
+}
+
+// FingerprintMeta compacts per-set fingerprints for a proxy's metadata:
+// "set:8 hex digits of xxhash" joined by ',', sets sorted.
+func FingerprintMeta(fps map[string]string) string {
+	parts := make([]string, 0, len(fps))
+	for _, set := range slices.Sorted(maps.Keys(fps)) {
+		parts = append(parts, fmt.Sprintf("%s:%08x", set, uint32(xxhash.Sum64String(fps[set]))))
+	}
+	return strings.Join(parts, ",")
+}
+
+func parseFingerprintMeta(s string) map[string]string {
+	out := map[string]string{}
+	for _, p := range strings.Split(s, ",") {
+		if set, fp, ok := strings.Cut(p, ":"); ok {
+			out[set] = fp
+		}
+	}
+	return out
+}
+
+// checkFingerprints compares the other live proxies' fingerprints with
+// ours for every set both serve.
+func (d *Discovery) checkFingerprints(ms []Member) {
+	mine := parseFingerprintMeta(FingerprintMeta(d.target.Fingerprints()))
+	now := map[string]bool{}
+	for _, m := range ms {
+		if m.Self || m.Meta.Role != RoleProxy || m.Status != StatusAlive {
+			continue
+		}
+		for set, fp := range parseFingerprintMeta(m.Meta.Fingerprint) {
+			if my, ok := mine[set]; ok && my != fp {
+				now[m.Node+"/"+set] = true
+			}
+		}
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for k := range now {
+		if !d.mismatched[k] {
+			d.mismatchTotal.Inc()
+			peer, set, _ := strings.Cut(k, "/")
+			d.log.Warn("another proxy routes a shared replica set with a different ring fingerprint: the two route keys differently",
+				zap.String("peer", peer), zap.String("set", set), zap.String("ours", mine[set]))
+		}
+	}
+	d.mismatched = now
+	d.mismatchPeers.Set(float64(len(now)))
+}
+
+// Run sends drain reports to the agents of draining replicas until ctx is
+// done.
+func (d *Discovery) Run(ctx context.Context) error {
+	t := time.NewTicker(d.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			d.report()
+		}
+	}
+}
+
+func (d *Discovery) report() {
+	d.mu.Lock()
+	node, ms := d.node, d.members
+	d.mu.Unlock()
+	if node == nil {
+		return
+	}
+	for _, m := range ms {
+		if m.Meta.Role != RoleReplica || m.Status != StatusAlive || m.Meta.State != balancer.StateDraining {
+			continue
+		}
+		inflight, out, ok := d.target.ReplicaLoad(m.Meta.Set, m.Meta.Replica)
+		if !ok {
+			// Not on our ring: we send it nothing.
+			inflight, out = 0, true
+		}
+		rep := DrainReport{Set: m.Meta.Set, Replica: m.Meta.Replica, Boot: m.Meta.Boot, DrainingSeen: out, Inflight: inflight}
+		if err := node.Send(m.Node, rep.Encode()); err != nil {
+			d.log.Debug("drain report not sent", zap.String("node", m.Node), zap.Error(err))
+		}
+	}
+}

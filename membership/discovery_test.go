@@ -1,0 +1,180 @@
+package membership
+
+import (
+	"reflect"
+	"sync"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"keyway/balancer"
+)
+
+func rep(set, name, addr string, st balancer.State, boot int64, status Status) Member {
+	return Member{Node: name + "." + string(rune('a'+boot%26)), Status: status,
+		Meta: Meta{Role: RoleReplica, Set: set, Replica: name, Addr: addr, State: st, Boot: boot}}
+}
+
+func TestReplicasBySet(t *testing.T) {
+	cases := map[string]struct {
+		in   []Member
+		want map[string][]balancer.Replica
+	}{
+		"alive replicas grouped by set and sorted": {
+			in: []Member{
+				rep("orders", "o-1", "a:2", balancer.StateReady, 1, StatusAlive),
+				rep("orders", "o-0", "a:1", balancer.StateStarting, 1, StatusAlive),
+				rep("events", "e-0", "a:3", balancer.StateDraining, 1, StatusAlive),
+				{Node: "proxy-x", Meta: Meta{Role: RoleProxy}, Status: StatusAlive},
+			},
+			want: map[string][]balancer.Replica{
+				"orders": {{Name: "o-0", Addr: "a:1", State: balancer.StateStarting, Source: "gossip"}, {Name: "o-1", Addr: "a:2", State: balancer.StateReady, Source: "gossip"}},
+				"events": {{Name: "e-0", Addr: "a:3", State: balancer.StateDraining, Source: "gossip"}},
+			},
+		},
+		"newest boot wins, dead old entry ignored": {
+			in: []Member{
+				rep("orders", "o-0", "a:1", balancer.StateReady, 1, StatusDead),
+				rep("orders", "o-0", "a:9", balancer.StateStarting, 2, StatusAlive),
+			},
+			want: map[string][]balancer.Replica{"orders": {{Name: "o-0", Addr: "a:9", State: balancer.StateStarting, Source: "gossip"}}},
+		},
+		"dead is down, left is stopped, left for good is dropped": {
+			in: []Member{
+				rep("orders", "o-0", "a:1", balancer.StateReady, 1, StatusDead),
+				rep("orders", "o-1", "a:2", balancer.StateStopped, 1, StatusLeft),
+				func() Member {
+					m := rep("orders", "o-2", "a:3", balancer.StateStopped, 1, StatusLeft)
+					m.Meta.Remove = true
+					return m
+				}(),
+			},
+			want: map[string][]balancer.Replica{"orders": {
+				{Name: "o-0", Addr: "a:1", State: balancer.StateReady, Source: "gossip", Down: true},
+				{Name: "o-1", Addr: "a:2", State: balancer.StateStopped, Source: "gossip"},
+			}},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if got := ReplicasBySet(tc.in); !reflect.DeepEqual(got, tc.want) {
+				t.Fatalf("got  %+v\nwant %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+// fakeTarget records what discovery feeds it.
+type fakeTarget struct {
+	mu   sync.Mutex
+	sets map[string][]balancer.Replica
+	fps  map[string]string
+}
+
+func (f *fakeTarget) SetReplicaSet(set string, rs []balancer.Replica) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.fps[set]; !ok {
+		return false
+	}
+	f.sets[set] = rs
+	return true
+}
+func (f *fakeTarget) ReplicaLoad(set, replica string) (int64, bool, bool) { return 0, true, true }
+func (f *fakeTarget) Fingerprints() map[string]string                    { return f.fps }
+
+func TestDiscoveryFeedsSetsAndChecksFingerprints(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	ft := &fakeTarget{sets: map[string][]balancer.Replica{}, fps: map[string]string{"orders": "fp-A", "events": "fp-B"}}
+	d := NewDiscovery(ft, DiscoveryOptions{Registerer: reg})
+	peerSame := Member{Node: "proxy-2", Status: StatusAlive, Meta: Meta{Role: RoleProxy, Fingerprint: FingerprintMeta(map[string]string{"orders": "fp-A"})}}
+	peerOther := Member{Node: "proxy-3", Status: StatusAlive, Meta: Meta{Role: RoleProxy, Fingerprint: FingerprintMeta(map[string]string{"orders": "fp-X", "billing": "fp-Z"})}}
+	d.SetMembers([]Member{
+		rep("orders", "o-0", "a:1", balancer.StateReady, 1, StatusAlive),
+		rep("unknown", "u-0", "a:2", balancer.StateReady, 1, StatusAlive),
+		peerSame, peerOther,
+	})
+	if len(ft.sets["orders"]) != 1 {
+		t.Fatalf("orders not fed: %+v", ft.sets)
+	}
+	if got := testutil.ToFloat64(d.mismatchPeers); got != 1 {
+		t.Fatalf("disagreeing proxy/set pairs = %v, want 1 (proxy-3/orders; billing is not ours)", got)
+	}
+	if got := testutil.ToFloat64(d.unknownSets); got != 1 {
+		t.Fatalf("unknown sets = %v, want 1", got)
+	}
+	// The same view again counts nothing new; the set losing its last
+	// replica is cleared.
+	d.SetMembers([]Member{peerSame, peerOther})
+	if got := testutil.ToFloat64(d.mismatchTotal); got != 1 {
+		t.Fatalf("mismatch counter = %v after a repeat, want 1", got)
+	}
+	if rs, ok := ft.sets["orders"]; !ok || len(rs) != 0 {
+		t.Fatalf("orders not cleared: %+v", ft.sets)
+	}
+	// The peer fixes its config: disagreement gone.
+	peerOther.Meta.Fingerprint = FingerprintMeta(map[string]string{"orders": "fp-A"})
+	d.SetMembers([]Member{peerSame, peerOther})
+	if got := testutil.ToFloat64(d.mismatchPeers); got != 0 {
+		t.Fatalf("disagreements = %v after the fix, want 0", got)
+	}
+}
+
+func TestMetaRoundTripAndGarbage(t *testing.T) {
+	m := Meta{Role: RoleReplica, Set: "orders", Replica: "orders-0", Addr: "10.0.0.7:9001", State: balancer.StateDraining,
+		Weight: 3, Zone: "eu-1a", Boot: 1764400000123456789, Fingerprint: "orders:0a1b2c3d", Remove: true}
+	b, err := m.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := DecodeMeta(b)
+	if err != nil || got != m {
+		t.Fatalf("round trip: %+v, %v", got, err)
+	}
+	if len(b) > 80 {
+		t.Errorf("encoded meta is %d bytes; expected a compact encoding", len(b))
+	}
+	// Appended fields of a later revision are ignored.
+	if got, err := DecodeMeta(append(b, 1, 2, 3)); err != nil || got != m {
+		t.Fatalf("trailing bytes: %+v %v", got, err)
+	}
+	for name, in := range map[string][]byte{
+		"empty":         nil,
+		"short":         {1, 2},
+		"other version": append([]byte{2}, b[1:]...),
+		"bad role":      append([]byte{1, 9}, b[2:]...),
+		"bad state":     append([]byte{1, 2, 99}, b[3:]...),
+		"truncated":     b[:len(b)-3],
+		"oversized":     make([]byte, 600),
+	} {
+		if _, err := DecodeMeta(in); err == nil {
+			t.Errorf("%s: decoded without error", name)
+		}
+	}
+	long := m
+	long.Fingerprint = string(make([]byte, 250))
+	long.Zone = string(make([]byte, 250))
+	if _, err := long.Encode(); err == nil {
+		t.Error("meta over 512 bytes encoded without error")
+	}
+}
+
+func FuzzDecodeMeta(f *testing.F) {
+	b, _ := Meta{Role: RoleProxy, Addr: "127.0.0.1:9901", Fingerprint: "orders:01234567"}.Encode()
+	f.Add(b)
+	f.Add([]byte{1, 2, 2, 0, 0, 1, 2})
+	f.Fuzz(func(t *testing.T, in []byte) {
+		m, err := DecodeMeta(in)
+		if err != nil {
+			return
+		}
+		again, err := m.Encode()
+		if err != nil {
+			t.Fatalf("decoded meta does not encode: %v", err)
+		}
+		if m2, err := DecodeMeta(again); err != nil || m2 != m {
+			t.Fatalf("re-encode changed the meta: %+v vs %+v (%v)", m, m2, err)
+		}
+	})
+}

@@ -1,0 +1,98 @@
+package proxy
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+
+	"keyway/balancer"
+)
+
+// RefusedHold is how long a replica whose connection was refused stays out
+// of rotation on this proxy, unless gossip reports a change of it first (a
+// new address, a new state, back from down). A refused connection means
+// nothing listens: the process crashed or is restarting, which gossip
+// confirms only seconds later. Requests in between go to the next
+// candidate at once. After the hold the replica is tried again; if it
+// still refuses, it is held out again by that one request, which is
+// retried on the next candidate.
+const RefusedHold = 5 * time.Second
+
+func isRefused(err error) bool { return errors.Is(err, syscall.ECONNREFUSED) }
+
+// ejectRefused takes a replica out of rotation at once. Only the first
+// refused request of a hold touches the Router.
+func (p *Proxy) ejectRefused(rs *replicaSet, b *Backend) {
+	if !b.refused.CompareAndSwap(false, true) {
+		return
+	}
+	p.log.Warn("replica refused a connection; out of rotation on this proxy",
+		zap.String("set", rs.name), zap.String("replica", b.name), zap.String("addr", b.addr), zap.Duration("hold", RefusedHold))
+	rs.router.SetExcluded(b.name, balancer.ReasonRefused, true)
+	time.AfterFunc(RefusedHold, func() { p.readmitRefused(rs, b) })
+}
+
+func (p *Proxy) readmitRefused(rs *replicaSet, b *Backend) {
+	if b.refused.CompareAndSwap(true, false) {
+		rs.router.SetExcluded(b.name, balancer.ReasonRefused, false)
+	}
+}
+
+// SetReplicaSet replaces the gossip-discovered replicas of one set (the
+// membership.Target contract). It returns false for a set this proxy does
+// not serve. A replica whose address, state or liveness changed is cleared
+// of a refused-connection hold: gossip knows better now.
+func (p *Proxy) SetReplicaSet(set string, rs []balancer.Replica) bool {
+	s := p.byName[set]
+	if s == nil {
+		return false
+	}
+	s.mu.Lock()
+	prev := s.gossip
+	s.gossip = slices.Clone(rs)
+	s.mu.Unlock()
+	for _, r := range rs {
+		i, found := slices.BinarySearchFunc(prev, r.Name, func(a balancer.Replica, n string) int { return strings.Compare(a.Name, n) })
+		if found && prev[i].Addr == r.Addr && prev[i].State == r.State && prev[i].Down == r.Down {
+			continue
+		}
+		t := s.router.Table()
+		for _, m := range t.Members() {
+			if m.Name == r.Name && m.Slot >= 0 {
+				p.readmitRefused(s, t.Backend(m.Slot))
+			}
+		}
+	}
+	s.router.SetReplicas("gossip", rs)
+	return true
+}
+
+// ReplicaLoad reports the requests in flight from this proxy to a replica
+// and whether the proxy routes with it out of rotation (the
+// membership.Target contract).
+func (p *Proxy) ReplicaLoad(set, replica string) (inflight int64, outOfRotation, ok bool) {
+	s := p.byName[set]
+	if s == nil {
+		return 0, false, false
+	}
+	t := s.router.Table()
+	ms := t.Members()
+	i, found := slices.BinarySearchFunc(ms, replica, func(m balancer.Member, n string) int { return strings.Compare(m.Name, n) })
+	if !found || ms[i].Slot < 0 {
+		return 0, false, false
+	}
+	return t.Backend(ms[i].Slot).Inflight(), !ms[i].InRotation, true
+}
+
+// Fingerprints returns each served set's ring fingerprint.
+func (p *Proxy) Fingerprints() map[string]string {
+	out := make(map[string]string, len(p.sets))
+	for _, s := range p.sets {
+		out[s.name] = s.cfg.Hash.Fingerprint()
+	}
+	return out
+}
