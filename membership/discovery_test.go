@@ -82,7 +82,7 @@ func (f *fakeTarget) SetReplicaSet(set string, rs []balancer.Replica) bool {
 	return true
 }
 func (f *fakeTarget) ReplicaLoad(set, replica string) (int64, bool, bool) { return 0, true, true }
-func (f *fakeTarget) Fingerprints() map[string]string                    { return f.fps }
+func (f *fakeTarget) Fingerprints() map[string]string                     { return f.fps }
 
 func TestDiscoveryFeedsSetsAndChecksFingerprints(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
