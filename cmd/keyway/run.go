@@ -52,6 +52,7 @@ const topUsage = `keyway — a load-balancing HTTP ingress proxy for pipeline re
 
 Usage:
   keyway demo                   run a proxy and three demo replicas on loopback
+  keyway replica --name NAME    run one demo replica (a stand-in pipeline job)
   keyway proxy -c FILE          run the proxy
   keyway validate -c FILE       check a configuration file and exit
   keyway version                print the version
@@ -71,6 +72,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runProxy(ctx, rest, stdout, stderr)
 	case "validate":
 		return runValidate(rest, stdout, stderr)
+	case "replica":
+		return runReplica(ctx, rest, stdout, stderr)
 	case "demo":
 		return runDemo(ctx, rest, stdout, stderr)
 	case "version", "--version", "-v":

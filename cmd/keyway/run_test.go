@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -237,5 +238,39 @@ func TestBinaryDemo(t *testing.T) {
 	}
 	if !strings.Contains(stderr.String(), "proxy stopped") {
 		t.Errorf("no graceful-stop log line; stderr:\n%s", stderr.String())
+	}
+}
+
+func TestReplicaCommand(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"replica", "--name", "orders-7", "--listen", "127.0.0.1:0"}, pw, io.Discard)
+		pw.Close()
+	}()
+	sc := bufio.NewScanner(pr)
+	if !sc.Scan() {
+		t.Fatal("replica printed nothing")
+	}
+	var name, addr string
+	if _, err := fmt.Sscanf(sc.Text(), "replica %s listening on %s", &name, &addr); err != nil || name != "orders-7" {
+		t.Fatalf("unexpected first line %q: %v", sc.Text(), err)
+	}
+	req, _ := http.NewRequest("POST", "http://"+addr+"/ingest", strings.NewReader("abc"))
+	req.Header.Set("X-Key", "k1")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var a demo.Answer
+	json.NewDecoder(resp.Body).Decode(&a)
+	resp.Body.Close()
+	if a.Replica != "orders-7" || a.Key != "k1" || a.Bytes != 3 {
+		t.Fatalf("answer %+v", a)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("replica did not stop cleanly: %v", err)
 	}
 }
