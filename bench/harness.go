@@ -366,6 +366,9 @@ func (h *Harness) measure(ctx context.Context, t *target, round int) TargetRun {
 			if tr.Requests > 0 {
 				tr.CPUPerReqUS = tr.CPUSeconds / float64(tr.Requests) * 1e6
 			}
+			if tr.CPUSeconds > 0 {
+				tr.RPSPerCore = float64(tr.Requests) / tr.CPUSeconds
+			}
 			tr.PeakRSSBytes = mem.hwm
 		}
 		reps := h.replicas

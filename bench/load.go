@@ -32,9 +32,12 @@ type throughputRun struct {
 	Errors      int64   `json:"errors"` // non-2xx/3xx answers and socket errors
 	ErrorDetail string  `json:"error_detail,omitempty"`
 	// Proxy side, from /proc (zero for direct).
-	CPUSeconds   float64 `json:"proxy_cpu_seconds,omitempty"`
-	CPUUtil      float64 `json:"proxy_cpu_util,omitempty"` // CPU seconds / wall seconds (1 = one core busy)
-	CPUPerReqUS  float64 `json:"proxy_cpu_us_per_request,omitempty"`
+	CPUSeconds  float64 `json:"proxy_cpu_seconds,omitempty"`
+	CPUUtil     float64 `json:"proxy_cpu_util,omitempty"` // CPU seconds / wall seconds (1 = one core busy)
+	CPUPerReqUS float64 `json:"proxy_cpu_us_per_request,omitempty"`
+	// RPSPerCore is requests per CPU-second of the proxy: what one fully
+	// busy core would serve, whether or not the load side kept it busy.
+	RPSPerCore   float64 `json:"rps_per_proxy_core,omitempty"`
 	PeakRSSBytes int64   `json:"proxy_peak_rss_bytes,omitempty"`
 	Routing      routing `json:"routing"`
 }

@@ -72,6 +72,7 @@ type TargetSummary struct {
 	RPS           *Stat            `json:"rps,omitempty"`
 	CPUUtil       *Stat            `json:"proxy_cpu_util,omitempty"`
 	CPUPerReqUS   *Stat            `json:"proxy_cpu_us_per_request,omitempty"`
+	RPSPerCore    *Stat            `json:"rps_per_proxy_core,omitempty"`
 	PeakRSSMiB    *Stat            `json:"proxy_peak_rss_mib,omitempty"`
 	Errors        int64            `json:"throughput_errors"`
 	SplitKeyShare float64          `json:"split_key_share_max"` // worst round
@@ -155,7 +156,7 @@ func (r *Report) addLatencyOverDirect() {
 
 func summariseTarget(name string, runs []TargetRun, rates []int) TargetSummary {
 	s := TargetSummary{Target: name, KeysSeen: -1}
-	var rps, util, cpu, peak, bal, idle, idleWith, idleBase []float64
+	var rps, util, cpu, perCore, peak, bal, idle, idleWith, idleBase []float64
 	for _, run := range runs {
 		for _, f := range run.Failures {
 			s.Failures = append(s.Failures, fmt.Sprintf("round %d: %s", run.Round, f))
@@ -166,6 +167,7 @@ func summariseTarget(name string, runs []TargetRun, rates []int) TargetSummary {
 			if name != "direct" {
 				util = append(util, t.CPUUtil)
 				cpu = append(cpu, t.CPUPerReqUS)
+				perCore = append(perCore, t.RPSPerCore)
 				peak = append(peak, float64(t.PeakRSSBytes)/(1<<20))
 				bal = append(bal, t.Routing.Balance)
 			}
@@ -181,7 +183,7 @@ func summariseTarget(name string, runs []TargetRun, rates []int) TargetSummary {
 		}
 	}
 	s.KeysSeen = max(s.KeysSeen, 0)
-	s.RPS, s.CPUUtil, s.CPUPerReqUS, s.PeakRSSMiB = newStat(rps), newStat(util), newStat(cpu), newStat(peak)
+	s.RPS, s.CPUUtil, s.CPUPerReqUS, s.RPSPerCore, s.PeakRSSMiB = newStat(rps), newStat(util), newStat(cpu), newStat(perCore), newStat(peak)
 	s.Balance, s.IdleBytes, s.IdleRSSMiB, s.IdleBaseMiB = newStat(bal), newStat(idle), newStat(idleWith), newStat(idleBase)
 	for _, rate := range rates {
 		ls := LatencySummary{Rate: rate}
@@ -241,6 +243,9 @@ func (r *Report) ratioMetrics() []ratioMetric {
 	ms := []ratioMetric{
 		{name: "throughput, req/s with the proxy on one core", better: "higher", value: func(run TargetRun) (float64, bool) {
 			return tput(run, func(t *throughputRun) float64 { return t.RPS })
+		}},
+		{name: "throughput per proxy core, req per CPU-second", better: "higher", proxiesOnly: true, value: func(run TargetRun) (float64, bool) {
+			return tput(run, func(t *throughputRun) float64 { return t.RPSPerCore })
 		}},
 		{name: "proxy CPU µs per request", better: "lower", proxiesOnly: true, value: func(run TargetRun) (float64, bool) {
 			return tput(run, func(t *throughputRun) float64 { return t.CPUPerReqUS })
