@@ -22,6 +22,7 @@ type Replica struct {
 	ln       net.Listener
 	srv      *fasthttp.Server
 	requests atomic.Int64
+	unready  atomic.Bool // /readyz answers 503 while set
 
 	mu   sync.Mutex
 	keys map[string]int64
@@ -38,6 +39,9 @@ type Answer struct {
 	Keys     int    `json:"keys"`      // distinct keys seen
 	Requests int64  `json:"requests"`  // requests seen in all
 }
+
+// SetReady makes /readyz pass (true) or fail with 503 (false).
+func (r *Replica) SetReady(ok bool) { r.unready.Store(!ok) }
 
 // Stats is what GET /_stats returns.
 type Stats struct {
@@ -117,8 +121,24 @@ func (r *Replica) handle(ctx *fasthttp.RequestCtx) {
 		b, _ := json.Marshal(st)
 		ctx.SetBody(b)
 		return
-	case "/healthz", "/readyz":
+	case "/healthz":
 		ctx.SetBodyString(`{"ok":true}`)
+		return
+	case "/readyz":
+		if r.unready.Load() {
+			ctx.SetStatusCode(fasthttp.StatusServiceUnavailable)
+			ctx.SetBodyString(`{"ready":false}`)
+			return
+		}
+		ctx.SetBodyString(`{"ready":true}`)
+		return
+	case "/_ready":
+		// POST /_ready?v=false makes /readyz fail (as a replica replaying a
+		// checkpoint would); v=true makes it pass again.
+		if string(ctx.Method()) == fasthttp.MethodPost {
+			r.unready.Store(string(ctx.QueryArgs().Peek("v")) == "false")
+		}
+		ctx.SetBodyString(fmt.Sprintf(`{"ready":%t}`, !r.unready.Load()))
 		return
 	}
 	key := string(ctx.Request.Header.Peek(r.keyHdr))
