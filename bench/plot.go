@@ -17,7 +17,9 @@ var plotColors = map[string]string{
 
 // plot draws an HDR-style latency percentile plot for one rate: x is the
 // percentile on a log scale of 1/(1-p) from p50 to p99.99, y the latency
-// in ms, one line per target (all rounds pooled).
+// in ms on a log scale (p50s of a tenth of a millisecond and tails of tens
+// of milliseconds both stay readable), one line per target: at each
+// percentile the median over rounds.
 func (r *Report) plot(rate int) string {
 	const (
 		w, h                     = 820, 480
@@ -30,38 +32,52 @@ func (r *Report) plot(rate int) string {
 		pts  []CurvePoint
 	}
 	var lines []line
-	ymax := 0.0
+	ymin, ymax := math.Inf(1), 0.0
 	for _, s := range r.Summary {
 		for _, l := range s.Latency {
 			if l.Rate == rate && len(l.Curve) > 0 {
 				lines = append(lines, line{s.Target, l.Curve})
 				for _, p := range l.Curve {
 					ymax = max(ymax, p.Ms)
+					if p.Ms > 0 {
+						ymin = min(ymin, p.Ms)
+					}
 				}
 			}
 		}
 	}
-	ymax = niceCeil(ymax)
+	if math.IsInf(ymin, 1) {
+		ymin = 0.1
+	}
+	ylo, yhi := math.Log10(niceFloor(ymin)), math.Log10(niceCeil(ymax))
+	if yhi <= ylo {
+		yhi = ylo + 1
+	}
 	xpos := func(p float64) float64 {
 		x := -math.Log10(1 - p/100)
 		return float64(left) + (x-xlo)/(xhi-xlo)*pw
 	}
-	ypos := func(ms float64) float64 { return float64(top) + ph - ms/ymax*ph }
+	ypos := func(ms float64) float64 {
+		v := math.Log10(max(ms, math.Pow(10, ylo)))
+		return float64(top) + ph - (v-ylo)/(yhi-ylo)*ph
+	}
 
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n", w, h, w, h)
 	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="white"/>`+"\n", w, h)
-	fmt.Fprintf(&b, `<text x="%d" y="24" font-size="15" font-weight="bold">Latency by percentile at %d req/s (open loop, %d round(s) pooled)</text>`+"\n", left, rate, r.Config.Rounds)
+	fmt.Fprintf(&b, `<text x="%d" y="24" font-size="15" font-weight="bold">Latency by percentile at %d req/s, open loop (median of %d round(s))</text>`+"\n", left, rate, r.Config.Rounds)
 	// Grid and axes.
 	for _, p := range []float64{50, 90, 99, 99.9, 99.99} {
 		x := xpos(p)
 		fmt.Fprintf(&b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#ddd"/>`+"\n", x, top, x, h-bottom)
 		fmt.Fprintf(&b, `<text x="%.1f" y="%d" text-anchor="middle">%g%%</text>`+"\n", x, h-bottom+18, p)
 	}
-	if ymax > 0 {
-		step := ymax / 5
-		for i := 0; i <= 5; i++ {
-			v := step * float64(i)
+	for e := math.Floor(ylo); e <= yhi; e++ {
+		for _, m := range []float64{1, 2, 5} {
+			v := m * math.Pow(10, e)
+			if lv := math.Log10(v); lv < ylo-1e-9 || lv > yhi+1e-9 {
+				continue
+			}
 			y := ypos(v)
 			fmt.Fprintf(&b, `<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#ddd"/>`+"\n", left, y, w-right, y)
 			fmt.Fprintf(&b, `<text x="%d" y="%.1f" text-anchor="end">%s</text>`+"\n", left-6, y+4, trimFloat(v))
@@ -87,6 +103,20 @@ func (r *Report) plot(rate int) string {
 	}
 	b.WriteString("</svg>\n")
 	return b.String()
+}
+
+// niceFloor rounds v down to 1, 2 or 5 times a power of ten.
+func niceFloor(v float64) float64 {
+	if v <= 0 {
+		return 0.01
+	}
+	e := math.Pow(10, math.Floor(math.Log10(v)))
+	for _, m := range []float64{5, 2, 1} {
+		if v >= m*e {
+			return m * e
+		}
+	}
+	return e
 }
 
 // niceCeil rounds v up to 1, 2 or 5 times a power of ten.

@@ -95,7 +95,7 @@ type LatencySummary struct {
 	AddedP50 *Stat        `json:"added_p50_ms,omitempty"`
 	AddedP99 *Stat        `json:"added_p99_ms,omitempty"`
 	Errors   int64        `json:"errors"`
-	Curve    []CurvePoint `json:"curve,omitempty"` // all rounds pooled
+	Curve    []CurvePoint `json:"curve,omitempty"` // at each percentile, the median over rounds
 }
 
 // CurvePoint is one point of the latency percentile curve.
@@ -188,7 +188,7 @@ func summariseTarget(name string, runs []TargetRun, rates []int) TargetSummary {
 	for _, rate := range rates {
 		ls := LatencySummary{Rate: rate}
 		var p50, p99, p999, mx, a50, a99 []float64
-		var pooled []time.Duration
+		var curves [][]CurvePoint
 		for _, run := range runs {
 			for _, l := range run.Latency {
 				if l.Rate != rate {
@@ -199,7 +199,9 @@ func summariseTarget(name string, runs []TargetRun, rates []int) TargetSummary {
 					a50, a99 = append(a50, *l.AddedP50), append(a99, *l.AddedP99)
 				}
 				ls.Errors += l.Errors
-				pooled = append(pooled, l.samples...)
+				if len(l.samples) > 0 {
+					curves = append(curves, curve(l.samples))
+				}
 			}
 		}
 		if len(p50) == 0 {
@@ -207,8 +209,7 @@ func summariseTarget(name string, runs []TargetRun, rates []int) TargetSummary {
 		}
 		ls.P50, ls.P99, ls.P999, ls.Max = newStat(p50), newStat(p99), newStat(p999), newStat(mx)
 		ls.AddedP50, ls.AddedP99 = newStat(a50), newStat(a99)
-		slices.Sort(pooled)
-		ls.Curve = curve(pooled)
+		ls.Curve = medianCurve(curves)
 		s.Latency = append(s.Latency, ls)
 	}
 	return s
@@ -227,6 +228,24 @@ func curve(sorted []time.Duration) []CurvePoint {
 		x := lo + (hi-lo)*float64(i)/(points-1)
 		p := 100 * (1 - math.Pow(10, -x))
 		out = append(out, CurvePoint{Percentile: p, Ms: ms(percentile(sorted, p))})
+	}
+	return out
+}
+
+// medianCurve is, at each percentile, the median of the curves' values:
+// the plot's counterpart of the tables' median over rounds, which one bad
+// round cannot dominate the way it would dominate pooled samples.
+func medianCurve(curves [][]CurvePoint) []CurvePoint {
+	if len(curves) == 0 {
+		return nil
+	}
+	out := make([]CurvePoint, len(curves[0]))
+	for i := range out {
+		var xs []float64
+		for _, c := range curves {
+			xs = append(xs, c[i].Ms)
+		}
+		out[i] = CurvePoint{Percentile: curves[0][i].Percentile, Ms: newStat(xs).Median}
 	}
 	return out
 }
