@@ -229,3 +229,20 @@ func TestRatiosPerRound(t *testing.T) {
 		t.Errorf("added p99 ratio = %+v, want only round 2 (0.5)", s)
 	}
 }
+
+func TestParsePerfStat(t *testing.T) {
+	out := "# started on Sat Nov 29 09:00:00 2026\n\n" +
+		"973601,,raw_syscalls:sys_enter,10001,100.00,,\n" +
+		"616000,,syscalls:sys_enter_read,10001,100.00,,\n" +
+		"<not counted>,,syscalls:sys_enter_sendto,0,0.00,,\n"
+	got, err := parsePerfStat(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got["all"] != 973601 || got["read"] != 616000 {
+		t.Errorf("parsePerfStat = %v", got)
+	}
+	if _, err := parsePerfStat("Error: No permissions to trace\n"); err == nil {
+		t.Error("parsePerfStat without counts: no error")
+	}
+}

@@ -32,6 +32,7 @@ type Config struct {
 	IdleConns       int           `json:"idle_conns"` // 0 skips the idle-connection memory test
 	LoadGen         string        `json:"loadgen"`    // auto, wrk or vegeta
 	Pin             bool          `json:"pin"`        // proxy on CPU 0, everything else on CPU 1
+	Syscalls        bool          `json:"syscalls"`   // count system calls per request with perf stat during an extra run in the last round
 	Profile         time.Duration `json:"profile"`    // keyway CPU profile taken during an extra throughput run in the last round; 0: none
 	OutDir          string        `json:"-"`
 	Keyway          string        `json:"-"`                    // a prebuilt keyway binary; "" builds one
@@ -389,6 +390,14 @@ func (h *Harness) measure(ctx context.Context, t *target, round int) TargetRun {
 		}
 		if err := <-profile; err != nil {
 			fail("profile", err)
+		}
+	}
+	if rt.p != nil && h.cfg.Syscalls && round == h.cfg.Rounds-1 {
+		if per, err := h.countSyscalls(ctx, rt, min(h.cfg.Duration, 5*time.Second), int(seed)+13); err != nil {
+			fail("syscall count", err)
+		} else {
+			run.Syscalls = per
+			h.logf("%s round %d: %.2f system calls per request", t.name, round+1, per["all"])
 		}
 	}
 	for _, rate := range h.cfg.Rates {

@@ -77,6 +77,7 @@ func (r *Report) Markdown() string {
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", s.Target, aff, fs(s.Balance, "%.3f"),
 			fs(s.IdleBaseMiB, "%.1f"), fs(s.IdleRSSMiB, "%.1f"), fs(s.IdleBytes, "%.0f"))
 	}
+	r.syscallTable(&b)
 	if len(r.Ratios) > 0 {
 		var others []string
 		for _, s := range r.Summary {
@@ -131,4 +132,36 @@ func (r *Report) Markdown() string {
 		}
 	}
 	return b.String()
+}
+
+// syscallTable renders system calls per request, one column per call that
+// some target makes at least once per 20 requests.
+func (r *Report) syscallTable(b *strings.Builder) {
+	var cols []string
+	for _, name := range append([]string{"all"}, countedSyscalls...) {
+		for _, s := range r.Summary {
+			if s.Syscalls[name] >= 0.05 {
+				cols = append(cols, name)
+				break
+			}
+		}
+	}
+	if len(cols) == 0 {
+		return
+	}
+	b.WriteString("\n### System calls per request (perf stat, extra run in the last round)\n\n| target |")
+	for _, c := range cols {
+		fmt.Fprintf(b, " %s |", c)
+	}
+	b.WriteString("\n|---|" + strings.Repeat("---|", len(cols)) + "\n")
+	for _, s := range r.Summary {
+		if s.Syscalls == nil {
+			continue
+		}
+		fmt.Fprintf(b, "| %s |", s.Target)
+		for _, c := range cols {
+			fmt.Fprintf(b, " %.2f |", s.Syscalls[c])
+		}
+		b.WriteString("\n")
+	}
 }

@@ -42,7 +42,10 @@ type TargetRun struct {
 	Throughput *throughputRun `json:"throughput,omitempty"`
 	Latency    []latencyRun   `json:"latency,omitempty"`
 	Idle       *idleRun       `json:"idle,omitempty"`
-	Failures   []string       `json:"failures,omitempty"`
+	// System calls per request by name ("all": every call), from perf
+	// stat during an extra run in the last round (-syscalls).
+	Syscalls map[string]float64 `json:"syscalls_per_request,omitempty"`
+	Failures []string           `json:"failures,omitempty"`
 }
 
 // Stat is the median and range of one number over rounds.
@@ -68,21 +71,22 @@ func newStat(xs []float64) *Stat {
 
 // TargetSummary is one target over all rounds.
 type TargetSummary struct {
-	Target        string           `json:"target"`
-	RPS           *Stat            `json:"rps,omitempty"`
-	CPUUtil       *Stat            `json:"proxy_cpu_util,omitempty"`
-	CPUPerReqUS   *Stat            `json:"proxy_cpu_us_per_request,omitempty"`
-	RPSPerCore    *Stat            `json:"rps_per_proxy_core,omitempty"`
-	PeakRSSMiB    *Stat            `json:"proxy_peak_rss_mib,omitempty"`
-	Errors        int64            `json:"throughput_errors"`
-	SplitKeyShare float64          `json:"split_key_share_max"` // worst round
-	KeysSeen      int              `json:"keys_seen_min"`
-	Balance       *Stat            `json:"balance_max_over_mean,omitempty"`
-	IdleBytes     *Stat            `json:"idle_bytes_per_conn,omitempty"`
-	IdleRSSMiB    *Stat            `json:"idle_rss_with_mib,omitempty"`
-	IdleBaseMiB   *Stat            `json:"idle_rss_before_mib,omitempty"`
-	Latency       []LatencySummary `json:"latency,omitempty"`
-	Failures      []string         `json:"failures,omitempty"`
+	Target        string             `json:"target"`
+	RPS           *Stat              `json:"rps,omitempty"`
+	CPUUtil       *Stat              `json:"proxy_cpu_util,omitempty"`
+	CPUPerReqUS   *Stat              `json:"proxy_cpu_us_per_request,omitempty"`
+	RPSPerCore    *Stat              `json:"rps_per_proxy_core,omitempty"`
+	PeakRSSMiB    *Stat              `json:"proxy_peak_rss_mib,omitempty"`
+	Errors        int64              `json:"throughput_errors"`
+	SplitKeyShare float64            `json:"split_key_share_max"` // worst round
+	KeysSeen      int                `json:"keys_seen_min"`
+	Balance       *Stat              `json:"balance_max_over_mean,omitempty"`
+	IdleBytes     *Stat              `json:"idle_bytes_per_conn,omitempty"`
+	IdleRSSMiB    *Stat              `json:"idle_rss_with_mib,omitempty"`
+	IdleBaseMiB   *Stat              `json:"idle_rss_before_mib,omitempty"`
+	Latency       []LatencySummary   `json:"latency,omitempty"`
+	Syscalls      map[string]float64 `json:"syscalls_per_request,omitempty"` // last round
+	Failures      []string           `json:"failures,omitempty"`
 }
 
 // LatencySummary is one target at one fixed rate over all rounds.
@@ -175,6 +179,9 @@ func summariseTarget(name string, runs []TargetRun, rates []int) TargetSummary {
 			if s.KeysSeen < 0 || t.Routing.KeysSeen < s.KeysSeen {
 				s.KeysSeen = t.Routing.KeysSeen
 			}
+		}
+		if run.Syscalls != nil {
+			s.Syscalls = run.Syscalls
 		}
 		if i := run.Idle; i != nil {
 			idle = append(idle, i.BytesPerConn)
