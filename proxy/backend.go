@@ -75,7 +75,7 @@ func newHostClient(rep balancer.Replica, sc *SetConfig, dial dialFunc) *fasthttp
 			if err != nil {
 				return nil, &DialError{Addr: addr, Err: err}
 			}
-			return c, nil
+			return newStaleCheckConn(c), nil
 		},
 		NoDefaultUserAgentHeader:      true,
 		DisableHeaderNamesNormalizing: true,
@@ -98,6 +98,7 @@ type errKind uint8
 
 const (
 	errDial        errKind = iota // could not connect: never reached the replica
+	errStale                      // a pooled connection was already closed: nothing sent
 	errNoFreeConns                // pool exhausted: never reached the replica
 	errTimeout                    // no complete answer in time: fate unknown
 	errReset                      // connection closed or reset after sending: fate unknown
@@ -105,18 +106,20 @@ const (
 	errKinds
 )
 
-var errKindNames = [errKinds]string{"dial", "no_free_conns", "timeout", "reset", "other"}
+var errKindNames = [errKinds]string{"dial", "stale_conn", "no_free_conns", "timeout", "reset", "other"}
 
 func (k errKind) String() string { return errKindNames[k] }
 
 // neverSent reports whether the request provably did not reach the replica.
-func (k errKind) neverSent() bool { return k == errDial || k == errNoFreeConns }
+func (k errKind) neverSent() bool { return k == errDial || k == errStale || k == errNoFreeConns }
 
 func classify(err error) errKind {
 	var de *DialError
 	switch {
 	case errors.As(err, &de):
 		return errDial
+	case errors.Is(err, errStaleConn):
+		return errStale
 	case errors.Is(err, fasthttp.ErrNoFreeConns):
 		return errNoFreeConns
 	case errors.Is(err, fasthttp.ErrTimeout), errors.Is(err, fasthttp.ErrDialTimeout):

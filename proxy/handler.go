@@ -177,12 +177,13 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, rs *replicaSet, t *balancer.Ta
 	var lastKind errKind
 	var last *Backend
 	tried := 0
+	staleRetried := false
 	attempts := min(len(cands), rs.attempts)
 	for i := 0; i < attempts; i++ {
 		b := t.Backend(int(cands[i]))
 		last = b
 		tried++
-		if i > 0 {
+		if tried > 1 {
 			// No ctx.Response.Reset() here: DoDeadline resets the response
 			// itself but keeps its no-default-Content-Type flag, which
 			// Reset would clear (and fasthttp would then add text/plain).
@@ -215,6 +216,14 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, rs *replicaSet, t *balancer.Ta
 		}
 		if ce := p.log.Check(zapcore.DebugLevel, "upstream attempt failed"); ce != nil {
 			ce.Write(zap.String("set", rs.name), zap.String("replica", b.name), zap.Stringer("kind", lastKind), zap.Error(err), zap.Int("attempt", i+1))
+		}
+		if lastKind == errStale && !staleRetried {
+			// The pooled connection was dead, not necessarily the replica:
+			// try the same replica once more on a fresh connection. If it
+			// crashed, that dial is refused and ejects it.
+			staleRetried = true
+			i--
+			continue
 		}
 		if !lastKind.neverSent() && !replayable {
 			break

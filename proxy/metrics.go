@@ -44,7 +44,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"set", "replica"}),
 		upErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "keyway", Name: "upstream_errors_total",
-			Help: "Failed exchanges with a replica, by kind: dial, no_free_conns, timeout, reset, other.",
+			Help: "Failed exchanges with a replica, by kind: dial, stale_conn, no_free_conns, timeout, reset, other.",
 		}, []string{"set", "replica", "kind"}),
 		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "keyway", Name: "retries_total",
