@@ -1,0 +1,444 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"keyway/balancer"
+	"keyway/membership"
+)
+
+// metaTimeout bounds how long an advertisement waits for its gossip
+// broadcast to go out; the change keeps spreading after it.
+const metaTimeout = 2 * time.Second
+
+// Options are an Agent's dependencies. All are optional.
+type Options struct {
+	// Logger receives the agent's logs; gossip logs go to its "gossip"
+	// child. Nil means no logs.
+	Logger *zap.Logger
+	// Registerer receives the agent's and its gossip member's metrics. Nil
+	// means a private registry, served on /metrics.
+	Registerer prometheus.Registerer
+	// Gatherer is what /metrics serves. Nil means Registerer when it is
+	// also a Gatherer (a *prometheus.Registry is), else the private
+	// registry; New fails if neither applies and the listener is enabled.
+	Gatherer prometheus.Gatherer
+	// Now is the clock used for the boot time and drain durations; nil
+	// means time.Now.
+	Now func() time.Time
+	// Env looks up KEYWAY_GOSSIP_KEY; nil means os.LookupEnv.
+	Env func(string) (string, bool)
+	// Hostname gives the replica name when replica.name is empty; nil
+	// means os.Hostname.
+	Hostname func() (string, error)
+}
+
+// Agent is the sidecar runtime beside one replica: a gossip member with
+// role replica that probes the replica's readiness and advertises its
+// lifecycle state, and drains it on shutdown. Construct it with New, then
+// call Run once. Its methods are safe for concurrent use; it must not be
+// copied.
+type Agent struct {
+	cfg      Config
+	log      *zap.Logger
+	now      func() time.Time
+	replica  string
+	node     *membership.Node
+	prober   *prober
+	book     *reportBook
+	metrics  *metrics
+	gatherer prometheus.Gatherer
+	members  memberSignal
+	srv      *http.Server
+
+	state atomic.Uint32 // the advertised balancer.State
+	ran   atomic.Bool
+
+	lc   lifecycle   // owned by Run's goroutine
+	last probeResult // the latest probe, for transition logs; Run's goroutine
+
+	mu sync.Mutex // guards ln
+	ln net.Listener
+}
+
+// memberSignal is the membership.Sink: it only wakes the drain loop.
+type memberSignal chan struct{}
+
+// SetMembers implements membership.Sink without blocking.
+func (s memberSignal) SetMembers([]membership.Member) {
+	select {
+	case s <- struct{}{}:
+	default:
+	}
+}
+
+var _ membership.Sink = memberSignal(nil)
+
+// New validates cfg and wires the agent. It does not listen, bind or
+// probe: Run does.
+func New(cfg Config, opts Options) (*Agent, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("agent config: %w", err)
+	}
+	expect, _ := parseStatusRanges(cfg.Probe.ExpectStatus) // Validate checked it
+	name := cfg.Replica.Name
+	if name == "" {
+		hostname := opts.Hostname
+		if hostname == nil {
+			hostname = os.Hostname
+		}
+		h, err := hostname()
+		if err != nil {
+			return nil, fmt.Errorf("agent: replica.name is empty and the host name is unknown: %w", err)
+		}
+		if !validReplicaName(h) {
+			return nil, fmt.Errorf("agent: replica.name is empty and the host name %q is not a valid replica name; set replica.name", h)
+		}
+		name = h
+	}
+	now := opts.Now
+	if now == nil {
+		now = time.Now
+	}
+	log := opts.Logger
+	if log == nil {
+		log = zap.NewNop()
+	}
+
+	reg, gath := opts.Registerer, opts.Gatherer
+	if reg == nil {
+		r := prometheus.NewRegistry()
+		reg = r
+		if gath == nil {
+			gath = r
+		}
+	}
+	if gath == nil {
+		if g, ok := reg.(prometheus.Gatherer); ok {
+			gath = g
+		} else if cfg.Listen != "" {
+			return nil, errors.New("agent: Options.Gatherer is required when Options.Registerer is not a prometheus.Gatherer")
+		}
+	}
+	m := newMetrics()
+	if err := m.register(reg); err != nil {
+		return nil, fmt.Errorf("agent metrics: %w", err)
+	}
+
+	boot := now().UnixNano()
+	a := &Agent{
+		cfg:      cfg,
+		log:      log,
+		now:      now,
+		replica:  name,
+		metrics:  m,
+		gatherer: gath,
+		members:  make(memberSignal, 1),
+		prober:   newProber(cfg.Replica.Addr, cfg.Probe.Path, cfg.Probe.Timeout, expect),
+		book:     newReportBook(cfg.Replica.Set, name, boot, m),
+		lc:       lifecycle{State: balancer.StateStarting},
+	}
+	a.state.Store(uint32(balancer.StateStarting))
+	node, err := membership.New(cfg.Gossip, membership.Meta{
+		Role:    membership.RoleReplica,
+		Set:     cfg.Replica.Set,
+		Replica: name,
+		Addr:    cfg.Replica.Addr,
+		State:   balancer.StateStarting,
+		Weight:  uint16(cfg.Replica.Weight),
+		Zone:    cfg.Replica.Zone,
+		Boot:    boot,
+	}, membership.Options{
+		Logger:     log.Named("gossip"),
+		Registerer: reg,
+		Sink:       a.members,
+		Messages:   a.book.record,
+		Env:        opts.Env,
+		Now:        now,
+	})
+	if err != nil {
+		return nil, err
+	}
+	a.node = node
+	if cfg.Listen != "" {
+		a.srv = a.newHTTPServer(gath)
+	}
+	return a, nil
+}
+
+// State returns the lifecycle state the agent advertises now.
+func (a *Agent) State() balancer.State { return balancer.State(a.state.Load()) }
+
+// Name returns the agent's gossip node name (the replica name plus a boot
+// suffix): proxies send drain reports to it.
+func (a *Agent) Name() string { return a.node.Name() }
+
+// Meta returns the metadata the agent advertises.
+func (a *Agent) Meta() membership.Meta { return a.node.Meta() }
+
+// GossipAddr returns the advertised gossip address, or "" before Run
+// has bound it.
+func (a *Agent) GossipAddr() string { return a.node.GossipAddr() }
+
+// Started is closed once Run has bound the gossip port.
+func (a *Agent) Started() <-chan struct{} { return a.node.Started() }
+
+// Listen opens the agent's HTTP listener, if one is configured and not yet
+// open. Run calls it; call it earlier to learn the address (port 0).
+func (a *Agent) Listen() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.srv == nil || a.ln != nil {
+		return nil
+	}
+	ln, err := net.Listen("tcp", a.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("agent listen %s: %w", a.cfg.Listen, err)
+	}
+	a.ln = ln
+	return nil
+}
+
+// Addr returns the HTTP listener's address, or nil when it is disabled or
+// not open yet.
+func (a *Agent) Addr() net.Addr {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.ln == nil {
+		return nil
+	}
+	return a.ln.Addr()
+}
+
+// Run joins the gossip cluster as starting, probes the replica and
+// advertises its state until ctx is done; then it drains: it advertises
+// draining, waits until every live proxy reports that it sends nothing more
+// to the replica (or drain.timeout passes), waits drain.quiet, advertises
+// stopped, leaves the cluster and returns. It returns nil after a graceful
+// exit, and an error when the listener or gossip cannot start or the HTTP
+// server fails (after draining). Run may be called once.
+func (a *Agent) Run(ctx context.Context) error {
+	if !a.ran.CompareAndSwap(false, true) {
+		return errors.New("agent: Run called twice")
+	}
+	if err := a.Listen(); err != nil {
+		return err
+	}
+	// Gossip outlives ctx: the node must stay in the cluster while draining.
+	nodeCtx, stopNode := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopNode()
+	nodeDone := make(chan error, 1)
+	go func() { nodeDone <- a.node.Run(nodeCtx) }()
+	select {
+	case <-a.node.Started():
+	case err := <-nodeDone:
+		a.closeListener()
+		return err
+	}
+
+	httpDone := make(chan error, 1)
+	ln := a.listener()
+	if ln != nil {
+		go func() { httpDone <- a.srv.Serve(ln) }()
+	}
+	httpAddr := ""
+	if ln != nil {
+		httpAddr = ln.Addr().String()
+	}
+	a.log.Info("agent started",
+		zap.String("set", a.cfg.Replica.Set), zap.String("replica", a.replica), zap.String("addr", a.cfg.Replica.Addr),
+		zap.String("node", a.node.Name()), zap.String("gossip", a.node.GossipAddr()),
+		zap.String("probe", a.prober.url), zap.String("http", httpAddr), zap.Stringer("state", a.State()))
+
+	probeCtx, stopProbe := context.WithCancel(ctx)
+	results := make(chan probeResult)
+	probed := make(chan struct{})
+	go func() {
+		defer close(probed)
+		probeLoop(probeCtx, a.cfg.Probe.Interval, a.safeProbe, results)
+	}()
+
+	var runErr error
+	nodeUp, httpUp := true, ln != nil
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			break loop
+		case r := <-results:
+			a.onProbe(r)
+		case err := <-httpDone:
+			httpUp = false
+			runErr = fmt.Errorf("agent http: %w", err)
+			a.log.Error("agent http server failed; draining", zap.Error(err))
+			break loop
+		case err := <-nodeDone:
+			nodeUp = false
+			runErr = fmt.Errorf("agent gossip stopped: %w", err)
+			a.log.Error("agent gossip stopped unexpectedly", zap.Error(err))
+			break loop
+		}
+	}
+	stopProbe()
+	<-probed
+
+	if nodeUp {
+		a.drain()
+		stopNode()
+		<-nodeDone
+	}
+	if httpUp {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = a.srv.Shutdown(sctx)
+		cancel()
+		<-httpDone
+	}
+	a.log.Info("agent stopped", zap.String("replica", a.replica), zap.Bool("removed", a.cfg.Drain.Remove))
+	return runErr
+}
+
+func (a *Agent) listener() net.Listener {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.ln
+}
+
+func (a *Agent) closeListener() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.ln != nil {
+		_ = a.ln.Close()
+	}
+}
+
+// onProbe feeds one probe result to the state machine.
+func (a *Agent) onProbe(r probeResult) {
+	a.last = r
+	ev := evProbeFail
+	if r.ok {
+		ev = evProbePass
+		a.metrics.probes.WithLabelValues("pass").Inc()
+	} else {
+		a.metrics.probes.WithLabelValues("fail").Inc()
+	}
+	if ce := a.log.Check(zap.DebugLevel, "probe"); ce != nil {
+		ce.Write(zap.Bool("ok", r.ok), zap.String("result", r.detail()), zap.Duration("took", r.took))
+	}
+	a.apply(ev)
+}
+
+// apply steps the state machine and advertises a changed state: gossip
+// metadata, /readyz, the state metric and one log line per transition.
+func (a *Agent) apply(ev event, fields ...zap.Field) {
+	prev := a.lc
+	next, changed := step(prev, ev, a.cfg.Probe.Rise, a.cfg.Probe.Fall)
+	a.lc = next
+	if !changed {
+		return
+	}
+	s := next.State
+	a.state.Store(uint32(s))
+	a.metrics.setState(s)
+	a.metrics.transitions.Inc()
+	fields = append(fields, zap.Stringer("from", prev.State), zap.Stringer("to", s), zap.Stringer("event", ev),
+		zap.String("set", a.cfg.Replica.Set), zap.String("replica", a.replica))
+	if ev == evProbePass || ev == evProbeFail {
+		n := prev.Passes + 1
+		if ev == evProbeFail {
+			n = prev.Fails + 1
+		}
+		fields = append(fields, zap.Int("consecutive", n), zap.String("probe", a.last.detail()))
+	}
+	remove := a.cfg.Drain.Remove && s == balancer.StateStopped
+	if remove {
+		fields = append(fields, zap.Bool("remove", true))
+	}
+	lvl := zap.InfoLevel
+	if s == balancer.StateRecovering {
+		lvl = zap.WarnLevel
+	}
+	a.log.Log(lvl, "replica state changed", fields...)
+	err := a.node.UpdateMeta(func(m *membership.Meta) {
+		m.State = s
+		m.Remove = remove
+	}, metaTimeout)
+	if err != nil {
+		// The change is set locally and keeps spreading; only the wait ended.
+		a.log.Warn("state advertisement not confirmed", zap.Stringer("state", s), zap.Error(err))
+	}
+}
+
+// drain runs the shutdown sequence; see Run.
+func (a *Agent) drain() {
+	start := a.now()
+	a.book.begin()
+	a.apply(evDrain)
+
+	timeout := time.NewTimer(a.cfg.Drain.Timeout)
+	defer timeout.Stop()
+	for {
+		members := a.node.Members()
+		latest := a.book.snapshot()
+		pending := pendingProxies(members, latest)
+		if len(pending) == 0 {
+			a.log.Info("replica drained", zap.Duration("took", a.now().Sub(start)),
+				zap.Int("proxies", liveProxies(members)), zap.Int("reports", len(latest)))
+			break
+		}
+		select {
+		case <-a.book.changed:
+			continue
+		case <-a.members:
+			continue
+		case <-timeout.C:
+		}
+		// Timed out: re-read what the proxies last said, for the log.
+		latest = a.book.snapshot()
+		pending = pendingProxies(a.node.Members(), latest)
+		a.log.Warn("drain timed out; proxies may still be sending", zap.Duration("timeout", a.cfg.Drain.Timeout),
+			zap.Strings("pending", describePending(pending, latest)))
+		break
+	}
+
+	if q := a.cfg.Drain.Quiet; q > 0 {
+		a.log.Info("drain quiet period", zap.Duration("quiet", q))
+		t := time.NewTimer(q)
+		<-t.C
+	}
+	a.apply(evStop, zap.Duration("drain_took", a.now().Sub(start)))
+}
+
+// liveProxies counts alive proxy members.
+func liveProxies(ms []membership.Member) int {
+	n := 0
+	for _, m := range ms {
+		if m.Meta.Role == membership.RoleProxy && m.Status == membership.StatusAlive {
+			n++
+		}
+	}
+	return n
+}
+
+// safeProbe runs one probe; a panic inside it counts as a failed probe and
+// is logged with its stack instead of killing the probe loop.
+func (a *Agent) safeProbe(ctx context.Context) (r probeResult) {
+	defer func() {
+		if v := recover(); v != nil {
+			a.log.Error("probe panicked", zap.Any("panic", v), zap.ByteString("stack", debug.Stack()))
+			r = probeResult{err: fmt.Errorf("probe panicked: %v", v)}
+		}
+	}()
+	return a.prober.probe(ctx)
+}

@@ -1,0 +1,284 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"keyway/logging"
+	"keyway/membership"
+)
+
+// Config is the agent's whole configuration: the file given to
+// `keyway agent -c FILE`. Each field's comment gives its unit, its default
+// and what the zero value means. A Config is a plain value; Gossip.Join is
+// the only slice, so treat a loaded Config as read-only or copy Join
+// before changing it.
+type Config struct {
+	// Replica describes the replica this agent runs beside.
+	Replica ReplicaConfig `yaml:"replica"`
+	// Probe configures the readiness probe of the replica.
+	Probe ProbeConfig `yaml:"probe"`
+	// Drain configures what happens on SIGTERM.
+	Drain DrainConfig `yaml:"drain"`
+	// Listen is host:port of the agent's own HTTP listener (/healthz,
+	// /readyz, /metrics). Default "127.0.0.1:9902"; empty disables it. In
+	// Kubernetes the kubelet probes the pod IP, so use ":9902" there.
+	Listen string `yaml:"listen"`
+	// Log configures the agent's logs (stderr). access_log does not apply
+	// to the agent and must stay false.
+	Log logging.Config `yaml:"log"`
+	// Gossip configures the agent's gossip member. Join is required.
+	// BindPort defaults to 0 (a free port, advertised to the cluster) so
+	// that several agents and a proxy can share one host.
+	Gossip membership.Config `yaml:"gossip"`
+}
+
+// ReplicaConfig identifies the replica and tells proxies how to reach it.
+type ReplicaConfig struct {
+	// Set is the replica set the replica belongs to (e.g. "orders").
+	// Required; 1 to 63 of a-z, 0-9, '-', '_', as in the proxy's file.
+	Set string `yaml:"set"`
+	// Name is the replica's ring identity, stable across restarts (a
+	// StatefulSet pod name such as "orders-0"). Empty means the host name.
+	Name string `yaml:"name"`
+	// Addr is host:port proxies forward to, and the agent probes. Required;
+	// the host must be one proxies can reach (not 0.0.0.0).
+	Addr string `yaml:"addr"`
+	// Weight is advisory, reported to proxies. Default 1; 1 to 1000.
+	Weight int `yaml:"weight"`
+	// Zone is an optional failure-domain label. Empty means none.
+	Zone string `yaml:"zone"`
+}
+
+// ProbeConfig is the readiness probe of the replica: GET http://ADDR/PATH.
+type ProbeConfig struct {
+	// Path is the probed path. Default "/readyz".
+	Path string `yaml:"path"`
+	// Interval is the time between probe starts. Default 1s; at least 10ms.
+	// The first probe starts after a random delay within one interval.
+	Interval time.Duration `yaml:"interval"`
+	// Timeout bounds one probe; a probe that takes longer fails. Default
+	// 500ms; at least 10ms. At most one probe is in flight.
+	Timeout time.Duration `yaml:"timeout"`
+	// Rise is the number of consecutive passes that make a starting or
+	// recovering replica ready. Default 2; 1 to 100.
+	Rise int `yaml:"rise"`
+	// Fall is the number of consecutive failures that make a ready replica
+	// recovering. Default 3; 1 to 100.
+	Fall int `yaml:"fall"`
+	// ExpectStatus lists the status codes that pass, as codes and ranges
+	// separated by commas: "200-399" (default), "200,204".
+	ExpectStatus string `yaml:"expect_status"`
+}
+
+// DrainConfig says how the agent leaves on SIGTERM.
+type DrainConfig struct {
+	// Timeout is the longest the agent waits, once draining, for every live
+	// proxy to report that it sends no more requests to the replica.
+	// Default 30s; 0 does not wait. Keep Kubernetes'
+	// terminationGracePeriodSeconds above Timeout + Quiet + a few seconds.
+	Timeout time.Duration `yaml:"timeout"`
+	// Quiet is an extra wait after the replica is drained, before the agent
+	// advertises stopped and exits. Default 0 (none).
+	Quiet time.Duration `yaml:"quiet"`
+	// Remove makes the agent leave for good (scale-in): proxies drop the
+	// replica from the ring at once and its partitions move. Default false:
+	// a restart, whose partitions wait for it (gossip.forget_after).
+	Remove bool `yaml:"remove"`
+}
+
+// DefaultConfig returns the configuration used for every key the file,
+// the environment and the flags leave out. It has no set, address or join
+// addresses, so it does not validate on its own.
+func DefaultConfig() Config {
+	g := membership.DefaultConfig()
+	g.BindPort = 0
+	return Config{
+		Replica: ReplicaConfig{Weight: 1},
+		Probe: ProbeConfig{
+			Path:         "/readyz",
+			Interval:     time.Second,
+			Timeout:      500 * time.Millisecond,
+			Rise:         2,
+			Fall:         3,
+			ExpectStatus: "200-399",
+		},
+		Drain:  DrainConfig{Timeout: 30 * time.Second},
+		Listen: "127.0.0.1:9902",
+		Log:    logging.DefaultConfig(),
+		Gossip: g,
+	}
+}
+
+// Validate reports every problem, joined with errors.Join. Each error's
+// text starts with the full YAML path of its key ("replica.addr: ...",
+// "gossip.join: ...") followed by ": ". It is safe for concurrent use.
+func (c Config) Validate() error {
+	var errs []error
+	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+
+	r := c.Replica
+	if r.Set == "" {
+		add("replica.set: required: the replica set this replica belongs to, e.g. orders")
+	} else if !validSetName(r.Set) {
+		add("replica.set: %q is not a valid set name: use 1 to 63 lower-case letters, digits, '-' or '_', e.g. orders", r.Set)
+	}
+	if r.Name != "" && !validReplicaName(r.Name) {
+		add("replica.name: %q is not a valid replica name: use 1 to 128 bytes without spaces, e.g. orders-0 (empty means the host name)", r.Name)
+	}
+	if r.Addr == "" {
+		add("replica.addr: required: host:port proxies use to reach the replica, e.g. 10.0.0.5:9001")
+	} else if err := validateReplicaAddr(r.Addr); err != nil {
+		add("replica.addr: %v", err)
+	}
+	if r.Weight < 1 || r.Weight > 1000 {
+		add("replica.weight: must be between 1 and 1000, got %d", r.Weight)
+	}
+	if len(r.Zone) > 64 || strings.ContainsAny(r.Zone, " \t\r\n") {
+		add("replica.zone: %q is not a valid zone: use at most 64 bytes without spaces", r.Zone)
+	}
+
+	p := c.Probe
+	if p.Path == "" || p.Path[0] != '/' || strings.ContainsAny(p.Path, " \t\r\n#") {
+		add("probe.path: must start with '/' and contain no spaces or '#', got %q", p.Path)
+	}
+	if p.Interval < 10*time.Millisecond {
+		add("probe.interval: must be at least 10ms, got %s", p.Interval)
+	}
+	if p.Timeout < 10*time.Millisecond {
+		add("probe.timeout: must be at least 10ms, got %s", p.Timeout)
+	}
+	if p.Rise < 1 || p.Rise > 100 {
+		add("probe.rise: must be between 1 and 100, got %d", p.Rise)
+	}
+	if p.Fall < 1 || p.Fall > 100 {
+		add("probe.fall: must be between 1 and 100, got %d", p.Fall)
+	}
+	if _, err := parseStatusRanges(p.ExpectStatus); err != nil {
+		add("probe.expect_status: %v", err)
+	}
+
+	if c.Drain.Timeout < 0 {
+		add("drain.timeout: must not be negative, got %s", c.Drain.Timeout)
+	}
+	if c.Drain.Quiet < 0 {
+		add("drain.quiet: must not be negative, got %s", c.Drain.Quiet)
+	}
+
+	if c.Listen != "" {
+		if _, port, err := net.SplitHostPort(c.Listen); err != nil || port == "" {
+			add("listen: %q is not host:port (e.g. \"127.0.0.1:9902\", or \":9902\" for all interfaces), or empty to disable the agent's HTTP listener", c.Listen)
+		}
+	}
+
+	for _, e := range leaves(c.Log.Validate()) {
+		add("log.%w", e)
+	}
+	if c.Log.AccessLog {
+		add("log.access_log: the agent forwards no requests and writes no access log; remove this key")
+	}
+	for _, e := range leaves(c.Gossip.Validate()) {
+		add("gossip.%w", e)
+	}
+	if len(c.Gossip.Join) == 0 {
+		add("gossip.join: required: at least one member to join, host:port of a proxy or a DNS name that resolves to proxies (a Kubernetes headless Service), e.g. [keyway-gossip.default.svc:7946]")
+	}
+	return errors.Join(errs...)
+}
+
+// leaves returns the errors joined in err (errors.Join), or err itself.
+func leaves(err error) []error {
+	if err == nil {
+		return nil
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
+}
+
+func validSetName(s string) bool {
+	if s == "" || len(s) > 63 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+func validReplicaName(s string) bool {
+	return s != "" && len(s) <= 128 && !strings.ContainsAny(s, " \t\r\n")
+}
+
+// validateReplicaAddr checks a host:port that other hosts dial.
+func validateReplicaAddr(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%q is not host:port, e.g. 10.0.0.5:9001", addr)
+	}
+	if len(addr) > 255 {
+		return fmt.Errorf("%q is longer than 255 bytes", addr)
+	}
+	if host == "" {
+		return fmt.Errorf("%q has no host; proxies need an address they can dial, e.g. the pod IP", addr)
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		return fmt.Errorf("%q is an all-interfaces address; proxies need an address they can dial, e.g. the pod IP", addr)
+	}
+	if strings.ContainsAny(host, "/ \t") {
+		return fmt.Errorf("%q has an invalid host", addr)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return fmt.Errorf("%q has an invalid port: use 1 to 65535", addr)
+	}
+	return nil
+}
+
+// statusRanges is a parsed expect_status: inclusive [lo, hi] pairs.
+type statusRanges [][2]int
+
+// match reports whether code is in one of the ranges.
+func (s statusRanges) match(code int) bool {
+	for _, r := range s {
+		if code >= r[0] && code <= r[1] {
+			return true
+		}
+	}
+	return false
+}
+
+// parseStatusRanges parses "200-399", "200,204" or "200-299,304".
+func parseStatusRanges(s string) (statusRanges, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, errors.New("empty: list status codes or ranges, e.g. \"200-399\" or \"200,204\"")
+	}
+	var out statusRanges
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		lo, hi, isRange := strings.Cut(part, "-")
+		a, errA := strconv.Atoi(strings.TrimSpace(lo))
+		b := a
+		var errB error
+		if isRange {
+			b, errB = strconv.Atoi(strings.TrimSpace(hi))
+		}
+		switch {
+		case errA != nil || errB != nil:
+			return nil, fmt.Errorf("%q is not a status code or a range such as 200-399", part)
+		case a < 100 || b > 599:
+			return nil, fmt.Errorf("%q is outside 100-599", part)
+		case a > b:
+			return nil, fmt.Errorf("%q is an empty range: write the lower code first", part)
+		}
+		out = append(out, [2]int{a, b})
+	}
+	return out, nil
+}

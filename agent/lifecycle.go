@@ -1,0 +1,82 @@
+package agent
+
+import "keyway/balancer"
+
+// event is an input of the lifecycle state machine.
+type event uint8
+
+const (
+	evProbePass event = iota + 1 // the readiness probe passed
+	evProbeFail                  // the readiness probe failed
+	evDrain                      // shutdown requested (SIGTERM): stop taking new requests
+	evStop                       // drained (or drain timed out) and the quiet period is over
+)
+
+func (e event) String() string {
+	switch e {
+	case evProbePass:
+		return "probe_pass"
+	case evProbeFail:
+		return "probe_fail"
+	case evDrain:
+		return "drain"
+	case evStop:
+		return "stop"
+	}
+	return "unknown"
+}
+
+// lifecycle is the state machine's whole state: the replica's lifecycle
+// state and the consecutive probe results that count towards the next
+// transition. It is a plain value without a clock: time enters only
+// through the events the runner feeds it.
+type lifecycle struct {
+	State  balancer.State
+	Passes int // consecutive passes since the last failure or transition
+	Fails  int // consecutive failures since the last pass or transition
+}
+
+// step returns the lifecycle after ev and whether the state changed. It is
+// a pure function of its inputs (design.md, "Lifecycle states"):
+//
+//	starting   --rise passes-->  ready
+//	ready      --fall fails-->   recovering
+//	recovering --rise passes-->  ready
+//	starting, ready, recovering --drain--> draining
+//	any        --stop-->         stopped
+//
+// Probe results are ignored once draining or stopped; stopped is final.
+// Counters reset on every transition, so each threshold counts results
+// observed in the current state only.
+func step(l lifecycle, ev event, rise, fall int) (lifecycle, bool) {
+	prev := l.State
+	switch ev {
+	case evProbePass, evProbeFail:
+		if l.State != balancer.StateStarting && l.State != balancer.StateReady && l.State != balancer.StateRecovering {
+			return l, false
+		}
+		if ev == evProbePass {
+			l.Passes, l.Fails = l.Passes+1, 0
+		} else {
+			l.Passes, l.Fails = 0, l.Fails+1
+		}
+		switch {
+		case l.State == balancer.StateReady && l.Fails >= fall:
+			l.State = balancer.StateRecovering
+		case l.State != balancer.StateReady && l.Passes >= rise:
+			l.State = balancer.StateReady
+		}
+	case evDrain:
+		if l.State == balancer.StateDraining || l.State == balancer.StateStopped {
+			return l, false
+		}
+		l.State = balancer.StateDraining
+	case evStop:
+		l.State = balancer.StateStopped
+	}
+	if l.State != prev {
+		l.Passes, l.Fails = 0, 0
+		return l, true
+	}
+	return l, false
+}
