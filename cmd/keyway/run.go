@@ -54,6 +54,7 @@ Usage:
   keyway demo                   run a proxy and three demo replicas on loopback
   keyway replica --name NAME    run one demo replica (a stand-in pipeline job)
   keyway proxy -c FILE          run the proxy
+  keyway agent [-c FILE]        run the sidecar beside one replica (every key is also a flag)
   keyway validate -c FILE       check a configuration file and exit
   keyway version                print the version
 
@@ -72,6 +73,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runProxy(ctx, rest, stdout, stderr)
 	case "validate":
 		return runValidate(rest, stdout, stderr)
+	case "agent":
+		return runAgent(ctx, rest, stdout, stderr)
 	case "replica":
 		return runReplica(ctx, rest, stdout, stderr)
 	case "demo":
