@@ -19,8 +19,9 @@ import (
 	"keyway/membership"
 )
 
-// metaTimeout bounds how long an advertisement waits for its gossip
-// broadcast to go out; the change keeps spreading after it.
+// metaTimeout bounds how long advertising stopped waits for its gossip
+// broadcast to go out before the agent leaves; the change keeps spreading
+// after it.
 const metaTimeout = 2 * time.Second
 
 // Options are an Agent's dependencies. All are optional.
@@ -151,7 +152,16 @@ func New(cfg Config, opts Options) (*Agent, error) {
 		lc:       lifecycle{State: balancer.StateStarting},
 	}
 	a.state.Store(uint32(balancer.StateStarting))
-	node, err := membership.New(cfg.Gossip, membership.Meta{
+	gossip := cfg.Gossip
+	if gossip.AdvertisePort == 0 && gossip.BindPort != 0 {
+		// membership passes advertise_port 0 to memberlist as is whenever
+		// an advertise address is set (explicitly, or bind_addr when it is
+		// not 0.0.0.0), and memberlist then advertises port 0 unless it
+		// picked the port itself: peers could not reach this member.
+		// "0 means the bound port" is what the key promises.
+		gossip.AdvertisePort = gossip.BindPort
+	}
+	node, err := membership.New(gossip, membership.Meta{
 		Role:    membership.RoleReplica,
 		Set:     cfg.Replica.Set,
 		Replica: name,
@@ -370,24 +380,33 @@ func (a *Agent) apply(ev event, fields ...zap.Field) {
 		lvl = zap.WarnLevel
 	}
 	a.log.Log(lvl, "replica state changed", fields...)
+	// Only stopped waits for its broadcast to go out: the leave that follows
+	// must not overtake it (peers would see a crash, and miss Remove). The
+	// other states keep spreading in the background while the run loop
+	// goes on probing, or collecting drain reports.
+	wait, check := time.Millisecond, zap.DebugLevel
+	if s == balancer.StateStopped {
+		wait, check = metaTimeout, zap.WarnLevel
+	}
 	err := a.node.UpdateMeta(func(m *membership.Meta) {
 		m.State = s
 		m.Remove = remove
-	}, metaTimeout)
+	}, wait)
 	if err != nil {
 		// The change is set locally and keeps spreading; only the wait ended.
-		a.log.Warn("state advertisement not confirmed", zap.Stringer("state", s), zap.Error(err))
+		a.log.Log(check, "state broadcast not confirmed", zap.Stringer("state", s), zap.Duration("waited", wait), zap.Error(err))
 	}
 }
 
 // drain runs the shutdown sequence; see Run.
 func (a *Agent) drain() {
 	start := a.now()
-	a.book.begin()
-	a.apply(evDrain)
-
+	// drain.timeout counts from here, the gossip broadcast of draining
+	// (which apply waits for) included.
 	timeout := time.NewTimer(a.cfg.Drain.Timeout)
 	defer timeout.Stop()
+	a.book.begin()
+	a.apply(evDrain)
 	for {
 		members := a.node.Members()
 		latest := a.book.snapshot()

@@ -1,7 +1,9 @@
 package agent_test
 
 import (
+	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -82,7 +84,7 @@ func TestProbeDrivesLifecycle(t *testing.T) {
 	if err := a.stop(t, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("SIGTERM to stopped without proxies: %s", time.Since(start))
+	t.Logf("cancel (SIGTERM) to Run returned, no proxy in the cluster: %s", time.Since(start))
 	if s := a.State(); s != balancer.StateStopped {
 		t.Fatalf("state after Run: %s", s)
 	}
@@ -151,7 +153,7 @@ func TestDrainWaitsForProxies(t *testing.T) {
 			if err := a.stop(t, 10*time.Second); err != nil {
 				t.Fatal(err)
 			}
-			t.Logf("remove=%v: SIGTERM to stopped %s (last in-flight request finished %s before stopped)", remove, time.Since(start), time.Since(released))
+			t.Logf("remove=%v: cancel (SIGTERM) to Run returned %s, %s after the last proxy reported 0 in flight", remove, time.Since(start), time.Since(released))
 			if a.State() != balancer.StateStopped {
 				t.Fatalf("state %s", a.State())
 			}
@@ -200,7 +202,7 @@ func TestDrainTimesOut(t *testing.T) {
 		t.Fatal(err)
 	}
 	took := time.Since(start)
-	t.Logf("SIGTERM to stopped with a silent proxy and drain.timeout 1s: %s", took)
+	t.Logf("cancel (SIGTERM) to Run returned with a silent proxy and drain.timeout 1s: %s", took)
 	if took < time.Second {
 		t.Fatalf("stopped after %s, before drain.timeout", took)
 	}
@@ -233,4 +235,29 @@ func TestNewRejectsBadConfig(t *testing.T) {
 	if err != nil || a.Meta().Replica != "orders-7" || a.Meta().State != balancer.StateStarting || a.Meta().Role != membership.RoleReplica {
 		t.Fatalf("New with the host name as replica name: %v %+v", err, a.Meta())
 	}
+}
+
+// With a fixed gossip port and a specific bind address, the agent
+// advertises that port (membership alone would advertise port 0) and peers
+// reach it.
+func TestFixedGossipPortIsAdvertised(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	seed := startNode(t, membership.Meta{Role: membership.RoleReplica, Set: "orders", Replica: "seed", Addr: "127.0.0.1:1"})
+	rep := startReplica(t, "ok")
+	cfg := testConfig(rep.addr, seed.GossipAddr())
+	cfg.Gossip.BindPort = port
+	a := startAgent(t, cfg)
+	want := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	if got := a.GossipAddr(); got != want {
+		t.Fatalf("advertised %s, want %s", got, want)
+	}
+	eventually(t, 10*time.Second, "the seed to see the agent ready at its port", func() bool {
+		m, ok := seed.member(a.Name())
+		return ok && m.Gossip == want && m.Meta.State == balancer.StateReady
+	})
 }
