@@ -249,19 +249,19 @@ func TestDescribeAgent(t *testing.T) {
 	}
 }
 
-// examples/agent.yml validates and sets every key.
+// examples/agent.yaml validates and sets every key.
 func TestAgentExample(t *testing.T) {
-	data, err := os.ReadFile("../examples/agent.yml")
+	data, err := os.ReadFile("../examples/agent.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, locs, err := loadAgent("agent.yml", data, true, noEnv)
+	c, locs, err := loadAgent("agent.yaml", data, true, noEnv)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, f := range DescribeAgent() {
 		if l, ok := locs[f.Path]; !ok || l.line == 0 {
-			t.Errorf("examples/agent.yml does not set %s", f.Path)
+			t.Errorf("examples/agent.yaml does not set %s", f.Path)
 		}
 	}
 	if c.Replica.Set != "orders" || c.Replica.Addr != "127.0.0.1:9001" {

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"io"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -263,4 +264,22 @@ func (w *testWriter) Write(p []byte) (int, error) {
 		w.t.Log(strings.TrimRight(string(p), "\n"))
 	}
 	return len(p), nil
+}
+
+// A fixed bind port with an explicit address is advertised as that port,
+// not as 0 (memberlist advertises AdvertisePort verbatim).
+func TestFixedPortAdvertised(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	cfg := testConfig()
+	cfg.BindPort = port
+	cfg.AdvertiseAddr = "127.0.0.1"
+	n := startNode(t, cfg, replicaMeta("fixed"), nil)
+	if got, want := n.GossipAddr(), fmt.Sprintf("127.0.0.1:%d", port); got != want {
+		t.Fatalf("advertised %s, want %s", got, want)
+	}
 }

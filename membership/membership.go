@@ -242,11 +242,15 @@ func (n *Node) Send(node string, msg []byte) error {
 	}
 	n.mu.Lock()
 	m, ok := n.members[node]
+	alive, addr := ok && m.Status == StatusAlive, ""
+	if ok {
+		addr = m.Gossip
+	}
 	n.mu.Unlock()
-	if !ok || m.Status != StatusAlive {
+	if !alive {
 		return fmt.Errorf("membership: no live member %q", node)
 	}
-	return ml.SendToAddress(memberlist.Address{Addr: m.Gossip, Name: node}, encodeEnvelope(n.name, msg))
+	return ml.SendToAddress(memberlist.Address{Addr: addr, Name: node}, encodeEnvelope(n.name, msg))
 }
 
 // Run binds, joins, and keeps the member list current until ctx is done;
@@ -275,7 +279,7 @@ func (n *Node) Run(ctx context.Context) error {
 	cancel()
 	wg.Wait()
 
-	if err := ml.Leave(5 * time.Second); err != nil {
+	if err := ml.Leave(2 * time.Second); err != nil {
 		n.log.Warn("gossip leave", zap.Error(err))
 	}
 	if err := ml.Shutdown(); err != nil {
@@ -298,7 +302,13 @@ func (n *Node) memberlistConfig() *memberlist.Config {
 	c.BindAddr = n.cfg.BindAddr
 	c.BindPort = n.cfg.BindPort
 	c.AdvertiseAddr = n.cfg.AdvertiseAddr
+	// memberlist advertises AdvertisePort verbatim when an advertise
+	// address is set: 0 must mean "the bound port", not port 0. (With
+	// BindPort 0 memberlist fills in the chosen port itself.)
 	c.AdvertisePort = n.cfg.AdvertisePort
+	if c.AdvertisePort == 0 {
+		c.AdvertisePort = n.cfg.BindPort
+	}
 	if c.AdvertiseAddr == "" && n.cfg.BindAddr != "0.0.0.0" && n.cfg.BindAddr != "::" {
 		c.AdvertiseAddr = n.cfg.BindAddr
 	}

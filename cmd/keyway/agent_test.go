@@ -58,11 +58,11 @@ func TestAgentCheck(t *testing.T) {
 		args []string
 		want string
 	}{
-		"file": {[]string{"-c", "../../examples/agent.yml"},
+		"file": {[]string{"-c", "../../examples/agent.yaml"},
 			"ok: replica orders/orders-0 at 127.0.0.1:9001, probe GET /readyz every 1s (rise 2, fall 3), drain timeout 30s, join [127.0.0.1:7946], listen 127.0.0.1:9902\n"},
 		"flags only": {[]string{"--replica.set", "orders", "--replica.addr", "127.0.0.1:9001", "--gossip.join", "127.0.0.1:7946"},
 			"ok: replica orders/(host name) at 127.0.0.1:9001, probe GET /readyz every 1s (rise 2, fall 3), drain timeout 30s, join [127.0.0.1:7946], listen 127.0.0.1:9902\n"},
-		"flags over the file": {[]string{"-c", "../../examples/agent.yml", "--replica.name", "orders-9", "--probe.interval=250ms", "--gossip.join", "a:1", "--gossip.join", "b:2,c:3", "--listen="},
+		"flags over the file": {[]string{"-c", "../../examples/agent.yaml", "--replica.name", "orders-9", "--probe.interval=250ms", "--gossip.join", "a:1", "--gossip.join", "b:2,c:3", "--listen="},
 			"ok: replica orders/orders-9 at 127.0.0.1:9001, probe GET /readyz every 250ms (rise 2, fall 3), drain timeout 30s, join [a:1 b:2 c:3], listen off\n"},
 	} {
 		t.Run(name, func(t *testing.T) {

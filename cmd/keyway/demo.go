@@ -7,11 +7,15 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
+	"time"
 
 	"golang.org/x/sync/errgroup"
 
+	"keyway/agent"
 	"keyway/config"
 	"keyway/demo"
+	"keyway/logging"
 )
 
 //go:embed demo.yaml
@@ -20,7 +24,7 @@ var demoYAML []byte
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	cf := newConfigFlags(fs)
-	if err := parseFlags(fs, args, stderr, "Usage: keyway demo [flags]\n\nRuns a proxy in front of three built-in demo replicas (orders-0..2), all on\nloopback, from an embedded configuration (cmd/keyway/demo.yaml). Each demo\nreplica answers with its name, the key and how often it saw that key.\n\n"); err != nil {
+	if err := parseFlags(fs, args, stderr, "Usage: keyway demo [flags]\n\nRuns a proxy and, for each replica set, as many built-in demo replicas as it\ndeclares (orders-0..2), each behind its own agent, all on loopback and found\nby gossip, from an embedded configuration (cmd/keyway/demo.yaml). Each demo\nreplica answers with its name, the key and how often it saw that key.\n\n"); err != nil {
 		return err
 	}
 	var cfg config.Config
@@ -33,10 +37,23 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
+	if !cfg.Gossip.Enabled {
+		return usageError{"the demo runs its replicas behind agents: gossip.enabled must be true"}
+	}
+	logs, err := logging.New(cfg.Log, stderr, stdout)
+	if err != nil {
+		return err
+	}
+	defer logs.Close()
 
 	g, gctx := errgroup.WithContext(ctx)
-	for si := range cfg.ReplicaSets {
-		set := &cfg.ReplicaSets[si]
+	type demoReplica struct {
+		set  string
+		r    *demo.Replica
+		addr string
+	}
+	var reps []demoReplica
+	for _, set := range cfg.ReplicaSets {
 		keyHdr := ""
 		for _, k := range set.Key {
 			if k.Header != "" {
@@ -44,30 +61,65 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 				break
 			}
 		}
-		for i := range set.Static {
-			r, err := demo.Listen(set.Static[i].Name, "127.0.0.1:0", keyHdr)
+		for i := 0; i < set.Replicas; i++ {
+			r, err := demo.Listen(fmt.Sprintf("%s-%d", set.Name, i), "127.0.0.1:0", keyHdr)
 			if err != nil {
 				return err
 			}
-			set.Static[i].Addr = r.Addr()
+			reps = append(reps, demoReplica{set: set.Name, r: r, addr: r.Addr()})
 			g.Go(func() error { return r.Run(gctx) })
 		}
 	}
+
+	// Once the proxy's gossip member is up, start one agent per demo
+	// replica, joined to it.
+	var once sync.Once
+	gossipUp := make(chan string, 1)
+	g.Go(func() error {
+		var proxyGossip string
+		select {
+		case proxyGossip = <-gossipUp:
+		case <-gctx.Done():
+			return nil
+		}
+		for _, dr := range reps {
+			acfg := agent.DefaultConfig()
+			acfg.Replica.Set, acfg.Replica.Name, acfg.Replica.Addr = dr.set, dr.r.Name(), dr.addr
+			acfg.Probe.Interval = 200 * time.Millisecond
+			acfg.Drain.Timeout = 5 * time.Second
+			acfg.Listen = "" // the demo's agents need no HTTP listener of their own
+			acfg.Log = cfg.Log
+			acfg.Gossip = cfg.Gossip.Config
+			acfg.Gossip.BindPort = 0
+			acfg.Gossip.Join = []string{proxyGossip}
+			a, err := agent.New(acfg, agent.Options{Logger: logs.App.Named("agent")})
+			if err != nil {
+				return err
+			}
+			g.Go(func() error { return a.Run(gctx) })
+		}
+		return nil
+	})
 	g.Go(func() error {
 		return serve(gctx, cfg, stdout, stderr, func(proxyAddr, adminAddr string) {
 			printDemoHelp(stdout, cfg, proxyAddr, adminAddr)
-		}, nil)
+		}, func(gossipAddr string) {
+			once.Do(func() {
+				gossipUp <- gossipAddr
+				fmt.Fprintf(stdout, "gossip on %s: a second proxy can join it and will route every key the same way:\n  go run ./cmd/keyway proxy -c examples/second-proxy.yaml --join %s\n\n", gossipAddr, gossipAddr)
+			})
+		})
 	})
 	return g.Wait()
 }
 
 func printDemoHelp(w io.Writer, cfg config.Config, proxyAddr, adminAddr string) {
 	set := cfg.ReplicaSets[0]
-	var reps []string
-	for _, r := range set.Static {
-		reps = append(reps, r.Name+"="+r.Addr)
+	var names []string
+	for i := 0; i < set.Replicas; i++ {
+		names = append(names, fmt.Sprintf("%s-%d", set.Name, i))
 	}
-	fmt.Fprintf(w, "keyway demo: proxy on http://%s, replica set %q with %d replicas (%s)\n", proxyAddr, set.Name, len(set.Static), strings.Join(reps, ", "))
+	fmt.Fprintf(w, "keyway demo: proxy on http://%s, replica set %q with %d demo replicas (%s), each behind an agent\n", proxyAddr, set.Name, set.Replicas, strings.Join(names, ", "))
 	if adminAddr != "" {
 		fmt.Fprintf(w, "admin on http://%s (/metrics, /healthz, /readyz)\n", adminAddr)
 	}
@@ -81,7 +133,7 @@ Try:
   curl -s -i http://%[1]s/ingest/a%%2Fb                              # non-canonical key: 400
 `, proxyAddr)
 	if adminAddr != "" {
-		fmt.Fprintf(w, "  curl -s http://%s/metrics | grep '^keyway_requests_total'\n", adminAddr)
+		fmt.Fprintf(w, "  curl -s http://%s/metrics | grep -E '^keyway_(requests_total|rotation_replicas|gossip_members)'\n", adminAddr)
 	}
 	fmt.Fprintln(w, "\nPress Ctrl-C to stop.")
 }

@@ -67,6 +67,9 @@ func TestValidateExamples(t *testing.T) {
 	}
 	files = append(files, "demo.yaml")
 	for _, f := range files {
+		if strings.HasPrefix(filepath.Base(f), "agent") {
+			continue // an agent file: agent_test.go checks it
+		}
 		t.Run(filepath.Base(f), func(t *testing.T) {
 			var out, errb bytes.Buffer
 			if err := run(context.Background(), []string{"validate", "-c", f}, &out, &errb); err != nil {
@@ -104,7 +107,32 @@ func TestValidateReportsEveryProblem(t *testing.T) {
 	}
 }
 
-var proxyLine = regexp.MustCompile(`proxy on http://(\S+),`)
+var (
+	proxyLine = regexp.MustCompile(`proxy on http://(\S+),`)
+	adminLine = regexp.MustCompile(`admin on http://(\S+) `)
+)
+
+// waitRotation polls the admin /metrics until n replicas of "orders" are
+// in rotation: the demo's agents join by gossip after the proxy starts.
+func waitRotation(t *testing.T, admin string, n int) {
+	t.Helper()
+	want := fmt.Sprintf(`keyway_rotation_replicas{set="orders"} %d`, n)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get("http://" + admin + "/metrics")
+		if err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if strings.Contains(string(b), want+"\n") {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no %q within 30s", want)
+		}
+		<-time.After(50 * time.Millisecond)
+	}
+}
 
 // startDemo runs `keyway demo` in-process and returns the proxy address.
 func startDemo(t *testing.T) (addr string, stop func() error) {
@@ -114,21 +142,26 @@ func startDemo(t *testing.T) (addr string, stop func() error) {
 	errb := &syncBuffer{}
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"demo", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-level", "warn"}, pw, errb)
+		done <- run(ctx, []string{"demo", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--gossip-bind-port", "0", "--log-level", "warn"}, pw, errb)
 		pw.Close()
 	}()
 	sc := bufio.NewScanner(pr)
+	admin := ""
 	for sc.Scan() {
 		if m := proxyLine.FindStringSubmatch(sc.Text()); m != nil {
 			addr = m[1]
+		}
+		if m := adminLine.FindStringSubmatch(sc.Text()); m != nil {
+			admin = m[1]
 			break
 		}
 	}
-	if addr == "" {
+	if addr == "" || admin == "" {
 		cancel()
-		t.Fatalf("demo printed no proxy address; stderr: %s, err: %v", errb.String(), <-done)
+		t.Fatalf("demo printed no proxy or admin address; stderr: %s, err: %v", errb.String(), <-done)
 	}
 	go io.Copy(io.Discard, pr)
+	waitRotation(t, admin, 3)
 	return addr, func() error {
 		cancel()
 		return <-done
@@ -192,7 +225,7 @@ func TestBinaryDemo(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	cmd := exec.Command(bin, "demo", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0")
+	cmd := exec.Command(bin, "demo", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--gossip-bind-port", "0")
 	stdout, _ := cmd.StdoutPipe()
 	stderr := &syncBuffer{}
 	cmd.Stderr = stderr
@@ -201,17 +234,21 @@ func TestBinaryDemo(t *testing.T) {
 	}
 	defer cmd.Process.Kill()
 	sc := bufio.NewScanner(stdout)
-	addr := ""
+	addr, admin := "", ""
 	for sc.Scan() {
 		if m := proxyLine.FindStringSubmatch(sc.Text()); m != nil {
 			addr = m[1]
+		}
+		if m := adminLine.FindStringSubmatch(sc.Text()); m != nil {
+			admin = m[1]
 			break
 		}
 	}
 	go io.Copy(io.Discard, stdout)
-	if addr == "" {
-		t.Fatalf("no proxy address printed; stderr:\n%s", stderr.String())
+	if addr == "" || admin == "" {
+		t.Fatalf("no proxy or admin address printed; stderr:\n%s", stderr.String())
 	}
+	waitRotation(t, admin, 3)
 	req, _ := http.NewRequest("POST", "http://"+addr+"/ingest", strings.NewReader("hello"))
 	req.Header.Set("X-Key", "order-42")
 	resp, err := http.DefaultClient.Do(req)

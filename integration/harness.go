@@ -1,0 +1,259 @@
+// Package integration holds keyway's whole-system tests: real keyway
+// binaries (proxies, agents, demo replicas) as separate processes, talking
+// over real sockets and real gossip on 127.0.0.1, with failures injected
+// by signalling those processes. The package has no non-test code but this
+// harness; its tests are skipped under -short.
+package integration
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Binary is the path of the keyway binary the tests run; TestMain builds it.
+var Binary string
+
+// Build compiles ./cmd/keyway into dir and returns the binary's path.
+func Build(dir string) (string, error) {
+	bin := filepath.Join(dir, "keyway")
+	cmd := exec.Command("go", "build", "-o", bin, "./cmd/keyway")
+	cmd.Dir = ".."
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build: %v\n%s", err, out)
+	}
+	return bin, nil
+}
+
+// Proc is one keyway process started by a test. Its JSON log lines
+// (stderr) and stdout lines are kept for waiting on.
+type Proc struct {
+	Name string
+	cmd  *exec.Cmd
+
+	mu    sync.Mutex
+	lines []string // stdout and stderr, in arrival order
+	cond  chan struct{}
+	done  chan struct{}
+	err   error
+}
+
+// Start runs the binary with args. The process is killed at test end if
+// it is still running.
+func Start(t testing.TB, name string, args ...string) *Proc {
+	t.Helper()
+	p := &Proc{Name: name, cmd: exec.Command(Binary, args...), cond: make(chan struct{}, 1), done: make(chan struct{})}
+	stdout, _ := p.cmd.StdoutPipe()
+	stderr, _ := p.cmd.StderrPipe()
+	if err := p.cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", name, err)
+	}
+	var wg sync.WaitGroup
+	for _, r := range []io.Reader{stdout, stderr} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sc := bufio.NewScanner(r)
+			sc.Buffer(make([]byte, 64<<10), 1<<20)
+			for sc.Scan() {
+				p.mu.Lock()
+				p.lines = append(p.lines, sc.Text())
+				p.mu.Unlock()
+				p.notify()
+			}
+		}()
+	}
+	go func() {
+		wg.Wait()
+		err := p.cmd.Wait()
+		p.mu.Lock()
+		p.err = err
+		p.mu.Unlock()
+		close(p.done)
+		p.notify()
+	}()
+	t.Cleanup(func() {
+		if !p.Exited() {
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+		if t.Failed() {
+			t.Logf("--- output of %s (last 40 lines):\n%s", name, p.tail(40))
+		}
+	})
+	return p
+}
+
+func (p *Proc) notify() {
+	select {
+	case p.cond <- struct{}{}:
+	default:
+	}
+}
+
+func (p *Proc) tail(n int) string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	l := p.lines
+	if len(l) > n {
+		l = l[len(l)-n:]
+	}
+	return strings.Join(l, "\n")
+}
+
+// Exited reports whether the process has exited.
+func (p *Proc) Exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Pid returns the process id.
+func (p *Proc) Pid() int { return p.cmd.Process.Pid }
+
+// Kill sends SIGKILL (a crash: no graceful leave) and waits for the exit.
+func (p *Proc) Kill(t testing.TB) {
+	t.Helper()
+	_ = p.cmd.Process.Kill()
+	<-p.done
+}
+
+// Term sends SIGTERM and waits up to d for a clean exit.
+func (p *Proc) Term(t testing.TB, d time.Duration) {
+	t.Helper()
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(d):
+		t.Fatalf("%s did not exit within %s of SIGTERM", p.Name, d)
+	}
+	p.mu.Lock()
+	err := p.err
+	p.mu.Unlock()
+	if err != nil {
+		t.Fatalf("%s exited with %v after SIGTERM", p.Name, err)
+	}
+}
+
+// WaitLine waits until a line matches re and returns its submatches.
+func (p *Proc) WaitLine(t testing.TB, re *regexp.Regexp, d time.Duration) []string {
+	t.Helper()
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	seen := 0
+	for {
+		p.mu.Lock()
+		lines := p.lines[seen:]
+		seen = len(p.lines)
+		p.mu.Unlock()
+		for _, l := range lines {
+			if m := re.FindStringSubmatch(l); m != nil {
+				return m
+			}
+		}
+		select {
+		case <-p.cond:
+		case <-deadline.C:
+			t.Fatalf("%s: no line matching %s within %s", p.Name, re, d)
+		case <-p.done:
+			p.mu.Lock()
+			more := len(p.lines) > seen
+			p.mu.Unlock()
+			if !more {
+				t.Fatalf("%s exited before printing a line matching %s", p.Name, re)
+			}
+		}
+	}
+}
+
+// Logs returns the parsed JSON log lines whose msg is msg.
+func (p *Proc) Logs(msg string) []map[string]any {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []map[string]any
+	for _, l := range p.lines {
+		if !strings.HasPrefix(l, "{") || !strings.Contains(l, msg) {
+			continue
+		}
+		var m map[string]any
+		if json.Unmarshal([]byte(l), &m) == nil && m["msg"] == msg {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// logField matches `"msg":"MSG"...,"FIELD":"VALUE"` in a JSON log line.
+func logField(msg, field string) *regexp.Regexp {
+	return regexp.MustCompile(`"msg":"` + regexp.QuoteMeta(msg) + `".*"` + field + `":"([^"]+)"`)
+}
+
+// Eventually polls cond every 20ms until it returns true or d passes.
+func Eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", d, what)
+		}
+		<-time.After(20 * time.Millisecond)
+	}
+}
+
+// Metric returns the value of the first sample of name whose labels
+// include every given label, from a Prometheus text endpoint, or -1.
+func Metric(adminAddr, name string, labels map[string]string) float64 {
+	resp, err := http.Get("http://" + adminAddr + "/metrics")
+	if err != nil {
+		return -1
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	for _, line := range bytes.Split(body, []byte("\n")) {
+		l := string(line)
+		if !strings.HasPrefix(l, name+"{") && !strings.HasPrefix(l, name+" ") {
+			continue
+		}
+		ok := true
+		for k, v := range labels {
+			if !strings.Contains(l, k+`="`+v+`"`) {
+				ok = false
+				break
+			}
+		}
+		if !ok {
+			continue
+		}
+		f, err := strconv.ParseFloat(l[strings.LastIndexByte(l, ' ')+1:], 64)
+		if err == nil {
+			return f
+		}
+	}
+	return -1
+}
+
+// WriteFile writes content to a file in dir and returns its path.
+func WriteFile(t testing.TB, dir, name, content string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
