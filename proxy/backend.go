@@ -53,6 +53,10 @@ type DialError struct {
 func (e *DialError) Error() string { return "dial " + e.Addr + ": " + e.Err.Error() }
 func (e *DialError) Unwrap() error { return e.Err }
 
+// ConnectFailure marks the error as a failure to connect, for passive
+// health checks (health.Checker classifies errors by this method).
+func (e *DialError) ConnectFailure() bool { return true }
+
 // dialFunc opens a connection to a replica. Tests replace net.DialTimeout
 // with an in-memory listener's Dial (Options.dial).
 type dialFunc func(addr string, timeout time.Duration) (net.Conn, error)

@@ -76,6 +76,16 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) {
 	case balancer.KeyOK:
 		cands = t.Candidates(hash)
 		if len(cands) == 0 {
+			if len(t.Rotation()) == 0 && t.Len() > 0 {
+				rs.allDown.Inc()
+				if p.opts.FailOpen {
+					// Fail open: every replica is out of rotation; route
+					// by hash to the ring owner anyway.
+					buf[0] = uint16(t.Owner(hash))
+					p.forward(ctx, rs, t, buf[:1])
+					return
+				}
+			}
 			p.respondNoCandidate(ctx, rs, t, hash)
 			return
 		}
@@ -85,6 +95,13 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) {
 		return
 	default:
 		cands = p.keyless(rs, t, buf[:0])
+		if cands == nil && len(t.Rotation()) == 0 && t.Len() > 0 && rs.cfg.Fallback != balancer.FallbackReject {
+			rs.allDown.Inc()
+			if p.opts.FailOpen {
+				buf[0] = uint16(rand.IntN(t.Len()))
+				cands = buf[:1]
+			}
+		}
 		if cands == nil {
 			if rs.cfg.Fallback == balancer.FallbackReject {
 				p.respondError(ctx, rs, lrNoKey, fasthttp.StatusBadRequest,
@@ -211,7 +228,7 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, rs *replicaSet, t *balancer.Ta
 		if lastKind == errDial && isRefused(err) {
 			p.ejectRefused(rs, b)
 		}
-		if p.opts.Observer != nil {
+		if p.opts.Observer != nil && lastKind != errStale && lastKind != errNoFreeConns {
 			p.opts.Observer.Observe(rs.name, b.name, 0, err, d)
 		}
 		if ce := p.log.Check(zapcore.DebugLevel, "upstream attempt failed"); ce != nil {

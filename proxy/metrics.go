@@ -13,6 +13,7 @@ type metrics struct {
 	latency   *prometheus.HistogramVec // set, replica
 	upErrors  *prometheus.CounterVec   // set, replica, kind
 	retries   *prometheus.CounterVec   // set
+	allDown   *prometheus.CounterVec   // set, policy
 	rejected  *prometheus.CounterVec   // set, reason: answered by keyway itself
 	inflight  prometheus.Gauge
 	rebuilds  *prometheus.CounterVec // set, ring ("true"/"false")
@@ -50,6 +51,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Namespace: "keyway", Name: "retries_total",
 			Help: "Requests sent again to the next candidate after a failed attempt.",
 		}, []string{"set"}),
+		allDown: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "keyway", Name: "all_replicas_unhealthy_total",
+			Help: "Requests that found no replica of their set in rotation, by the all-down policy applied (fail_closed: 503; fail_open: routed by hash anyway).",
+		}, []string{"set", "policy"}),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "keyway", Name: "local_responses_total",
 			Help: "Requests keyway answered itself without a replica's answer, by reason.",
@@ -89,7 +94,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.requests, m.latency, m.upErrors, m.retries, m.rejected, m.inflight,
+		for _, c := range []prometheus.Collector{m.requests, m.latency, m.upErrors, m.retries, m.allDown, m.rejected, m.inflight,
 			m.rebuilds, m.moved, m.rotation, m.ringSize, m.rebuildSe} {
 			if err := reg.Register(c); err != nil {
 				// A second proxy on the same registry, typically: an error

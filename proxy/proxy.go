@@ -20,12 +20,25 @@ import (
 	"keyway/balancer"
 )
 
-// Observer receives the outcome of every exchange with a replica (one call
-// per attempt). It is called on the request path: it must be cheap, must
-// not block and must not retain anything. err is nil when the replica
-// answered; status is then its status code.
+// Observer receives the outcome of every exchange with a replica that says
+// something about the replica (one call per attempt): an answer, or a
+// failure to connect, a timeout or a reset. Outcomes that are keyway's own
+// (no free pooled connection, a stale pooled connection) are not reported.
+// It is called on the request path: it must be cheap, must not block and
+// must not retain anything. err is nil when the replica answered; status
+// is then its status code. A connect failure's err has a ConnectFailure()
+// bool method returning true; a timeout's a Timeout() bool method.
 type Observer interface {
 	Observe(set, replica string, status int, err error, d time.Duration)
+}
+
+// TableObserver is told about every routing table a replica set's Router
+// publishes: the set, its declared replica count, every member the Router
+// knows (ring members or not) and what changed. It is called by the
+// Router's single writer with the Router's lock held: it must not block
+// and must not call back into the Router (nor SetExcluded, SetReplicas).
+type TableObserver interface {
+	TableChanged(set string, declared int, members []balancer.Member, info balancer.RebuildInfo)
 }
 
 // Options are the proxy's optional dependencies. The zero value works.
@@ -39,6 +52,12 @@ type Options struct {
 	Registerer prometheus.Registerer
 	// Observer, if non-nil, is told the outcome of every attempt.
 	Observer Observer
+	// Tables are told about every published routing table, in order.
+	Tables []TableObserver
+	// FailOpen routes keys by hash to their ring owner when no replica of
+	// the set is in rotation, instead of answering 503 (fail closed, the
+	// default). Either way keyway_all_replicas_unhealthy_total counts it.
+	FailOpen bool
 	// Coalesce is the Router's coalescing window for bursts of replica and
 	// health changes. 0 means 50ms.
 	Coalesce time.Duration
@@ -82,6 +101,7 @@ type replicaSet struct {
 	attempts  int
 	router    *balancer.Router[*Backend]
 	retries   prometheus.Counter
+	allDown   prometheus.Counter // requests that found no replica of the set in rotation
 	local     [localReasons]prometheus.Counter
 	noneReqs  [6]prometheus.Counter
 	sourceMsg string // "header X-Key, path segment 2"
@@ -175,6 +195,7 @@ func (p *Proxy) newReplicaSet(sc SetConfig) (*replicaSet, error) {
 		timeout:  sc.Timeouts.Request,
 		attempts: sc.Retries.Attempts,
 		retries:  p.metrics.retries.WithLabelValues(sc.Name),
+		allDown:  p.metrics.allDown.WithLabelValues(sc.Name, allDownPolicy(p.opts.FailOpen)),
 		live:     map[string]*Backend{},
 	}
 	if h := sc.Retries.IdempotencyHeader; h != "" {
@@ -210,7 +231,7 @@ func (p *Proxy) newReplicaSet(sc SetConfig) (*replicaSet, error) {
 	}, balancer.Hooks[*Backend]{
 		NewBackend: func(r balancer.Replica) *Backend { return p.newBackend(rs, r) },
 		Release:    func(r balancer.Replica, b *Backend) { p.releaseBackend(rs, r, b) },
-		Rebuilt:    func(info balancer.RebuildInfo) { p.rebuilt(info) },
+		Rebuilt:    func(info balancer.RebuildInfo) { p.rebuilt(rs, info) },
 	})
 	if err != nil {
 		return nil, fmt.Errorf("replica set %s: %w", sc.Name, err)
@@ -247,7 +268,14 @@ func (p *Proxy) releaseBackend(rs *replicaSet, r balancer.Replica, b *Backend) {
 	}
 }
 
-func (p *Proxy) rebuilt(info balancer.RebuildInfo) {
+func (p *Proxy) rebuilt(rs *replicaSet, info balancer.RebuildInfo) {
+	if len(p.opts.Tables) > 0 {
+		// The Router has published the new table before calling this hook.
+		ms := rs.router.Table().Members()
+		for _, o := range p.opts.Tables {
+			o.TableChanged(rs.name, rs.cfg.Replicas, ms, info)
+		}
+	}
 	p.metrics.rebuilds.WithLabelValues(info.Set, fmt.Sprint(info.RingBuilt)).Inc()
 	p.metrics.rotation.WithLabelValues(info.Set).Set(float64(info.InRotation))
 	p.metrics.ringSize.WithLabelValues(info.Set).Set(float64(info.RingSize))
@@ -373,6 +401,13 @@ func (p *Proxy) Run(ctx context.Context) error {
 	}
 	p.log.Info("proxy stopped")
 	return nil
+}
+
+func allDownPolicy(failOpen bool) string {
+	if failOpen {
+		return "fail_open"
+	}
+	return "fail_closed"
 }
 
 // fasthttpLogger routes fasthttp's own messages to zap at warn level.
