@@ -36,6 +36,19 @@ type DiscoveryOptions struct {
 	// ReportInterval is how often drain reports go to draining replicas'
 	// agents. 0 means 200ms.
 	ReportInterval time.Duration
+	// OnEvent, if non-nil, is told about every member change between two
+	// snapshots (for the audit trail). Called from the Node's emit
+	// goroutine; it must not block.
+	OnEvent func(MemberEvent)
+}
+
+// MemberEvent is one change of a member between two snapshots.
+type MemberEvent struct {
+	// Kind is "member_join", "member_dead", "member_leave" or "state_change".
+	Kind   string
+	Member Member
+	// From is the previous state (state_change) or status.
+	From string
 }
 
 // Discovery is the proxy side of gossip: it turns member snapshots into
@@ -51,6 +64,8 @@ type Discovery struct {
 	mismatchTotal prometheus.Counter
 	mismatchPeers prometheus.Gauge
 	unknownSets   prometheus.Counter
+
+	onEvent func(MemberEvent)
 
 	mu         sync.Mutex
 	node       *Node
@@ -68,6 +83,7 @@ func NewDiscovery(t Target, opts DiscoveryOptions) *Discovery {
 		target:     t,
 		log:        opts.Logger,
 		interval:   opts.ReportInterval,
+		onEvent:    opts.OnEvent,
 		mismatched: map[string]bool{},
 		unknown:    map[string]bool{},
 		sets:       map[string]bool{},
@@ -107,6 +123,7 @@ func (d *Discovery) Attach(n *Node) {
 func (d *Discovery) SetMembers(ms []Member) {
 	bySet := ReplicasBySet(ms)
 	d.mu.Lock()
+	prev := d.members
 	d.members = ms
 	for set := range d.sets {
 		if _, ok := bySet[set]; !ok {
@@ -127,6 +144,35 @@ func (d *Discovery) SetMembers(ms []Member) {
 		d.mu.Unlock()
 	}
 	d.checkFingerprints(ms)
+	if d.onEvent != nil {
+		diffMembers(prev, ms, d.onEvent)
+	}
+}
+
+// diffMembers reports the changes from prev to cur, self excluded.
+func diffMembers(prev, cur []Member, emit func(MemberEvent)) {
+	old := make(map[string]Member, len(prev))
+	for _, m := range prev {
+		old[m.Node] = m
+	}
+	for _, m := range cur {
+		if m.Self {
+			continue
+		}
+		o, seen := old[m.Node]
+		switch {
+		case !seen && m.Status == StatusAlive:
+			emit(MemberEvent{Kind: "member_join", Member: m})
+		case seen && o.Status != m.Status && m.Status == StatusDead:
+			emit(MemberEvent{Kind: "member_dead", Member: m, From: o.Status.String()})
+		case seen && o.Status != m.Status && m.Status == StatusLeft:
+			emit(MemberEvent{Kind: "member_leave", Member: m, From: o.Status.String()})
+		case seen && o.Status != m.Status && m.Status == StatusAlive:
+			emit(MemberEvent{Kind: "member_join", Member: m, From: o.Status.String()})
+		case seen && o.Meta.State != m.Meta.State:
+			emit(MemberEvent{Kind: "state_change", Member: m, From: o.Meta.State.String()})
+		}
+	}
 }
 
 // ReplicasBySet turns gossip members into each set's replica list for the

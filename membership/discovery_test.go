@@ -178,3 +178,24 @@ func FuzzDecodeMeta(f *testing.F) {
 		}
 	})
 }
+
+func TestDiscoveryReportsMemberChanges(t *testing.T) {
+	var got []string
+	ft := &fakeTarget{sets: map[string][]balancer.Replica{}, fps: map[string]string{"orders": "fp"}}
+	d := NewDiscovery(ft, DiscoveryOptions{OnEvent: func(e MemberEvent) {
+		got = append(got, e.Kind+" "+e.Member.Meta.Replica+" "+e.From)
+	}})
+	a := rep("orders", "o-0", "a:1", balancer.StateStarting, 1, StatusAlive)
+	b := rep("orders", "o-1", "a:2", balancer.StateReady, 1, StatusAlive)
+	d.SetMembers([]Member{a, b})
+	a.Meta.State = balancer.StateReady
+	d.SetMembers([]Member{a, b})
+	b.Status = StatusDead
+	d.SetMembers([]Member{a, b})
+	a.Status, a.Meta.State = StatusLeft, balancer.StateStopped
+	d.SetMembers([]Member{a, b})
+	want := []string{"member_join o-0 ", "member_join o-1 ", "state_change o-0 starting", "member_dead o-1 alive", "member_leave o-0 alive"}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("events\n got %q\nwant %q", got, want)
+	}
+}
