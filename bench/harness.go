@@ -315,7 +315,7 @@ func (r *running) stop() {
 // idle connections on a fresh process, then throughput, CPU, peak RSS and
 // routing on another fresh process, then latency at each fixed rate.
 func (h *Harness) measure(ctx context.Context, t *target, round int) TargetRun {
-	run := TargetRun{Round: round + 1, Target: t.name}
+	run := TargetRun{Round: round + 1, Target: t.name, LoadAvg: loadAvg()}
 	fail := func(what string, err error) {
 		run.Failures = append(run.Failures, what+": "+err.Error())
 		h.logf("%s round %d: %s failed: %v", t.name, round+1, what, err)

@@ -39,6 +39,7 @@ type Env struct {
 type TargetRun struct {
 	Round      int            `json:"round"`
 	Target     string         `json:"target"`
+	LoadAvg    string         `json:"loadavg"` // /proc/loadavg when the target's turn began
 	Throughput *throughputRun `json:"throughput,omitempty"`
 	Latency    []latencyRun   `json:"latency,omitempty"`
 	Idle       *idleRun       `json:"idle,omitempty"`
@@ -365,7 +366,7 @@ func (r *Report) ratios(order []string) []RatioRow {
 				row.Vs[other] = st
 			}
 			if dropped > 0 {
-				row.Note = strings.TrimSpace(row.Note + fmt.Sprintf(" %s: %d round(s) without a ratio (value ≤ 0).", other, dropped))
+				row.Note = strings.TrimSpace(row.Note + fmt.Sprintf(" %s: %d round(s) without a ratio (keyway's value < 0 or the other's ≤ 0).", other, dropped))
 			}
 		}
 		rows = append(rows, row)
