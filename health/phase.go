@@ -1,0 +1,87 @@
+package health
+
+import "keyway/balancer"
+
+// Phase is the phase of a replica set, as a pipeline replica set defines
+// it (design.md). A Phase is a plain string; the zero value is not a
+// phase.
+type Phase string
+
+// The phases.
+const (
+	PhaseCreated    Phase = "Created"    // declared, no replica seen yet
+	PhaseScheduling Phase = "Scheduling" // replicas seen, none ever ready, none in rotation
+	PhaseRunning    Phase = "Running"    // every declared replica ready and in rotation
+	PhaseDegraded   Phase = "Degraded"   // some in rotation but not all; or none, after the set ran
+	PhaseFailed     Phase = "Failed"     // replicas seen, none in rotation, at least one failed
+	PhaseStopped    Phase = "Stopped"    // had replicas, all stopped
+)
+
+// Phases returns every phase in lifecycle order (for a gauge with one
+// series per phase). The slice is new on every call.
+func Phases() []Phase {
+	return []Phase{PhaseCreated, PhaseScheduling, PhaseRunning, PhaseDegraded, PhaseFailed, PhaseStopped}
+}
+
+// ComputePhase returns the phase of a replica set from its declared
+// replica count and the members its routing table knows
+// ([balancer.Table.Members]). It is a pure function. declared < 1 means
+// "as many as are seen".
+//
+// The first rule that applies wins:
+//
+//  1. no member                                  → Created
+//  2. in rotation >= declared                    → Running
+//  3. some in rotation                           → Degraded
+//  4. every member stopped                       → Stopped
+//  5. a member failed (state failed, or held out
+//     with balancer.ReasonFailed by this proxy)  → Failed
+//  6. no member ever ready (none on the ring)    → Scheduling
+//  7. otherwise                                  → Degraded
+//
+// Rules 4–7 cover a set with nothing in rotation. A set that is shutting
+// down (some members stopped, the others draining) or whose replicas are
+// all recovering, down in gossip or held out by health checks has run
+// before and is not starting: it is Degraded — serving nothing, which the
+// rotation count shows — until every member is stopped (Stopped) or one
+// is back (Degraded or Running). Stopped wins over Failed because the
+// replicas' own lifecycle says more than this proxy's hold. A member that
+// is on the ring but restarting (starting again under its name) keeps the
+// set Degraded rather than Scheduling, for the same reason.
+func ComputePhase(declared int, ms []balancer.Member) Phase {
+	if len(ms) == 0 {
+		return PhaseCreated
+	}
+	if declared < 1 {
+		declared = len(ms)
+	}
+	inRotation, stopped, failed, onRing := 0, 0, false, false
+	for _, m := range ms {
+		if m.InRotation {
+			inRotation++
+		}
+		if m.State == balancer.StateStopped {
+			stopped++
+		}
+		if m.State == balancer.StateFailed || m.Excluded&balancer.ReasonFailed != 0 {
+			failed = true
+		}
+		if m.Slot >= 0 {
+			onRing = true
+		}
+	}
+	switch {
+	case inRotation >= declared:
+		return PhaseRunning
+	case inRotation > 0:
+		return PhaseDegraded
+	case stopped == len(ms):
+		return PhaseStopped
+	case failed:
+		return PhaseFailed
+	case !onRing:
+		return PhaseScheduling
+	default:
+		return PhaseDegraded
+	}
+}
