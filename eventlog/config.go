@@ -1,0 +1,72 @@
+package eventlog
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Limits enforced by [Config.Validate].
+const (
+	minFileBytes = 4096
+	maxQueue     = 1 << 20 // Buffer and Memory: about 100 MB of events at most
+)
+
+// Config configures the audit trail. In the proxy's YAML it lives under
+// "audit:". Each field's comment gives its unit, its default and what zero
+// means. A Config is a plain value, safe to copy.
+type Config struct {
+	// Dir is the directory under which each node writes its files, as
+	// DIR/NODE/events-NNNNNN.jsonl. It is created (with parents) when the
+	// log runs. Default "" disables the files: events are still kept in
+	// memory for [Log.Recent].
+	Dir string `yaml:"dir"`
+	// MaxFileBytes is the size in bytes a file may reach: a line that
+	// would take the file past it goes to the next file. A single line
+	// longer than MaxFileBytes gets a file of its own. Default 16 MiB
+	// (16777216); at least 4096.
+	MaxFileBytes int64 `yaml:"max_file_bytes"`
+	// Retain is the number of files kept per node, the one being written
+	// included; older files are deleted when a new one starts. Default 10;
+	// at least 1.
+	Retain int `yaml:"retain"`
+	// Buffer is the number of events queued for the writer. When it is
+	// full, new events are not written to the file (they stay in memory)
+	// and are counted in keyway_audit_dropped_total{reason="queue_full"}.
+	// Default 4096; 1 to 1048576.
+	Buffer int `yaml:"buffer"`
+	// Memory is the number of most recent events kept in memory for
+	// [Log.Recent] (the admin API's GET /v1/events). Default 1000; 0 keeps
+	// none; at most 1048576.
+	Memory int `yaml:"memory"`
+}
+
+// DefaultConfig returns the configuration used when the YAML omits a
+// field. Its Dir is empty: files are off until a directory is configured.
+func DefaultConfig() Config {
+	return Config{
+		MaxFileBytes: 16 << 20,
+		Retain:       10,
+		Buffer:       4096,
+		Memory:       1000,
+	}
+}
+
+// Validate reports every problem, joined with errors.Join. Each error's
+// text starts with the field's YAML key followed by ": ". It is safe for
+// concurrent use.
+func (c Config) Validate() error {
+	var errs []error
+	if c.MaxFileBytes < minFileBytes {
+		errs = append(errs, fmt.Errorf("max_file_bytes: must be at least %d, got %d", minFileBytes, c.MaxFileBytes))
+	}
+	if c.Retain < 1 {
+		errs = append(errs, fmt.Errorf("retain: must be at least 1, got %d", c.Retain))
+	}
+	if c.Buffer < 1 || c.Buffer > maxQueue {
+		errs = append(errs, fmt.Errorf("buffer: must be between 1 and %d, got %d", maxQueue, c.Buffer))
+	}
+	if c.Memory < 0 || c.Memory > maxQueue {
+		errs = append(errs, fmt.Errorf("memory: must be between 0 and %d, got %d", maxQueue, c.Memory))
+	}
+	return errors.Join(errs...)
+}
