@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"keyway/admin"
+	"keyway/eventlog"
+	"keyway/health"
 	"keyway/logging"
 	"keyway/membership"
 	"keyway/proxy"
@@ -28,6 +30,11 @@ type Config struct {
 	// Gossip configures replica discovery; off by default (static
 	// replicas only).
 	Gossip Gossip `yaml:"gossip"`
+	// Health configures active probes, passive ejection, supervision and
+	// the all-replicas-down policy.
+	Health health.Config `yaml:"health"`
+	// Audit configures the JSONL audit trail of routing decisions.
+	Audit eventlog.Config `yaml:"audit"`
 }
 
 // Gossip is the proxy's gossip section: when enabled, the proxy joins the
@@ -56,6 +63,8 @@ func Default() Config {
 		Admin:  admin.DefaultConfig(),
 		Log:    logging.DefaultConfig(),
 		Gossip: Gossip{Config: membership.DefaultConfig()},
+		Health: health.DefaultConfig(),
+		Audit:  eventlog.DefaultConfig(),
 	}
 }
 

@@ -12,6 +12,8 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"keyway/balancer"
+	"keyway/eventlog"
+	"keyway/health"
 	"keyway/proxy"
 )
 
@@ -102,6 +104,12 @@ gossip:
   forget_after: 2m
   profile: fast
   push_pull_interval: 10s
+health:
+  all_down: fail_open
+  active: {enabled: true, path: /ready, interval: 2s, timeout: 500ms, rise: 1, fall: 2, expect_status: "200,204", concurrency: 4}
+  passive: {enabled: false, consecutive_failures: 3, count: [connect, 5xx], base_ejection: 5s, max_ejection: 1m, max_ejected_share: 0.25, interval: 250ms}
+  supervision: {max_ejections: 3, window: 5m, cooldown: 10m}
+audit: {dir: /var/lib/keyway/audit, max_file_bytes: 1048576, retain: 3, buffer: 128, memory: 50}
 `
 
 func fullConfig() Config {
@@ -137,6 +145,11 @@ func fullConfig() Config {
 	c.Gossip.Join = []string{"proxy-0.keyway.svc", "10.0.0.9:7946"}
 	c.Gossip.RejoinInterval, c.Gossip.Label = 20*time.Second, "prod"
 	c.Gossip.ForgetAfter, c.Gossip.Profile, c.Gossip.PushPullInterval = 2*time.Minute, "fast", 10*time.Second
+	c.Health.AllDown = "fail_open"
+	c.Health.Active = health.ActiveConfig{Enabled: true, Path: "/ready", Interval: 2 * time.Second, Timeout: 500 * time.Millisecond, Rise: 1, Fall: 2, ExpectStatus: "200,204", Concurrency: 4}
+	c.Health.Passive = health.PassiveConfig{ConsecutiveFailures: 3, Count: []string{"connect", "5xx"}, BaseEjection: 5 * time.Second, MaxEjection: time.Minute, MaxEjectedShare: 0.25, Interval: 250 * time.Millisecond}
+	c.Health.Supervision = health.SupervisionConfig{MaxEjections: 3, Window: 5 * time.Minute, Cooldown: 10 * time.Minute}
+	c.Audit = eventlog.Config{Dir: "/var/lib/keyway/audit", MaxFileBytes: 1 << 20, Retain: 3, Buffer: 128, Memory: 50}
 	return c
 }
 
@@ -322,7 +335,7 @@ func TestLoadProblems(t *testing.T) {
 		},
 		"unknown key from another section": {
 			yaml: "level: debug\n" + okSets,
-			want: []string{`f.yaml:1: level: unknown key "level" here (log.level is a key of another section); allowed keys here: listen, server, replica_sets, admin, log, gossip`},
+			want: []string{`f.yaml:1: level: unknown key "level" here (log.level is a key of another section); allowed keys here: listen, server, replica_sets, admin, log, gossip, health, audit`},
 		},
 		"mapping merged into itself": {
 			yaml: "server: &a {<<: *a}\n" + okSets,
