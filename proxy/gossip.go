@@ -96,3 +96,11 @@ func (p *Proxy) Fingerprints() map[string]string {
 	}
 	return out
 }
+
+// SetExcluded adds or clears a proxy-local reason holding a replica out of
+// rotation (the health.Sink contract). Unknown sets are ignored.
+func (p *Proxy) SetExcluded(set, replica string, reason balancer.Reason, excluded bool) {
+	if s := p.byName[set]; s != nil {
+		s.router.SetExcluded(replica, reason, excluded)
+	}
+}

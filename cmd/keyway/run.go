@@ -17,6 +17,8 @@ import (
 
 	"keyway/admin"
 	"keyway/config"
+	"keyway/eventlog"
+	"keyway/health"
 	"keyway/logging"
 	"keyway/membership"
 	"keyway/proxy"
@@ -243,8 +245,8 @@ type gossipStarted func(gossipAddr string)
 
 // startGossip builds the proxy's gossip member and its discovery, which
 // feeds the proxy's routers with the replicas agents advertise.
-func startGossip(cfg config.Config, p *proxy.Proxy, adminAddr string, log *zap.Logger, reg prometheus.Registerer) (*membership.Node, *membership.Discovery, error) {
-	disc := membership.NewDiscovery(p, membership.DiscoveryOptions{Logger: log.Named("discovery"), Registerer: reg})
+func startGossip(cfg config.Config, p *proxy.Proxy, adminAddr string, log *zap.Logger, reg prometheus.Registerer, audit *eventlog.Log) (*membership.Node, *membership.Discovery, error) {
+	disc := membership.NewDiscovery(p, membership.DiscoveryOptions{Logger: log.Named("discovery"), Registerer: reg, OnEvent: auditMember(audit)})
 	node, err := membership.New(cfg.Gossip.Config, membership.Meta{
 		Role:        membership.RoleProxy,
 		Addr:        adminAddr,
@@ -269,14 +271,34 @@ func serve(ctx context.Context, cfg config.Config, stdout, stderr io.Writer, onS
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
-	p, err := proxy.New(cfg.Config, proxy.Options{
-		Logger:     log.Named("proxy"),
-		AccessLog:  logs.Access,
-		Registerer: reg,
-	})
+	audit, err := eventlog.New(cfg.Audit, auditNode(cfg), eventlog.Options{Logger: log.Named("audit"), Registerer: reg})
 	if err != nil {
 		return err
 	}
+	sink := &lateSink{}
+	hc, err := health.NewChecker(cfg.Health, sink, health.Options{Logger: log.Named("health"), Registerer: reg, OnEvent: auditHealth(audit)})
+	if err != nil {
+		return err
+	}
+	phases, err := health.NewPhaseTracker(reg, auditPhase(audit, log.Named("phase")))
+	if err != nil {
+		return err
+	}
+	popts := proxy.Options{
+		Logger:     log.Named("proxy"),
+		AccessLog:  logs.Access,
+		Registerer: reg,
+		Tables:     []proxy.TableObserver{healthTargets{hc}, phases, tableAudit{audit}},
+		FailOpen:   cfg.Health.FailOpen(),
+	}
+	if cfg.Health.Passive.Enabled {
+		popts.Observer = hc
+	}
+	p, err := proxy.New(cfg.Config, popts)
+	if err != nil {
+		return err
+	}
+	sink.p.Store(p)
 	if err := p.Listen(); err != nil {
 		return err
 	}
@@ -298,12 +320,19 @@ func serve(ctx context.Context, cfg config.Config, stdout, stderr io.Writer, onS
 	}
 
 	g, gctx := errgroup.WithContext(ctx)
+	// The audit trail outlives the other components by a moment, so that
+	// their last events (a graceful leave, a final rebuild) are written.
+	actx, stopAudit := context.WithCancel(context.Background())
+	auditDone := make(chan error, 1)
+	go func() { auditDone <- audit.Run(actx) }()
+	defer func() { stopAudit(); <-auditDone }()
+	g.Go(func() error { return hc.Run(gctx) })
 	g.Go(func() error { return p.Run(gctx) })
 	if adm != nil {
 		g.Go(func() error { return adm.Run(gctx) })
 	}
 	if cfg.Gossip.Enabled {
-		node, disc, err := startGossip(cfg, p, adminAddr, log, reg)
+		node, disc, err := startGossip(cfg, p, adminAddr, log, reg, audit)
 		if err != nil {
 			return err
 		}

@@ -1,0 +1,114 @@
+package main
+
+import (
+	"net"
+	"os"
+	"strconv"
+	"sync/atomic"
+
+	"go.uber.org/zap"
+
+	"keyway/balancer"
+	"keyway/config"
+	"keyway/eventlog"
+	"keyway/health"
+	"keyway/membership"
+	"keyway/proxy"
+)
+
+// This file connects the components' callbacks: the audit trail is fed
+// from the proxy's tables, gossip, health and phase changes, and the
+// health checker learns its targets from the tables and acts through the
+// proxy. Each adapter only converts; the logic lives in the components.
+
+// auditNode names this process in the audit trail: stable across restarts
+// (host and proxy port), unlike the gossip node name.
+func auditNode(cfg config.Config) string {
+	host, _ := os.Hostname()
+	if host == "" {
+		host = "keyway"
+	}
+	_, port, _ := net.SplitHostPort(cfg.Listen)
+	if port == "" || port == "0" {
+		port = "pid" + strconv.Itoa(os.Getpid())
+	}
+	return host + "-" + port
+}
+
+// lateSink is the health.Sink: the checker must exist before the proxy
+// (the proxy observes through it), and acts on the proxy once it exists.
+type lateSink struct{ p atomic.Pointer[proxy.Proxy] }
+
+func (s *lateSink) SetExcluded(set, replica string, reason balancer.Reason, excluded bool) {
+	if p := s.p.Load(); p != nil {
+		p.SetExcluded(set, replica, reason, excluded)
+	}
+}
+
+// healthTargets tells the checker each set's ring members.
+type healthTargets struct{ hc *health.Checker }
+
+func (h healthTargets) TableChanged(set string, _ int, ms []balancer.Member, _ balancer.RebuildInfo) {
+	ts := make([]health.Target, 0, len(ms))
+	for _, m := range ms {
+		if m.Slot >= 0 {
+			ts = append(ts, health.Target{Set: set, Replica: m.Name, Addr: m.Addr})
+		}
+	}
+	h.hc.SetTargets(set, ts)
+}
+
+// tableAudit records ring rebuilds and rotation changes.
+type tableAudit struct{ l *eventlog.Log }
+
+func (a tableAudit) TableChanged(set string, _ int, _ []balancer.Member, info balancer.RebuildInfo) {
+	kind := eventlog.KindRotationChange
+	fields := map[string]any{
+		"generation": info.Generation, "cause": info.Cause, "ring_size": info.RingSize,
+		"in_rotation": info.InRotation, "diverted_partitions": info.Diverted,
+	}
+	if info.RingBuilt {
+		kind = eventlog.KindRingRebuild
+		fields["moved_partitions"] = info.Moved
+		fields["joined"] = info.Joined
+		fields["left"] = info.Left
+	}
+	a.l.Record(kind, set, "", fields)
+}
+
+func auditMember(l *eventlog.Log) func(membership.MemberEvent) {
+	return func(e membership.MemberEvent) {
+		m := e.Member
+		fields := map[string]any{"member": m.Node, "role": m.Meta.Role.String(), "status": m.Status.String(), "state": m.Meta.State.String(), "addr": m.Meta.Addr}
+		if e.From != "" {
+			fields["from"] = e.From
+		}
+		l.Record(e.Kind, m.Meta.Set, m.Meta.Replica, fields)
+	}
+}
+
+func auditHealth(l *eventlog.Log) func(health.Event) {
+	return func(e health.Event) {
+		fields := map[string]any{}
+		if e.Reason != "" {
+			fields["reason"] = e.Reason
+		}
+		if e.Ejections > 0 {
+			fields["ejections"] = e.Ejections
+		}
+		if !e.Until.IsZero() {
+			fields["until"] = e.Until
+		}
+		l.Emit(eventlog.Event{Time: e.Time, Kind: e.Kind, Set: e.Set, Replica: e.Replica, Fields: fields})
+	}
+}
+
+func auditPhase(l *eventlog.Log, log *zap.Logger) func(health.PhaseChange) {
+	return func(c health.PhaseChange) {
+		log.Info("replica set phase changed", zap.String("set", c.Set), zap.String("from", string(c.From)), zap.String("to", string(c.To)),
+			zap.Int("declared", c.Declared), zap.Int("members", c.Members), zap.Int("in_rotation", c.InRotation))
+		l.Record(eventlog.KindPhaseChange, c.Set, "", map[string]any{
+			"from": string(c.From), "to": string(c.To), "declared": c.Declared, "members": c.Members, "in_rotation": c.InRotation,
+		})
+	}
+}
