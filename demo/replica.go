@@ -23,6 +23,7 @@ type Replica struct {
 	srv      *fasthttp.Server
 	requests atomic.Int64
 	unready  atomic.Bool // /readyz answers 503 while set
+	mode     atomic.Int32 // modeOK, modeFail (500 to every request) or modeHang (never answer)
 
 	mu   sync.Mutex
 	keys map[string]int64
@@ -39,6 +40,14 @@ type Answer struct {
 	Keys     int    `json:"keys"`      // distinct keys seen
 	Requests int64  `json:"requests"`  // requests seen in all
 }
+
+const (
+	modeOK int32 = iota
+	modeFail
+	modeHang
+)
+
+var modeNames = [...]string{"ok", "500", "hang"}
 
 // SetReady makes /readyz pass (true) or fail with 503 (false).
 func (r *Replica) SetReady(ok bool) { r.unready.Store(!ok) }
@@ -132,6 +141,22 @@ func (r *Replica) handle(ctx *fasthttp.RequestCtx) {
 		}
 		ctx.SetBodyString(`{"ready":true}`)
 		return
+	case "/_mode":
+		// POST /_mode?v=500 answers every other request with 500; v=hang
+		// reads requests and never answers them (until v=ok); v=ok is
+		// normal service. For trying passive health checks.
+		if string(ctx.Method()) == fasthttp.MethodPost {
+			switch string(ctx.QueryArgs().Peek("v")) {
+			case "500":
+				r.mode.Store(modeFail)
+			case "hang":
+				r.mode.Store(modeHang)
+			default:
+				r.mode.Store(modeOK)
+			}
+		}
+		ctx.SetBodyString(fmt.Sprintf(`{"mode":%q}`, modeNames[r.mode.Load()]))
+		return
 	case "/_ready":
 		// POST /_ready?v=false makes /readyz fail (as a replica replaying a
 		// checkpoint would); v=true makes it pass again.
@@ -139,6 +164,22 @@ func (r *Replica) handle(ctx *fasthttp.RequestCtx) {
 			r.unready.Store(string(ctx.QueryArgs().Peek("v")) == "false")
 		}
 		ctx.SetBodyString(fmt.Sprintf(`{"ready":%t}`, !r.unready.Load()))
+		return
+	}
+	switch r.mode.Load() {
+	case modeFail:
+		r.requests.Add(1)
+		ctx.SetStatusCode(fasthttp.StatusInternalServerError)
+		ctx.SetBodyString(`{"error":"demo replica in failure mode"}`)
+		return
+	case modeHang:
+		r.requests.Add(1)
+		// Hold the request until the mode changes or the server stops;
+		// bounded so that a forgotten hang cannot pin a goroutine forever.
+		for i := 0; i < 600 && r.mode.Load() == modeHang; i++ {
+			time.Sleep(100 * time.Millisecond)
+		}
+		ctx.SetStatusCode(fasthttp.StatusServiceUnavailable)
 		return
 	}
 	key := string(ctx.Request.Header.Peek(r.keyHdr))
