@@ -14,7 +14,7 @@ const (
 	PhaseRunning    Phase = "Running"    // every declared replica ready and in rotation
 	PhaseDegraded   Phase = "Degraded"   // some in rotation but not all; or none, after the set ran
 	PhaseFailed     Phase = "Failed"     // replicas seen, none in rotation, at least one failed
-	PhaseStopped    Phase = "Stopped"    // had replicas, all stopped
+	PhaseStopped    Phase = "Stopped"    // had replicas, all stopped or stopping (draining)
 )
 
 // Phases returns every phase in lifecycle order (for a gauge with one
@@ -33,18 +33,19 @@ func Phases() []Phase {
 //  1. no member                                  → Created
 //  2. in rotation >= declared                    → Running
 //  3. some in rotation                           → Degraded
-//  4. every member stopped                       → Stopped
+//  4. every member stopped or draining           → Stopped
 //  5. a member failed (state failed, or held out
 //     with balancer.ReasonFailed by this proxy)  → Failed
 //  6. no member ever ready (none on the ring)    → Scheduling
 //  7. otherwise                                  → Degraded
 //
-// Rules 4–7 cover a set with nothing in rotation. A set that is shutting
-// down (some members stopped, the others draining) or whose replicas are
-// all recovering, down in gossip or held out by health checks has run
-// before and is not starting: it is Degraded — serving nothing, which the
-// rotation count shows — until every member is stopped (Stopped) or one
-// is back (Degraded or Running). Stopped wins over Failed because the
+// Rules 4–7 cover a set with nothing in rotation. A set whose every
+// replica has been told to stop (draining: finishing in-flight work) or has
+// stopped is Stopped: a graceful shutdown goes Running → Stopped, not
+// through Degraded, and the rotation count still shows what is serving. A
+// set whose replicas are all recovering, down in gossip or held out by
+// health checks has run before and is not starting: it is Degraded —
+// serving nothing — until one is back (Degraded or Running). Stopped wins over Failed because the
 // replicas' own lifecycle says more than this proxy's hold. A member that
 // is on the ring but restarting (starting again under its name) keeps the
 // set Degraded rather than Scheduling, for the same reason.
@@ -55,13 +56,13 @@ func ComputePhase(declared int, ms []balancer.Member) Phase {
 	if declared < 1 {
 		declared = len(ms)
 	}
-	inRotation, stopped, failed, onRing := 0, 0, false, false
+	inRotation, stopping, failed, onRing := 0, 0, false, false
 	for _, m := range ms {
 		if m.InRotation {
 			inRotation++
 		}
-		if m.State == balancer.StateStopped {
-			stopped++
+		if m.State == balancer.StateStopped || m.State == balancer.StateDraining {
+			stopping++
 		}
 		if m.State == balancer.StateFailed || m.Excluded&balancer.ReasonFailed != 0 {
 			failed = true
@@ -75,7 +76,7 @@ func ComputePhase(declared int, ms []balancer.Member) Phase {
 		return PhaseRunning
 	case inRotation > 0:
 		return PhaseDegraded
-	case stopped == len(ms):
+	case stopping == len(ms):
 		return PhaseStopped
 	case failed:
 		return PhaseFailed

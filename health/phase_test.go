@@ -57,7 +57,7 @@ func TestComputePhase(t *testing.T) {
 		"degraded: one stopped":                     {3, []balancer.Member{ready("a"), stopped("b"), stopped("c")}, PhaseDegraded},
 		"degraded: none in rotation, all ejected":   {2, []balancer.Member{ejected("a"), ejected("b")}, PhaseDegraded},
 		"degraded: none in rotation, recovering":    {2, []balancer.Member{recov("a"), recov("b")}, PhaseDegraded},
-		"degraded: stopping (stopped + draining)":   {3, []balancer.Member{stopped("a"), stopped("b"), draining("c")}, PhaseDegraded},
+		"stopped: stopping (stopped + draining)":    {3, []balancer.Member{stopped("a"), stopped("b"), draining("c")}, PhaseStopped},
 		"degraded: restarting under its name":       {1, []balancer.Member{m("a", balancer.StateStarting, true, false, 0)}, PhaseDegraded},
 		"failed: none in rotation, one failed":      {3, []balancer.Member{failedSt("a"), recov("b"), starting("c")}, PhaseFailed},
 		"failed: all failed":                        {2, []balancer.Member{failedSt("a"), failedSt("b")}, PhaseFailed},
@@ -94,7 +94,7 @@ func TestComputePhaseSequence(t *testing.T) {
 		{[]balancer.Member{held("a"), held("b"), ready("c")}, PhaseDegraded},
 		{[]balancer.Member{ready("a"), ready("b"), ready("c")}, PhaseRunning},
 		{[]balancer.Member{draining("a"), ready("b"), ready("c")}, PhaseDegraded},
-		{[]balancer.Member{stopped("a"), draining("b"), draining("c")}, PhaseDegraded},
+		{[]balancer.Member{stopped("a"), draining("b"), draining("c")}, PhaseStopped},
 		{[]balancer.Member{stopped("a"), stopped("b"), stopped("c")}, PhaseStopped},
 	}
 	for i, s := range steps {
