@@ -39,6 +39,13 @@ type ProxyProc struct {
 // declared replicas) that joins the given gossip addresses.
 func StartProxy(t testing.TB, name string, join []string, replicas int) *ProxyProc {
 	t.Helper()
+	return StartProxyWith(t, name, join, replicas, "")
+}
+
+// StartProxyWith is StartProxy with extra top-level YAML appended to its
+// configuration (e.g. an audit: section).
+func StartProxyWith(t testing.TB, name string, join []string, replicas int, extra string) *ProxyProc {
+	t.Helper()
 	cfg := WriteFile(t, t.TempDir(), name+".yaml", fmt.Sprintf(`listen: "127.0.0.1:0"
 admin: {listen: "127.0.0.1:0"}
 log: {level: info, format: json}
@@ -50,7 +57,7 @@ replica_sets:
     replicas: %d
     key: [{header: X-Key}]
     timeouts: {connect: 500ms, request: 5s, idle: 30s}
-`, gossipYAML(join, "  "), replicas))
+%s`, gossipYAML(join, "  "), replicas, extra))
 	p := Start(t, name, "proxy", "-c", cfg)
 	pp := &ProxyProc{Proc: p}
 	pp.Addr = p.WaitLine(t, logField("proxy listening", "addr"), 20*time.Second)[1]
