@@ -130,6 +130,7 @@ type Checker struct {
 	mu   sync.Mutex
 	sets map[string]*setState
 	gone []*replica // removed by SetTargets; forgotten by the next decision
+	mark uint64     // generation for sameTargetsLocked
 
 	kick    chan struct{} // SetTargets → Run: targets changed
 	running atomic.Bool
@@ -150,6 +151,7 @@ type replica struct {
 	c               *counters
 	m               replicaMetrics
 	gone            bool            // removed by SetTargets
+	mark            uint64          // see sameTargetsLocked
 	excl            balancer.Reason // reasons this Checker has told the Sink
 
 	// Active probing.
@@ -239,7 +241,7 @@ func (c *Checker) SetTargets(set string, ts []Target) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s := c.sets[set]
-	if s != nil && sameTargets(s.replicas, ts) {
+	if s != nil && c.sameTargetsLocked(s.replicas, ts) {
 		return
 	}
 	if s == nil {
@@ -287,24 +289,21 @@ func (c *Checker) SetTargets(set string, ts []Target) {
 	}
 }
 
-// sameTargets reports whether ts lists exactly the replicas of cur, at
-// the same addresses.
-func sameTargets(cur map[string]*replica, ts []Target) bool {
+// sameTargetsLocked reports whether ts lists exactly the replicas of cur,
+// at the same addresses, each once. O(len(ts)), no allocation: a
+// generation mark on each replica catches duplicates. c.mu is held.
+func (c *Checker) sameTargetsLocked(cur map[string]*replica, ts []Target) bool {
+	c.mark++
 	n := 0
-	for i, t := range ts {
+	for _, t := range ts {
 		if t.Replica == "" {
 			continue
 		}
 		r := cur[t.Replica]
-		if r == nil || r.addr != t.Addr {
+		if r == nil || r.addr != t.Addr || r.mark == c.mark {
 			return false
 		}
-		// A duplicate name would be counted twice below.
-		for _, u := range ts[:i] {
-			if u.Replica == t.Replica {
-				return false
-			}
-		}
+		r.mark = c.mark
 		n++
 	}
 	return n == len(cur)

@@ -315,6 +315,7 @@ func (c *Checker) ejectLocked(r *replica, k kind, now time.Time, st *step) {
 		r.level++
 	}
 	r.ejected, r.ejectUntil, r.probation = true, now.Add(d), false
+	r.c.reset() // what requests in flight report while ejected starts from zero
 	st.exclude(r, balancer.ReasonEjected, true)
 	st.event(Event{Time: now, Kind: EventEjected, Set: r.set, Replica: r.name, Reason: k.String(), Ejections: len(r.history), Until: r.ejectUntil})
 }

@@ -87,6 +87,9 @@ func TestPassiveEjectReadmitBackoff(t *testing.T) {
 	f.fail("s", "a", 20) // in-flight requests failing while ejected
 	f.sweepAfter(time.Second)
 	callsEqual(t, f.sink.take()) // once, not per failure or per sweep
+	if n := testutil.ToFloat64(f.c.metrics.capped.WithLabelValues("s")); n != 0 {
+		t.Fatalf("failures while ejected were taken for a new trip (capped %v)", n)
+	}
 	ev := f.ev.take()
 	if len(ev) != 1 || ev[0].Kind != EventEjected || ev[0].Reason != "5xx" || !ev[0].Until.Equal(t0.Add(10*time.Second)) || ev[0].Ejections != 1 {
 		t.Fatalf("events = %+v", ev)
