@@ -102,8 +102,8 @@ func TestSetTargetsSame(t *testing.T) {
 	if snap := f.c.Snapshot("s"); snap[1].Addr != "10.9.9.9:1" {
 		t.Fatalf("address not updated: %+v", snap[1])
 	}
-	// Duplicates and empty names.
-	f.c.SetTargets("s", append(targets("s", "a", "a", "b"), Target{Replica: ""}))
+	// Duplicates and empty names: a listed twice does not stand for c.
+	f.c.SetTargets("s", []Target{ts[0], ts[0], ts[1], {Replica: ""}})
 	if snap := f.c.Snapshot("s"); len(snap) != 2 {
 		t.Fatalf("snapshot %+v", snap)
 	}
