@@ -25,7 +25,7 @@ import (
 // advance moves the bubble's fake clock forward by d, then lets every
 // goroutine run until it blocks. Only inside synctest.Test.
 func advance(d time.Duration) {
-	time.Sleep(d)
+	<-time.After(d)
 	synctest.Wait()
 }
 
