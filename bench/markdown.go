@@ -68,14 +68,22 @@ func (r *Report) Markdown() string {
 		}
 	}
 	fmt.Fprintf(&b, "\n### Routing and memory\n\n")
-	fmt.Fprintf(&b, "| target | keys seen by >1 replica | balance max/mean | RSS before MiB | RSS with %d idle conns MiB | bytes per idle conn |\n|---|---|---|---|---|---|\n", c.IdleConns)
+	fmt.Fprintf(&b, "| target | keys seen by >1 replica | balance max/mean |")
+	if c.IdleConns > 0 {
+		fmt.Fprintf(&b, " RSS before MiB | RSS with %d idle conns MiB | bytes per idle conn |\n|---|---|---|---|---|---|\n", c.IdleConns)
+	} else {
+		b.WriteString("\n|---|---|---|\n")
+	}
 	for _, s := range r.Summary {
 		aff := fmt.Sprintf("%.4f (of %d keys)", s.SplitKeyShare, s.KeysSeen)
 		if s.SplitKeyShare == 0 {
 			aff = fmt.Sprintf("0 (of %d keys)", s.KeysSeen)
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", s.Target, aff, fs(s.Balance, "%.3f"),
-			fs(s.IdleBaseMiB, "%.1f"), fs(s.IdleRSSMiB, "%.1f"), fs(s.IdleBytes, "%.0f"))
+		fmt.Fprintf(&b, "| %s | %s | %s |", s.Target, aff, fs(s.Balance, "%.3f"))
+		if c.IdleConns > 0 {
+			fmt.Fprintf(&b, " %s | %s | %s |", fs(s.IdleBaseMiB, "%.1f"), fs(s.IdleRSSMiB, "%.1f"), fs(s.IdleBytes, "%.0f"))
+		}
+		b.WriteString("\n")
 	}
 	r.syscallTable(&b)
 	if len(r.Ratios) > 0 {
