@@ -162,6 +162,7 @@ func fieldDocs() map[string]string {
 		"server.idle_timeout":     "closes a client keep-alive connection idle this long; at least 100ms",
 		"server.max_header_bytes": "caps a request's headers (431 beyond); 1KiB to 1MiB",
 		"server.max_conns":        "caps concurrent client connections (503 beyond); 1 to 1000000",
+		"server.reduce_memory":    "free the buffers of idle keep-alive client connections: 22 KiB → 10 KiB per idle connection, for one tiny allocation per request; for many idle connections",
 		"server.shutdown_timeout": "how long a graceful shutdown waits for in-flight requests; at least 100ms",
 
 		"gossip.enabled":            "join the gossip cluster as a proxy and route to the replicas agents advertise, beside static ones",

@@ -68,6 +68,7 @@ server:
   max_header_bytes: 32KiB
   max_conns: 500
   shutdown_timeout: 5s
+  reduce_memory: true
 replica_sets:
   - name: orders
     match: {host: orders.example.com, path_prefix: /ingest/}
@@ -117,7 +118,7 @@ func fullConfig() Config {
 	c.Listen = "127.0.0.1:8081"
 	c.Server = proxy.ServerConfig{
 		ReadTimeout: 10 * time.Second, WriteTimeout: 11 * time.Second, IdleTimeout: 90 * time.Second,
-		MaxHeaderBytes: 32 << 10, MaxConns: 500, ShutdownTimeout: 5 * time.Second,
+		MaxHeaderBytes: 32 << 10, MaxConns: 500, ShutdownTimeout: 5 * time.Second, ReduceMemory: true,
 	}
 	c.ReplicaSets = []proxy.SetConfig{{
 		Name:     "orders",

@@ -142,7 +142,7 @@ func (r *Replica) handle(ctx *fasthttp.RequestCtx) {
 		ctx.SetBodyString(`{"ready":true}`)
 		return
 	case "/_mode":
-		// POST /_mode?v=500 answers every other request with 500; v=hang
+		// POST /_mode?v=500 answers every request (but these /_ endpoints) with 500; v=hang
 		// reads requests and never answers them (until v=ok); v=ok is
 		// normal service. For trying passive health checks.
 		if string(ctx.Method()) == fasthttp.MethodPost {

@@ -42,6 +42,12 @@ type ServerConfig struct {
 	// ShutdownTimeout is how long a graceful shutdown waits for in-flight
 	// requests before closing connections. Default 30s; at least 100ms.
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+	// ReduceMemory frees the buffers of idle keep-alive client
+	// connections: measured 22 KiB → 10 KiB per idle connection (the rest
+	// is mostly the connection's goroutine stack), at the cost of a
+	// one-byte allocation per request on a reused connection and no
+	// measurable CPU. Default false (the request path allocates nothing).
+	ReduceMemory bool `yaml:"reduce_memory"`
 }
 
 // SetConfig describes one replica set.
