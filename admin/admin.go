@@ -1,6 +1,7 @@
-// Package admin serves keyway's admin listener: Prometheus metrics at
-// /metrics, liveness at /healthz, readiness at /readyz and Go profiles at
-// /debug/pprof/. It uses net/http on its own listener (loopback by
+// Package admin serves keyway's admin listener: the read-only JSON API
+// under /v1/ (replica sets, routes, gossip members, audit events, config;
+// see docs/admin.md), Prometheus metrics at /metrics, liveness at
+// /healthz, readiness at /readyz and Go profiles at /debug/pprof/. It uses net/http on its own listener (loopback by
 // default), so scrapes never compete with proxied traffic and are never
 // routed or exposed on the ingress port.
 package admin
@@ -33,6 +34,13 @@ type Options struct {
 	// Ready, if nil, makes /readyz always ready.
 	Ready  Readiness
 	Logger *zap.Logger
+
+	// The read API under /v1/ (see api.go). A nil source makes its
+	// endpoints answer 501 with a JSON error.
+	Sets    SetView
+	Members MemberLister
+	Events  EventSource
+	Config  ConfigSource
 }
 
 // Server is the admin HTTP server. It is safe for concurrent use.
@@ -73,6 +81,7 @@ func New(cfg Config, opts Options) (*Server, error) {
 		}
 		_, _ = w.Write([]byte("ready\n"))
 	})
+	s.routeAPI(mux)
 	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
 	mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
 	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)

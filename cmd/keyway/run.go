@@ -305,7 +305,7 @@ func serve(ctx context.Context, cfg config.Config, stdout, stderr io.Writer, onS
 	var adm *admin.Server
 	adminAddr := ""
 	if cfg.Admin.Listen != "" {
-		adm, err = admin.New(cfg.Admin, admin.Options{Gatherer: reg, Ready: p, Logger: log.Named("admin")})
+		adm, err = admin.New(cfg.Admin, newAdminView(cfg, p, hc, phases, audit).options(admin.Options{Gatherer: reg, Ready: p, Logger: log.Named("admin")}))
 		if err != nil {
 			return err
 		}

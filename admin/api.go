@@ -1,0 +1,213 @@
+package admin
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// The read half of the admin API (issue 5, item 1): JSON over net/http
+// ServeMux patterns. Every answer, errors included, is a JSON document;
+// errors are {"error": "..."} with 400 for a bad or missing query
+// parameter, 404 for an unknown set or path, 405 for a wrong method and
+// 501 for a source this process does not have.
+
+// defaultEventLimit bounds /v1/events when the request gives no limit.
+const defaultEventLimit = 100
+
+// apiRoutes are the read endpoints' paths; each also gets a method-less
+// pattern that answers 405 in JSON (ServeMux's own 405 is plain text).
+var apiRoutes = []string{
+	"/v1/replica_sets",
+	"/v1/replica_sets/{set}",
+	"/v1/replica_sets/{set}/replicas",
+	"/v1/members",
+	"/v1/route",
+	"/v1/events",
+	"/v1/config",
+}
+
+func (s *Server) routeAPI(mux *http.ServeMux) {
+	mux.HandleFunc("GET /v1/replica_sets", s.listSets)
+	mux.HandleFunc("GET /v1/replica_sets/{set}", s.getSet)
+	mux.HandleFunc("GET /v1/replica_sets/{set}/replicas", s.getReplicas)
+	mux.HandleFunc("GET /v1/members", s.listMembers)
+	mux.HandleFunc("GET /v1/route", s.route)
+	mux.HandleFunc("GET /v1/events", s.listEvents)
+	mux.HandleFunc("GET /v1/config", s.getConfig)
+	for _, p := range apiRoutes {
+		mux.HandleFunc(p, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Allow", "GET, HEAD")
+			s.fail(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s not allowed on %s: use GET", r.Method, r.URL.Path))
+		})
+	}
+	mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
+		s.fail(w, http.StatusNotFound, fmt.Sprintf("no endpoint %s; see docs/admin.md", r.URL.Path))
+	})
+}
+
+func (s *Server) listSets(w http.ResponseWriter, r *http.Request) {
+	if s.opts.Sets == nil {
+		s.unavailable(w, "replica sets")
+		return
+	}
+	sets := s.opts.Sets.Sets()
+	for i := range sets {
+		sets[i].Replicas = nil
+	}
+	s.reply(w, map[string]any{"replica_sets": nonNil(sets)})
+}
+
+func (s *Server) getSet(w http.ResponseWriter, r *http.Request) {
+	if st, ok := s.lookupSet(w, r.PathValue("set")); ok {
+		st.Replicas = nonNil(st.Replicas)
+		s.reply(w, st)
+	}
+}
+
+func (s *Server) getReplicas(w http.ResponseWriter, r *http.Request) {
+	if st, ok := s.lookupSet(w, r.PathValue("set")); ok {
+		s.reply(w, map[string]any{"set": st.Name, "replicas": nonNil(st.Replicas)})
+	}
+}
+
+// lookupSet finds a set or answers 404 (or 501) itself.
+func (s *Server) lookupSet(w http.ResponseWriter, name string) (SetStatus, bool) {
+	if s.opts.Sets == nil {
+		s.unavailable(w, "replica sets")
+		return SetStatus{}, false
+	}
+	st, ok := s.opts.Sets.Set(name)
+	if !ok {
+		s.unknownSet(w, name)
+	}
+	return st, ok
+}
+
+func (s *Server) unknownSet(w http.ResponseWriter, name string) {
+	var known []string
+	for _, st := range s.opts.Sets.Sets() {
+		known = append(known, st.Name)
+	}
+	s.fail(w, http.StatusNotFound, fmt.Sprintf("unknown replica set %q; known sets: %s", name, strings.Join(known, ", ")))
+}
+
+func (s *Server) route(w http.ResponseWriter, r *http.Request) {
+	if s.opts.Sets == nil {
+		s.unavailable(w, "replica sets")
+		return
+	}
+	q := r.URL.Query()
+	set, key := q.Get("set"), q.Get("key")
+	switch {
+	case set == "":
+		s.fail(w, http.StatusBadRequest, "missing query parameter set: use /v1/route?set=SET&key=KEY")
+		return
+	case key == "":
+		s.fail(w, http.StatusBadRequest, "missing query parameter key: use /v1/route?set=SET&key=KEY")
+		return
+	}
+	ex, err := s.opts.Sets.Route(set, key)
+	switch {
+	case errors.Is(err, ErrUnknownSet):
+		s.unknownSet(w, set)
+	case err != nil:
+		s.fail(w, http.StatusInternalServerError, err.Error())
+	default:
+		ex.Candidates = nonNil(ex.Candidates)
+		s.reply(w, ex)
+	}
+}
+
+func (s *Server) listMembers(w http.ResponseWriter, r *http.Request) {
+	if s.opts.Members == nil {
+		s.unavailable(w, "gossip members")
+		return
+	}
+	s.reply(w, map[string]any{"members": nonNil(s.opts.Members.Members())})
+}
+
+func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {
+	if s.opts.Events == nil {
+		s.unavailable(w, "audit events")
+		return
+	}
+	q := r.URL.Query()
+	var since time.Time
+	if v := q.Get("since"); v != "" {
+		t, err := time.Parse(time.RFC3339Nano, v)
+		if err != nil {
+			s.fail(w, http.StatusBadRequest, fmt.Sprintf("bad query parameter since: %q is not an RFC 3339 time (e.g. 2026-01-02T15:04:05Z)", v))
+			return
+		}
+		since = t
+	}
+	var kinds []string
+	for _, k := range strings.Split(q.Get("kind"), ",") {
+		if k = strings.TrimSpace(k); k != "" {
+			kinds = append(kinds, k)
+		}
+	}
+	limit := defaultEventLimit
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			s.fail(w, http.StatusBadRequest, fmt.Sprintf("bad query parameter limit: %q is not a positive integer", v))
+			return
+		}
+		limit = n
+	}
+	s.reply(w, map[string]any{"events": nonNil(s.opts.Events.Events(since, kinds, limit))})
+}
+
+func (s *Server) getConfig(w http.ResponseWriter, r *http.Request) {
+	if s.opts.Config == nil {
+		s.unavailable(w, "configuration")
+		return
+	}
+	s.reply(w, s.opts.Config.Config())
+}
+
+// nonNil makes an empty list encode as [] rather than null.
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
+}
+
+func (s *Server) reply(w http.ResponseWriter, v any) {
+	s.write(w, http.StatusOK, v)
+}
+
+func (s *Server) unavailable(w http.ResponseWriter, what string) {
+	s.fail(w, http.StatusNotImplemented, what+" not available on this process")
+}
+
+func (s *Server) fail(w http.ResponseWriter, status int, msg string) {
+	s.write(w, status, map[string]string{"error": msg})
+}
+
+func (s *Server) write(w http.ResponseWriter, status int, v any) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false) // keep "&" readable in messages and keys
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		s.log.Error("admin: encoding a response", zap.Error(err))
+		status = http.StatusInternalServerError
+		buf.Reset()
+		_ = json.NewEncoder(&buf).Encode(map[string]string{"error": "encoding the response: " + err.Error()})
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write(buf.Bytes())
+}

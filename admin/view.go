@@ -1,0 +1,162 @@
+package admin
+
+import (
+	"errors"
+	"time"
+)
+
+// This file holds what the read API needs from the rest of keyway: small
+// interfaces the admin package defines as their consumer (conventions 9.6)
+// and the plain JSON values they return. admin imports no other keyway
+// package; cmd/keyway adapts the proxy, the health checker, gossip and the
+// audit trail to these interfaces.
+
+// SetView answers for the replica sets this proxy routes. Implementations
+// must be safe for concurrent use: every admin request calls them from its
+// own goroutine.
+type SetView interface {
+	// Sets returns every configured replica set, in configuration order,
+	// each with its replicas. The caller owns the returned slices.
+	Sets() []SetStatus
+	// Set returns one replica set with its replicas, or ok false when no
+	// set has that name.
+	Set(name string) (SetStatus, bool)
+	// Route explains where a key (as an X-Key header value would carry it)
+	// goes now. It returns an error wrapping [ErrUnknownSet] when no set has
+	// that name.
+	Route(set, key string) (RouteExplain, error)
+}
+
+// MemberLister lists the gossip cluster's members as this node sees them,
+// itself included. It returns an empty slice, not an error, when gossip is
+// off. Safe for concurrent use.
+type MemberLister interface {
+	Members() []MemberInfo
+}
+
+// EventSource returns recent audit events, newest first: those at or after
+// since (zero: no bound), of the given kinds (empty: all), at most limit
+// (0: no bound). Each element must encode as one JSON object. Safe for
+// concurrent use.
+type EventSource interface {
+	Events(since time.Time, kinds []string, limit int) []any
+}
+
+// ConfigSource returns the effective configuration with secrets redacted,
+// as a value that encodes to JSON. Safe for concurrent use.
+type ConfigSource interface {
+	Config() any
+}
+
+// ErrUnknownSet is returned (wrapped) by [SetView.Route] for a set name that
+// is not configured; the API answers it with 404.
+var ErrUnknownSet = errors.New("unknown replica set")
+
+// SetStatus is one replica set as this proxy routes it. A plain value.
+type SetStatus struct {
+	Name string `json:"name"`
+	// Phase is the set's lifecycle phase ("Created", "Running", ...).
+	Phase string `json:"phase"`
+	// Declared is the configured replica count.
+	Declared int `json:"declared"`
+	// Ready counts replicas that advertise ready and are not down,
+	// whether or not this proxy holds them out of rotation.
+	Ready int `json:"ready"`
+	// InRotation counts replicas that may receive new requests now.
+	InRotation int `json:"in_rotation"`
+	// RingSize counts ring members (replicas that were ready once).
+	RingSize int `json:"ring_size"`
+	// Partitions is the ring's fixed partition count.
+	Partitions int `json:"partitions"`
+	// Failover is "next" or "strict".
+	Failover string `json:"failover"`
+	// Fingerprint identifies the ring's shape; proxies that agree on it and
+	// on the ring members route every key the same way.
+	Fingerprint string `json:"fingerprint"`
+	// Generation increases with every routing table the set publishes.
+	Generation uint64 `json:"generation"`
+	// Replicas lists every known replica sorted by name. The list endpoint
+	// leaves it out.
+	Replicas []ReplicaStatus `json:"replicas,omitempty"`
+}
+
+// ReplicaStatus is one replica of a set. A plain value.
+type ReplicaStatus struct {
+	Name string `json:"name"`
+	Addr string `json:"addr"`
+	// State is the advertised lifecycle state ("ready", "draining", ...).
+	State string `json:"state"`
+	// Source says where the replica came from ("static", "gossip").
+	Source string `json:"source,omitempty"`
+	Zone   string `json:"zone,omitempty"`
+	// Down says gossip finds the replica unreachable.
+	Down bool `json:"down,omitempty"`
+	// Slot is the replica's ring slot, or -1 when it is not on the ring.
+	Slot int `json:"slot"`
+	// InRotation says whether it may receive new requests now.
+	InRotation bool `json:"in_rotation"`
+	// Reason says why it is out of rotation ("" when in): its state, "down",
+	// and the proxy-local exclusions ("excluded: probe+ejected").
+	Reason string `json:"reason,omitempty"`
+	// Partitions is the number of partitions it owns on the ring, and Share
+	// that number divided by the partition count (0..1).
+	Partitions int     `json:"partitions"`
+	Share      float64 `json:"share"`
+	// Health is the health checker's view (probe verdict, ejections), or
+	// nil when the checker does not track the replica.
+	Health any `json:"health,omitempty"`
+}
+
+// RouteExplain says where a key goes and why. A plain value.
+type RouteExplain struct {
+	Set string `json:"set"`
+	Key string `json:"key"`
+	// Hash is the key's 64-bit hash in hex (xxhash64, as proxies compute it).
+	Hash      string `json:"hash"`
+	Partition int    `json:"partition"`
+	Failover  string `json:"failover"`
+	// Owner is the ring owner of the key's partition, in rotation or not;
+	// "" when the ring is empty.
+	Owner string `json:"owner"`
+	// Pick is the replica a request with this key goes to now; "" when none
+	// may take it (the proxy answers 503).
+	Pick string `json:"pick"`
+	// Candidates are the ring members failover considers, owner first.
+	Candidates  []RouteCandidate `json:"candidates"`
+	Fingerprint string           `json:"fingerprint"`
+	Generation  uint64           `json:"generation"`
+}
+
+// RouteCandidate is one replica in a key's failover order.
+type RouteCandidate struct {
+	Name       string `json:"name"`
+	Addr       string `json:"addr"`
+	State      string `json:"state"`
+	InRotation bool   `json:"in_rotation"`
+	// Picked marks the replica that takes the key.
+	Picked bool `json:"picked,omitempty"`
+	// Skipped says why this replica does not take the key, when it comes
+	// before the picked one (or there is none).
+	Skipped string `json:"skipped,omitempty"`
+}
+
+// MemberInfo is one gossip member with its metadata. A plain value.
+type MemberInfo struct {
+	// Node is the gossip node name; Gossip its gossip address.
+	Node   string `json:"node"`
+	Gossip string `json:"gossip"`
+	// Role is "proxy" or "replica".
+	Role string `json:"role"`
+	// Status is the gossip status ("alive", "suspect", "dead", "left").
+	Status string    `json:"status"`
+	Since  time.Time `json:"since"`
+	Self   bool      `json:"self,omitempty"`
+	// Set, Replica and State are a replica's; Addr is a replica's HTTP
+	// address or a proxy's admin address.
+	Set         string `json:"set,omitempty"`
+	Replica     string `json:"replica,omitempty"`
+	Addr        string `json:"addr,omitempty"`
+	State       string `json:"state,omitempty"`
+	Zone        string `json:"zone,omitempty"`
+	Fingerprint string `json:"fingerprint,omitempty"`
+}
