@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 
 	"keyway/admin"
@@ -37,14 +38,18 @@ func getJSON(t *testing.T, url string, v any) {
 func TestAdminAPIMatchesRouting(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var static strings.Builder
+	stopReplica := map[string]func(){}
 	for i := range 3 {
 		r, err := demo.Listen(fmt.Sprintf("orders-%d", i), "127.0.0.1:0", "")
 		if err != nil {
 			t.Fatal(err)
 		}
+		rctx, rcancel := context.WithCancel(ctx)
 		done := make(chan error, 1)
-		go func() { done <- r.Run(ctx) }()
-		t.Cleanup(func() { cancel(); <-done })
+		go func() { done <- r.Run(rctx) }()
+		stop := sync.OnceFunc(func() { rcancel(); <-done })
+		stopReplica[r.Name()] = stop
+		t.Cleanup(stop)
 		fmt.Fprintf(&static, "      - {name: %s, addr: %q}\n", r.Name(), r.Addr())
 	}
 	yml := "listen: 127.0.0.1:0\nadmin: {listen: 127.0.0.1:0}\nlog: {level: warn}\nreplica_sets:\n  - name: orders\n    replicas: 3\n    static:\n" + static.String()
@@ -100,15 +105,12 @@ func TestAdminAPIMatchesRouting(t *testing.T) {
 		t.Fatalf("replicas own %d of %d partitions: %+v", total, one.Partitions, one.Replicas)
 	}
 
-	owners := map[string]bool{}
-	for i := range 40 {
-		key := fmt.Sprintf("order/%d ü", i) // escaped in the query, sent raw as a header
+	route := func(key string) admin.RouteExplain {
 		var ex admin.RouteExplain
 		getJSON(t, base+"/v1/route?set=orders&key="+url.QueryEscape(key), &ex)
-		if ex.Key != key || ex.Owner == "" || ex.Pick != ex.Owner || len(ex.Candidates) == 0 ||
-			ex.Candidates[0].Name != ex.Owner || !ex.Candidates[0].Picked {
-			t.Fatalf("route %q: %+v", key, ex)
-		}
+		return ex
+	}
+	send := func(key string) string {
 		req, _ := http.NewRequest("POST", "http://"+proxyAddr+"/ingest", strings.NewReader("x"))
 		req.Header.Set("X-Key", key)
 		resp, err := http.DefaultClient.Do(req)
@@ -121,13 +123,44 @@ func TestAdminAPIMatchesRouting(t *testing.T) {
 		if err != nil || a.Key != key {
 			t.Fatalf("key %q: status %d, answer %+v, %v", key, resp.StatusCode, a, err)
 		}
-		if a.Replica != ex.Pick {
-			t.Errorf("key %q: /v1/route says %s, the proxy sent it to %s", key, ex.Pick, a.Replica)
+		return a.Replica
+	}
+	owners := map[string]bool{}
+	ownedBy := map[string]string{}
+	for i := range 40 {
+		key := fmt.Sprintf("order/%d ü", i) // escaped in the query, sent raw as a header
+		ex := route(key)
+		if ex.Key != key || ex.Owner == "" || ex.Pick != ex.Owner || len(ex.Candidates) == 0 ||
+			ex.Candidates[0].Name != ex.Owner || !ex.Candidates[0].Picked {
+			t.Fatalf("route %q: %+v", key, ex)
 		}
-		owners[a.Replica] = true
+		if got := send(key); got != ex.Pick {
+			t.Errorf("key %q: /v1/route says %s, the proxy sent it to %s", key, ex.Pick, got)
+		}
+		owners[ex.Owner] = true
+		ownedBy[ex.Owner] = key
 	}
 	if len(owners) != 3 {
 		t.Errorf("40 keys reached %d replicas, want 3 (the comparison would be weak): %v", len(owners), owners)
+	}
+
+	// Stop orders-0: the proxy's next request for one of its keys is
+	// refused, ejects it and fails over. The route endpoint then says
+	// why the owner is skipped and picks the replica that answers.
+	key := ownedBy["orders-0"]
+	stopReplica["orders-0"]()
+	got := send(key)
+	ex := route(key)
+	if ex.Owner != "orders-0" || ex.Pick == "orders-0" || ex.Pick != got || len(ex.Candidates) < 2 ||
+		ex.Candidates[0].InRotation || !strings.Contains(ex.Candidates[0].Skipped, "refused") {
+		t.Fatalf("after stopping orders-0, key %q went to %s; route: %+v", key, got, ex)
+	}
+	if got2 := send(key); got2 != ex.Pick {
+		t.Errorf("key %q: /v1/route says %s, the proxy sent it to %s", key, ex.Pick, got2)
+	}
+	getJSON(t, base+"/v1/replica_sets/orders", &one)
+	if r := one.Replicas[0]; r.Name != "orders-0" || r.InRotation || !strings.Contains(r.Reason, "refused") || one.InRotation != 2 {
+		t.Errorf("after stopping orders-0: %+v", one)
 	}
 
 	var members struct{ Members []admin.MemberInfo }
