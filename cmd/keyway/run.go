@@ -303,9 +303,10 @@ func serve(ctx context.Context, cfg config.Config, stdout, stderr io.Writer, onS
 		return err
 	}
 	var adm *admin.Server
+	view := newAdminView(cfg, p, hc, phases, audit)
 	adminAddr := ""
 	if cfg.Admin.Listen != "" {
-		adm, err = admin.New(cfg.Admin, newAdminView(cfg, p, hc, phases, audit).options(admin.Options{Gatherer: reg, Ready: p, Logger: log.Named("admin")}))
+		adm, err = admin.New(cfg.Admin, view.options(admin.Options{Gatherer: reg, Ready: p, Logger: log.Named("admin")}))
 		if err != nil {
 			return err
 		}
@@ -336,6 +337,7 @@ func serve(ctx context.Context, cfg config.Config, stdout, stderr io.Writer, onS
 		if err != nil {
 			return err
 		}
+		view.setNode(node)
 		g.Go(func() error { return node.Run(gctx) })
 		g.Go(func() error { return disc.Run(gctx) })
 		if onGossip != nil {
