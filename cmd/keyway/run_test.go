@@ -162,6 +162,7 @@ func startDemo(t *testing.T) (addr string, stop func() error) {
 	}
 	go io.Copy(io.Discard, pr)
 	waitRotation(t, admin, 3)
+	checkMembers(t, admin)
 	return addr, func() error {
 		cancel()
 		return <-done
@@ -309,5 +310,34 @@ func TestReplicaCommand(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("replica did not stop cleanly: %v", err)
+	}
+}
+
+// checkMembers asks the admin API for the gossip members: the demo's three
+// replicas (alive, ready) and the proxy itself.
+func checkMembers(t *testing.T, admin string) {
+	t.Helper()
+	resp, err := http.Get("http://" + admin + "/v1/members")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out struct {
+		Members []struct{ Role, Status, Replica, State string } `json:"members"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		t.Fatal(err)
+	}
+	replicas, proxies := 0, 0
+	for _, m := range out.Members {
+		switch {
+		case m.Role == "replica" && m.Status == "alive" && m.State == "ready":
+			replicas++
+		case m.Role == "proxy":
+			proxies++
+		}
+	}
+	if replicas != 3 || proxies != 1 {
+		t.Fatalf("/v1/members: %d ready replicas and %d proxies, want 3 and 1: %+v", replicas, proxies, out.Members)
 	}
 }
