@@ -235,11 +235,15 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, rs *replicaSet, t *balancer.Ta
 			ce.Write(zap.String("set", rs.name), zap.String("replica", b.name), zap.Stringer("kind", lastKind), zap.Error(err), zap.Int("attempt", i+1))
 		}
 		if lastKind == errStale && !staleRetried {
-			// The pooled connection was dead, not necessarily the replica:
-			// try the same replica once more on a fresh connection. If it
-			// crashed, that dial is refused and ejects it.
+			// The pooled connection was dead, not necessarily the replica.
+			// Its other idle connections are suspect too (a restart or an
+			// idle timeout closes them all): drop them, and try the same
+			// replica once more on a fresh connection. If it crashed, that
+			// dial is refused and ejects it.
 			staleRetried = true
+			b.hc.CloseIdleConnections()
 			i--
+			tried--
 			continue
 		}
 		if !lastKind.neverSent() && !replayable {
