@@ -3,6 +3,7 @@ package proxy
 import (
 	"errors"
 	"net"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -22,7 +23,14 @@ type Backend struct {
 	addr     string
 	hc       *fasthttp.HostClient
 	inflight atomic.Int64
-	refused  atomic.Bool // held out of rotation after a refused connection
+	// refused says this backend holds its replica out of rotation after a
+	// refused connection; refusedGen numbers those holds. refusedMu
+	// serializes taking and lifting a hold together with the Router call,
+	// so that an ejection and a readmission cannot interleave (lock order:
+	// refusedMu, then the Router's and the set's locks).
+	refusedMu  sync.Mutex
+	refused    atomic.Bool
+	refusedGen uint64
 
 	requests [6]prometheus.Counter // by status class: 1xx..5xx, and index 0 for transport errors
 	latency  prometheus.Observer

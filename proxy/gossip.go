@@ -27,19 +27,41 @@ func isRefused(err error) bool { return errors.Is(err, syscall.ECONNREFUSED) }
 // ejectRefused takes a replica out of rotation at once. Only the first
 // refused request of a hold touches the Router.
 func (p *Proxy) ejectRefused(rs *replicaSet, b *Backend) {
-	if !b.refused.CompareAndSwap(false, true) {
+	if b.refused.Load() {
 		return
 	}
+	b.refusedMu.Lock()
+	if b.refused.Load() {
+		b.refusedMu.Unlock()
+		return
+	}
+	b.refused.Store(true)
+	b.refusedGen++
+	gen := b.refusedGen
+	rs.router.SetExcluded(b.name, balancer.ReasonRefused, true)
+	b.refusedMu.Unlock()
 	p.log.Warn("replica refused a connection; out of rotation on this proxy",
 		zap.String("set", rs.name), zap.String("replica", b.name), zap.String("addr", b.addr), zap.Duration("hold", RefusedHold))
-	rs.router.SetExcluded(b.name, balancer.ReasonRefused, true)
-	time.AfterFunc(RefusedHold, func() { p.readmitRefused(rs, b) })
+	time.AfterFunc(RefusedHold, func() { p.readmitRefused(rs, b, gen) })
 }
 
-func (p *Proxy) readmitRefused(rs *replicaSet, b *Backend) {
-	if b.refused.CompareAndSwap(true, false) {
-		rs.router.SetExcluded(b.name, balancer.ReasonRefused, false)
+// readmitRefused lifts b's hold: the one numbered gen, or any (gen 0). The
+// exclusion is keyed by replica name, so it is left alone when another,
+// newer backend of the same name holds a hold of its own.
+func (p *Proxy) readmitRefused(rs *replicaSet, b *Backend, gen uint64) {
+	b.refusedMu.Lock()
+	defer b.refusedMu.Unlock()
+	if !b.refused.Load() || (gen != 0 && gen != b.refusedGen) {
+		return
 	}
+	b.refused.Store(false)
+	rs.mu.Lock()
+	cur := rs.live[b.name]
+	rs.mu.Unlock()
+	if cur != nil && cur != b && cur.refused.Load() {
+		return
+	}
+	rs.router.SetExcluded(b.name, balancer.ReasonRefused, false)
 }
 
 // SetReplicaSet replaces the gossip-discovered replicas of one set (the
@@ -63,7 +85,7 @@ func (p *Proxy) SetReplicaSet(set string, rs []balancer.Replica) bool {
 		t := s.router.Table()
 		for _, m := range t.Members() {
 			if m.Name == r.Name && m.Slot >= 0 {
-				p.readmitRefused(s, t.Backend(m.Slot))
+				p.readmitRefused(s, t.Backend(m.Slot), 0)
 			}
 		}
 	}

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"fmt"
+	"sync"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -74,4 +75,31 @@ func dialErrors(p *Proxy, set, replica string) int {
 		}
 	}
 	return -1
+}
+
+// An ejection and a readmission racing (a refused request while gossip
+// reports a change) never leave the replica excluded with no hold to lift
+// it: the flag and the Router's reason always agree afterwards.
+func TestRefusedHoldAndReadmitDoNotRace(t *testing.T) {
+	r0, r1 := startReplica(t, "r0"), startReplica(t, "r1")
+	p, _ := startProxy(t, nil, r0, r1)
+	rs := p.byName["orders"]
+	for i := 0; i < 500; i++ {
+		b := rs.router.Table().Backend(0)
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go func() { defer wg.Done(); p.ejectRefused(rs, b) }()
+		go func() { defer wg.Done(); p.readmitRefused(rs, b, 0) }()
+		wg.Wait()
+		var ex balancer.Reason
+		for _, m := range rs.router.Table().Members() {
+			if m.Name == b.name {
+				ex = m.Excluded
+			}
+		}
+		if held, out := b.refused.Load(), ex&balancer.ReasonRefused != 0; held != out {
+			t.Fatalf("interleaving %d: hold %v but excluded %v", i, held, out)
+		}
+		p.readmitRefused(rs, b, 0)
+	}
 }
