@@ -80,3 +80,20 @@ func TestTableObserversSeeEveryTable(t *testing.T) {
 		t.Fatalf("in-rotation counts seen: %v, want ... 2, 1, 2", rec.calls)
 	}
 }
+
+// Fail open bets against the health checks, never against a replica's own
+// lifecycle: a draining owner gets nothing even then.
+func TestFailOpenRespectsLifecycle(t *testing.T) {
+	a, b := startReplica(t, "r0"), startReplica(t, "r1")
+	p, addr := startProxyOpts(t, Options{FailOpen: true}, func(cfg *Config) { cfg.ReplicaSets[0].Static = nil }, a, b)
+	gossip := gossipReplicas(a, b)
+	p.SetReplicaSet("orders", gossip)
+	key := keyOwnedBy(t, p, "r1")
+	gossip[1].State = balancer.StateDraining // r1 drains...
+	p.SetReplicaSet("orders", gossip)
+	p.Router("orders").SetExcluded("r0", balancer.ReasonProbe, true) // ...and r0 fails its probes
+	r := newClient(addr).do(t, "POST", "/ingest", "x", "X-Key", key)
+	if r.status != 503 || b.count.Load() != 0 {
+		t.Fatalf("fail open sent a draining owner's key: %s (r1 received %d)", r, b.count.Load())
+	}
+}

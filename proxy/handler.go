@@ -78,10 +78,12 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) {
 		if len(cands) == 0 {
 			if len(t.Rotation()) == 0 && t.Len() > 0 {
 				rs.allDown.Inc()
-				if p.opts.FailOpen {
-					// Fail open: every replica is out of rotation; route
-					// by hash to the ring owner anyway.
-					buf[0] = uint16(t.Owner(hash))
+				if o := t.Owner(hash); p.opts.FailOpen && lifecycleReady(t.Replica(o)) {
+					// Fail open: every replica is out of rotation because
+					// of health checks; route by hash to the ring owner
+					// anyway, if its own lifecycle allows (never to a
+					// draining, stopped or dead replica).
+					buf[0] = uint16(o)
 					p.forward(ctx, rs, t, buf[:1])
 					return
 				}
@@ -98,8 +100,16 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) {
 		if cands == nil && len(t.Rotation()) == 0 && t.Len() > 0 && rs.cfg.Fallback != balancer.FallbackReject {
 			rs.allDown.Inc()
 			if p.opts.FailOpen {
-				buf[0] = uint16(rand.IntN(t.Len()))
-				cands = buf[:1]
+				// Any ring member whose lifecycle allows it, from a random
+				// start.
+				n := t.Len()
+				for i, start := 0, rand.IntN(n); i < n; i++ {
+					if s := (start + i) % n; lifecycleReady(t.Replica(s)) {
+						buf[0] = uint16(s)
+						cands = buf[:1]
+						break
+					}
+				}
 			}
 		}
 		if cands == nil {
@@ -417,3 +427,7 @@ func (a *accessRequest) MarshalLogObject(enc zapcore.ObjectEncoder) error {
 	enc.AddByteString("request_id", ctx.Request.Header.PeekBytes(hdrRequestID))
 	return nil
 }
+
+// lifecycleReady reports whether a replica's own view allows traffic —
+// ready and not down in gossip — whatever this proxy's health checks say.
+func lifecycleReady(r *balancer.Replica) bool { return r.State == balancer.StateReady && !r.Down }
