@@ -320,32 +320,48 @@ func serve(ctx context.Context, cfg config.Config, stdout, stderr io.Writer, onS
 		onStart(p.Addr().String(), adminAddr)
 	}
 
-	g, gctx := errgroup.WithContext(ctx)
-	// The audit trail outlives the other components by a moment, so that
-	// their last events (a graceful leave, a final rebuild) are written.
-	actx, stopAudit := context.WithCancel(context.Background())
-	auditDone := make(chan error, 1)
-	go func() { auditDone <- audit.Run(actx) }()
-	defer func() { stopAudit(); <-auditDone }()
-	g.Go(func() error { return hc.Run(gctx) })
-	g.Go(func() error { return p.Run(gctx) })
-	if adm != nil {
-		g.Go(func() error { return adm.Run(gctx) })
-	}
+	// Everything that can fail is built before anything runs.
+	var node *membership.Node
+	var disc *membership.Discovery
 	if cfg.Gossip.Enabled {
-		node, disc, err := startGossip(cfg, p, adminAddr, log, reg, audit)
+		node, disc, err = startGossip(cfg, p, adminAddr, log, reg, audit)
 		if err != nil {
 			return err
 		}
 		view.setNode(node)
-		g.Go(func() error { return node.Run(gctx) })
-		g.Go(func() error { return disc.Run(gctx) })
+	}
+
+	// Shutdown in stages. The proxy drains its in-flight requests first;
+	// meanwhile gossip keeps this proxy alive to the agents (so a draining
+	// replica waits for our drain reports) and health checks keep ending
+	// ejections. Only when the proxy has stopped do gossip and health stop.
+	// The audit trail outlives them all by a moment, so that their last
+	// events (a graceful leave, a final rebuild) are written.
+	g, gctx := errgroup.WithContext(ctx)
+	late, stopLate := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopLate()
+	actx, stopAudit := context.WithCancel(context.Background())
+	auditDone := make(chan error, 1)
+	go func() { auditDone <- audit.Run(actx) }()
+	defer func() { stopAudit(); <-auditDone }()
+	g.Go(func() error {
+		err := p.Run(gctx)
+		stopLate()
+		return err
+	})
+	g.Go(func() error { return hc.Run(late) })
+	if adm != nil {
+		g.Go(func() error { return adm.Run(gctx) })
+	}
+	if node != nil {
+		g.Go(func() error { return node.Run(late) })
+		g.Go(func() error { return disc.Run(late) })
 		if onGossip != nil {
 			g.Go(func() error {
 				select {
 				case <-node.Started():
 					onGossip(node.GossipAddr())
-				case <-gctx.Done():
+				case <-late.Done():
 				}
 				return nil
 			})
