@@ -401,8 +401,8 @@ func (a *Agent) apply(ev event, fields ...zap.Field) {
 // drain runs the shutdown sequence; see Run.
 func (a *Agent) drain() {
 	start := a.now()
-	// drain.timeout counts from here, the gossip broadcast of draining
-	// (which apply waits for) included.
+	// drain.timeout counts from here (SIGTERM); the draining state spreads
+	// by gossip in the background (apply waits only for stopped).
 	timeout := time.NewTimer(a.cfg.Drain.Timeout)
 	defer timeout.Stop()
 	a.book.begin()
