@@ -82,6 +82,7 @@ func New(cfg Config, opts Options) (*Server, error) {
 		_, _ = w.Write([]byte("ready\n"))
 	})
 	s.routeAPI(mux)
+	s.routeUI(mux)
 	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
 	mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
 	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)

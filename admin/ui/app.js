@@ -1,0 +1,210 @@
+// keyway dashboard: polls the admin API every 2 s and renders it. No
+// build step, no external assets; every value is inserted as text.
+"use strict";
+
+const REFRESH_MS = 2000;
+const EVENTS = 20;
+
+function h(tag, attrs, ...kids) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (k === "class") el.className = v;
+    else if (k === "style") el.style.cssText = v;
+    else el.setAttribute(k, v);
+  }
+  for (const kid of kids.flat()) {
+    if (kid == null || kid === false) continue;
+    el.append(kid instanceof Node ? kid : document.createTextNode(String(kid)));
+  }
+  return el;
+}
+
+async function getJSON(path) {
+  let resp;
+  try {
+    resp = await fetch(path, { cache: "no-store" });
+  } catch (e) {
+    throw new Error("admin API unreachable (" + path + "): " + e.message);
+  }
+  let body;
+  try {
+    body = await resp.json();
+  } catch (e) {
+    throw new Error(path + ": HTTP " + resp.status + ", not JSON");
+  }
+  if (!resp.ok) {
+    const err = new Error((body && body.error) || "HTTP " + resp.status);
+    err.status = resp.status;
+    throw err;
+  }
+  return body;
+}
+
+function showError(msg) {
+  const b = document.getElementById("error");
+  if (msg) {
+    b.textContent = "⚠ " + msg + " — showing the last data received; retrying every " + REFRESH_MS / 1000 + " s";
+    b.hidden = false;
+  } else {
+    b.hidden = true;
+    b.textContent = "";
+  }
+}
+
+function pct(x) {
+  return (100 * (x || 0)).toFixed(1) + "%";
+}
+
+function healthText(hl) {
+  if (!hl) return "not tracked";
+  const parts = [];
+  if (hl.probe && hl.probe !== "off") parts.push("probe " + hl.probe);
+  if (hl.excluded && hl.excluded !== "none") parts.push("excluded: " + hl.excluded);
+  if (hl.consecutive_failures) parts.push(hl.consecutive_failures + " consecutive failures");
+  parts.push((hl.ejections || 0) + " ejections");
+  return parts.join(" · ");
+}
+
+function healthClass(hl) {
+  if (!hl) return "";
+  if (hl.excluded && hl.excluded !== "none") return "bad";
+  if (hl.probe === "failing" || hl.consecutive_failures > 0) return "warn";
+  return "ok";
+}
+
+function stateClass(r) {
+  if (r.down) return "bad";
+  if (r.state === "ready") return "ok";
+  if (r.state === "failed" || r.state === "dead") return "bad";
+  return "warn";
+}
+
+function replicaRow(r) {
+  const rot = r.in_rotation
+    ? h("span", { class: "pill ok" }, "in rotation")
+    : h("span", { class: "pill bad" }, "out: " + (r.reason || "unknown"));
+  return h("tr", { class: "replica-row", "data-replica": r.name },
+    h("td", {}, h("strong", {}, r.name), h("div", { class: "meta" }, r.addr, r.zone ? " · " + r.zone : "", r.source ? " · " + r.source : "")),
+    h("td", {}, h("span", { class: "pill " + stateClass(r) }, r.down ? r.state + " (down)" : r.state)),
+    h("td", {}, rot),
+    h("td", { class: "num" }, h("span", { class: "bar", style: "width:" + Math.round(80 * (r.share || 0)) + "px" }), pct(r.share),
+      h("div", { class: "meta" }, (r.partitions || 0) + " partitions, slot " + r.slot)),
+    h("td", {}, h("span", { class: "pill " + healthClass(r.health) }, healthText(r.health))));
+}
+
+function setCard(s) {
+  const phase = s.phase || "unknown";
+  const card = h("div", { class: "set-card p-" + phase.toLowerCase(), "data-set": s.name },
+    h("div", { class: "set-head" },
+      h("h3", {}, s.name),
+      h("span", { class: "phase" }, phase),
+      h("span", { class: "count" }, s.ready + "/" + s.declared + " ready"),
+      h("span", { class: "muted" }, s.in_rotation + " in rotation · failover " + s.failover)),
+    h("div", { class: "meta" }, "ring " + s.ring_size + " members, " + s.partitions + " partitions · fingerprint " + s.fingerprint + " · generation " + s.generation));
+  const reps = s.replicas || [];
+  if (reps.length === 0) {
+    card.append(h("div", { class: "empty" }, "no replicas yet — start agents or add static replicas"));
+  } else {
+    card.append(h("table", {},
+      h("thead", {}, h("tr", {}, ["replica", "state", "rotation", "share of keys", "health"].map((t) => h("th", {}, t)))),
+      h("tbody", {}, reps.map(replicaRow))));
+  }
+  return card;
+}
+
+function eventDetails(ev) {
+  const skip = new Set(["ts", "node", "kind", "set"]);
+  return Object.entries(ev)
+    .filter(([k]) => !skip.has(k))
+    .map(([k, v]) => k + "=" + (typeof v === "object" ? JSON.stringify(v) : v))
+    .join("  ");
+}
+
+function fmtTime(ts) {
+  const d = new Date(ts);
+  return isNaN(d) ? String(ts || "") : d.toLocaleTimeString([], { hour12: false }) + "." + String(d.getMilliseconds()).padStart(3, "0");
+}
+
+function renderEvents(evs) {
+  const tb = document.getElementById("events");
+  if (!evs.length) {
+    tb.replaceChildren(h("tr", {}, h("td", { colspan: "4", class: "muted" }, "no audit events yet")));
+    return;
+  }
+  // Newest first, whatever order the source keeps.
+  const newest = [...evs].sort((a, b) => (Date.parse(b.ts) || 0) - (Date.parse(a.ts) || 0)).slice(0, EVENTS);
+  tb.replaceChildren(...newest.map((ev) =>
+    h("tr", { class: "event-row" },
+      h("td", {}, fmtTime(ev.ts)),
+      h("td", {}, h("code", {}, ev.kind || "")),
+      h("td", {}, ev.set || ""),
+      h("td", {}, h("code", {}, eventDetails(ev))))));
+}
+
+function updateSetChoices(names) {
+  const sel = document.querySelector("#route-form select[name=set]");
+  const cur = sel.value;
+  if ([...sel.options].map((o) => o.value).join(",") === names.join(",")) return;
+  sel.replaceChildren(...names.map((n) => h("option", { value: n }, n)));
+  if (names.includes(cur)) sel.value = cur;
+}
+
+async function refresh() {
+  const errors = [];
+  try {
+    const list = await getJSON("/v1/replica_sets");
+    const sets = await Promise.all(list.replica_sets.map((s) =>
+      getJSON("/v1/replica_sets/" + encodeURIComponent(s.name)).catch(() => s)));
+    const box = document.getElementById("sets");
+    if (sets.length === 0) {
+      box.replaceChildren(h("div", { class: "empty" }, "no replicas yet — start agents or add static replicas (no replica set is configured)"));
+    } else {
+      box.replaceChildren(...sets.map(setCard));
+    }
+    updateSetChoices(sets.map((s) => s.name));
+  } catch (e) {
+    errors.push(e.message);
+  }
+  try {
+    const ev = await getJSON("/v1/events?limit=" + 10 * EVENTS);
+    renderEvents(ev.events || []);
+  } catch (e) {
+    if (e.status === 501) renderEvents([]);
+    else errors.push(e.message);
+  }
+  showError(errors.join("; "));
+  document.getElementById("status").textContent =
+    (errors.length ? "last attempt failed at " : "updated ") + new Date().toLocaleTimeString([], { hour12: false });
+}
+
+async function lookup(ev) {
+  ev.preventDefault();
+  const form = ev.target;
+  const set = form.elements.set.value;
+  const key = form.elements.key.value;
+  const out = document.getElementById("route-result");
+  out.className = "";
+  if (!set) {
+    out.replaceChildren("no replica set to look the key up in");
+    return;
+  }
+  try {
+    const r = await getJSON("/v1/route?set=" + encodeURIComponent(set) + "&key=" + encodeURIComponent(key));
+    out.replaceChildren(
+      h("div", { class: "pick" }, "key ", h("code", {}, r.key), " → ",
+        r.pick ? h("strong", {}, r.pick) : h("strong", { class: "skipped" }, "no replica may take it (503)")),
+      h("div", { class: "meta" }, "owner " + (r.owner || "none (empty ring)") + " · partition " + r.partition +
+        " · hash " + r.hash + " · failover " + r.failover),
+      h("ol", {}, (r.candidates || []).map((c) =>
+        h("li", {}, h("strong", {}, c.name), " (" + c.state + ") ",
+          c.picked ? h("span", { class: "pill ok" }, "picked") : null,
+          c.skipped ? h("span", { class: "skipped" }, "skipped: " + c.skipped) : null,
+          !c.picked && !c.skipped ? h("span", { class: "muted" }, "not considered") : null))));
+  } catch (e) {
+    out.replaceChildren(h("span", { class: "skipped" }, "lookup failed: " + e.message));
+  }
+}
+
+document.getElementById("route-form").addEventListener("submit", lookup);
+refresh();
+setInterval(refresh, REFRESH_MS);

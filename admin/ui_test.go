@@ -1,0 +1,75 @@
+package admin
+
+import (
+	"io"
+	"io/fs"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+func TestUIPage(t *testing.T) {
+	s, err := New(Config{Listen: "127.0.0.1:0"}, Options{Gatherer: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	get := func(path string) (int, string, string) {
+		t.Helper()
+		rec := httptest.NewRecorder()
+		s.srv.Handler.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+		b, _ := io.ReadAll(rec.Result().Body)
+		return rec.Code, rec.Header().Get("Content-Type"), string(b)
+	}
+
+	for _, path := range []string{"/ui", "/ui/"} {
+		code, ctype, body := get(path)
+		if code != http.StatusOK || !strings.HasPrefix(ctype, "text/html") {
+			t.Fatalf("GET %s: %d %q, want 200 text/html", path, code, ctype)
+		}
+		for _, want := range []string{`id="sets"`, `id="route-form"`, `name="key"`, `id="route-result"`, `id="events"`, `id="error"`, `src="/ui/app.js"`, `href="/ui/style.css"`} {
+			if !strings.Contains(body, want) {
+				t.Errorf("GET %s: page lacks %s", path, want)
+			}
+		}
+	}
+	// The script builds the cards and rows with the classes and data
+	// attributes the browser test and operators' scripts rely on.
+	code, ctype, js := get("/ui/app.js")
+	if code != http.StatusOK || !strings.Contains(ctype, "javascript") {
+		t.Fatalf("GET /ui/app.js: %d %q", code, ctype)
+	}
+	for _, want := range []string{`"set-card`, `"data-set"`, `"phase"`, `"replica-row"`, `"data-replica"`, "/v1/replica_sets", "/v1/route?", "/v1/events", "no replicas yet — start agents or add static replicas", "setInterval(refresh, REFRESH_MS)", "REFRESH_MS = 2000"} {
+		if !strings.Contains(js, want) {
+			t.Errorf("app.js lacks %s", want)
+		}
+	}
+	if code, ctype, _ := get("/ui/style.css"); code != http.StatusOK || !strings.HasPrefix(ctype, "text/css") {
+		t.Errorf("GET /ui/style.css: %d %q", code, ctype)
+	}
+	if code, _, _ := get("/ui/nope.js"); code != http.StatusNotFound {
+		t.Errorf("GET /ui/nope.js: %d, want 404", code)
+	}
+
+	// No external assets: nothing the page loads names another origin.
+	err = fs.WalkDir(uiAssets, ".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := fs.ReadFile(uiAssets, path)
+		if err != nil {
+			return err
+		}
+		for _, bad := range []string{"http://", "https://", "//fonts.", "@import"} {
+			if strings.Contains(string(b), bad) {
+				t.Errorf("ui/%s contains %q: the dashboard must not load external assets", path, bad)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,147 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+)
+
+// chromiumPath is where Debian's chromium package puts the browser; .ci/run
+// installs it.
+const chromiumPath = "/usr/bin/chromium"
+
+// startDemoAdmin runs `keyway demo` in-process like startDemo, waits until
+// all three replicas are in rotation and returns the admin address.
+func startDemoAdmin(t *testing.T) (admin string, stop func() error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	pr, pw := io.Pipe()
+	errb := &syncBuffer{}
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"demo", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--gossip-bind-port", "0", "--log-level", "warn"}, pw, errb)
+		pw.Close()
+	}()
+	sc := bufio.NewScanner(pr)
+	for sc.Scan() {
+		if m := adminLine.FindStringSubmatch(sc.Text()); m != nil {
+			admin = m[1]
+			break
+		}
+	}
+	if admin == "" {
+		cancel()
+		t.Fatalf("demo printed no admin address; stderr: %s, err: %v", errb.String(), <-done)
+	}
+	go io.Copy(io.Discard, pr)
+	waitRotation(t, admin, 3)
+	return admin, func() error {
+		cancel()
+		return <-done
+	}
+}
+
+// TestDashboardInBrowser drives the real /ui page of a running demo in
+// headless Chromium: the set's phase and its three replicas appear, a key
+// lookup names a replica, and a full-page screenshot is saved.
+func TestDashboardInBrowser(t *testing.T) {
+	if _, err := os.Stat(chromiumPath); err != nil {
+		t.Skipf("browser test skipped: %s not found (install Debian's chromium: apt-get install -y chromium; .ci/run does this in CI)", chromiumPath)
+	}
+	if testing.Short() {
+		t.Skip("browser test skipped in -short mode")
+	}
+	admin, stop := startDemoAdmin(t)
+	defer func() {
+		if err := stop(); err != nil {
+			t.Errorf("demo: %v", err)
+		}
+	}()
+
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chromiumPath),
+		chromedp.NoSandbox,
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-quic", true),
+		chromedp.WindowSize(1280, 900),
+	)
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	defer cancelAlloc()
+	bctx, cancelBrowser := chromedp.NewContext(actx)
+	defer cancelBrowser()
+
+	// The first call starts the browser: no timeout on its context.
+	start := time.Now()
+	if err := chromedp.Do(bctx, chromedp.Navigate("http://"+admin+"/ui")); err != nil {
+		t.Fatalf("navigate to /ui: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(bctx, 15*time.Second)
+	defer cancel()
+
+	// The page polls the API; wait (bounded by ctx) for the set to be
+	// Running with all three replica rows rendered.
+	const ready = `(() => {
+		const p = document.querySelector('.set-card[data-set="orders"] .phase');
+		return !!p && p.textContent.trim() === 'Running' &&
+			document.querySelectorAll('.set-card[data-set="orders"] .replica-row').length === 3;
+	})()`
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](ready, chromedp.WithPollingInterval(100*time.Millisecond))); err != nil {
+		body, _ := chromedp.Run(bctx, chromedp.Text("body"))
+		t.Fatalf("phase Running and 3 replica rows did not appear: %v\npage text:\n%s", err, body)
+	}
+	phase, err := chromedp.Run(ctx, chromedp.Text(`.set-card[data-set="orders"] .phase`))
+	if err != nil || strings.TrimSpace(phase) != "Running" {
+		t.Fatalf("phase %q, %v", phase, err)
+	}
+	rows, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll('.replica-row')].map(r => r.dataset.replica)`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(rows, ",") != "orders-0,orders-1,orders-2" {
+		t.Fatalf("replica rows %v, want orders-0..2", rows)
+	}
+	if banner, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.getElementById('error').hidden`)); err != nil || !banner {
+		t.Errorf("error banner visible (hidden=%v, %v)", banner, err)
+	}
+
+	// Look a key up through the route form.
+	if err := chromedp.Do(ctx,
+		chromedp.SendKeys(`#route-form input[name=key]`, "order-42"),
+		chromedp.Click(`#route-form button[type=submit]`),
+	); err != nil {
+		t.Fatalf("route form: %v", err)
+	}
+	const routed = `(() => /→\s*orders-[0-2]/.test(document.getElementById('route-result').textContent))()`
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](routed, chromedp.WithPollingInterval(50*time.Millisecond))); err != nil {
+		res, _ := chromedp.Run(bctx, chromedp.Text("#route-result"))
+		t.Fatalf("route result names no orders replica: %v; #route-result: %q", err, res)
+	}
+	res, err := chromedp.Run(ctx, chromedp.Text("#route-result"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("route result: %s", strings.Join(strings.Fields(res), " "))
+
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100)) // 100 gives PNG; lower qualities give JPEG
+	if err != nil {
+		t.Fatalf("screenshot: %v", err)
+	}
+	shot := filepath.Join(t.TempDir(), "keyway-ui.png")
+	if err := os.WriteFile(shot, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot: %s (%d bytes; copied to /tmp/keyway-ui.png) after %v", shot, len(png), time.Since(start).Round(time.Millisecond))
+	if err := os.WriteFile("/tmp/keyway-ui.png", png, 0o644); err != nil {
+		t.Logf("copying the screenshot to /tmp/keyway-ui.png: %v", err)
+	}
+}
