@@ -22,7 +22,7 @@ type Replica struct {
 	ln       net.Listener
 	srv      *fasthttp.Server
 	requests atomic.Int64
-	unready  atomic.Bool // /readyz answers 503 while set
+	unready  atomic.Bool  // /readyz answers 503 while set
 	mode     atomic.Int32 // modeOK, modeFail (500 to every request) or modeHang (never answer)
 
 	mu   sync.Mutex
