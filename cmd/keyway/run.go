@@ -58,6 +58,9 @@ Usage:
   keyway proxy -c FILE          run the proxy
   keyway agent [-c FILE]        run the sidecar beside one replica (every key is also a flag)
   keyway validate -c FILE       check a configuration file and exit
+  keyway status                 replica sets, phases and replicas of a running proxy (--admin ADDR)
+  keyway members                gossip members a running proxy knows (--admin ADDR)
+  keyway route --set S --key K  where a key goes now and why (--admin ADDR)
   keyway version                print the version
 
 Run 'keyway COMMAND --help' for a command's flags.
@@ -81,6 +84,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runReplica(ctx, rest, stdout, stderr)
 	case "demo":
 		return runDemo(ctx, rest, stdout, stderr)
+	case "status":
+		return runStatus(rest, stdout, stderr)
+	case "members":
+		return runMembers(rest, stdout, stderr)
+	case "route":
+		return runRoute(rest, stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintln(stdout, versionString())
 		return nil

@@ -1,0 +1,332 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"keyway/admin"
+)
+
+// The CLI clients of the admin read API (issue 5, item 2): keyway status,
+// members and route. Each talks to one proxy's admin listener, named by
+// --admin or KEYWAY_ADMIN, and prints a compact aligned table (or the raw
+// JSON with --json). drain and undrain wait for the API's mutating
+// endpoints.
+
+// defaultAdminAddr is admin.listen's default.
+const defaultAdminAddr = "127.0.0.1:9901"
+
+// cliTimeout bounds one admin API request.
+const cliTimeout = 5 * time.Second
+
+// cliFlags are the flags every client command has.
+type cliFlags struct {
+	admin   string
+	rawJSON bool
+}
+
+func newCLIFlags(fs *flag.FlagSet) *cliFlags {
+	cf := &cliFlags{}
+	def := os.Getenv("KEYWAY_ADMIN")
+	if def == "" {
+		def = defaultAdminAddr
+	}
+	fs.StringVar(&cf.admin, "admin", def, "admin API `ADDR` (host:port or URL) of the proxy to ask; env KEYWAY_ADMIN")
+	fs.BoolVar(&cf.rawJSON, "json", false, "print the API's JSON answer instead of a table")
+	return cf
+}
+
+func parseCLIFlags(fs *flag.FlagSet, args []string, stderr io.Writer, usage string) error {
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, usage)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return errHelpShown
+		}
+		return usageError{err.Error()}
+	}
+	if fs.NArg() > 0 {
+		return usageError{fmt.Sprintf("unexpected arguments: %s", strings.Join(fs.Args(), " "))}
+	}
+	return nil
+}
+
+// baseURL turns --admin into a base URL.
+func (cf *cliFlags) baseURL() (string, error) {
+	a := strings.TrimSpace(cf.admin)
+	if a == "" {
+		return "", usageError{"empty --admin: pass the admin API address, e.g. --admin " + defaultAdminAddr}
+	}
+	if !strings.Contains(a, "://") {
+		a = "http://" + a
+	}
+	u, err := url.Parse(a)
+	if err != nil || u.Host == "" {
+		return "", usageError{fmt.Sprintf("bad --admin %q: want host:port or http://host:port", cf.admin)}
+	}
+	return strings.TrimRight(u.String(), "/"), nil
+}
+
+// get fetches path from the admin API into v and returns the raw body.
+func (cf *cliFlags) get(path string, v any) ([]byte, error) {
+	base, err := cf.baseURL()
+	if err != nil {
+		return nil, err
+	}
+	client := &http.Client{Timeout: cliTimeout}
+	resp, err := client.Get(base + path)
+	if err != nil {
+		return nil, fmt.Errorf("cannot reach the keyway admin API at %s: %v\n(is the proxy running with admin.listen there? pass --admin ADDR or set KEYWAY_ADMIN)", cf.admin, unwrapURLError(err))
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return nil, fmt.Errorf("reading the answer of %s%s: %w", base, path, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		var e struct {
+			Error string `json:"error"`
+		}
+		if json.Unmarshal(body, &e) == nil && e.Error != "" {
+			return nil, fmt.Errorf("admin API at %s: %s (HTTP %d)", cf.admin, e.Error, resp.StatusCode)
+		}
+		return nil, fmt.Errorf("admin API at %s: GET %s answered HTTP %d; is %s a keyway admin listener? (--admin, KEYWAY_ADMIN)", cf.admin, path, resp.StatusCode, cf.admin)
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		return nil, fmt.Errorf("admin API at %s: GET %s: not a keyway answer: %v", cf.admin, path, err)
+	}
+	return body, nil
+}
+
+func unwrapURLError(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
+}
+
+const statusUsage = `Usage: keyway status [--admin ADDR] [--json]
+
+Prints every replica set one proxy routes: its phase, ready/declared replicas
+and replicas in rotation, then each replica with its state, whether it is in
+rotation (or why not) and its share of the ring's partitions.
+
+`
+
+func runStatus(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("status", flag.ContinueOnError)
+	cf := newCLIFlags(fs)
+	if err := parseCLIFlags(fs, args, stderr, statusUsage); err != nil {
+		return err
+	}
+	var list struct {
+		ReplicaSets []admin.SetStatus `json:"replica_sets"`
+	}
+	raw, err := cf.get("/v1/replica_sets", &list)
+	if err != nil {
+		return err
+	}
+	sets := make([]admin.SetStatus, 0, len(list.ReplicaSets))
+	for _, s := range list.ReplicaSets {
+		var one admin.SetStatus
+		if _, err := cf.get("/v1/replica_sets/"+url.PathEscape(s.Name), &one); err != nil {
+			return err
+		}
+		sets = append(sets, one)
+	}
+	if cf.rawJSON {
+		if len(sets) == 0 {
+			_, err := stdout.Write(raw)
+			return err
+		}
+		return writeJSON(stdout, map[string]any{"replica_sets": sets})
+	}
+	if len(sets) == 0 {
+		fmt.Fprintln(stdout, "no replica sets configured")
+		return nil
+	}
+	for i, s := range sets {
+		if i > 0 {
+			fmt.Fprintln(stdout)
+		}
+		printSet(stdout, s)
+	}
+	return nil
+}
+
+func printSet(w io.Writer, s admin.SetStatus) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "SET\tPHASE\tREADY/DECLARED\tIN ROTATION\tRING\tFAILOVER\tGEN\tFINGERPRINT")
+	fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%d\t%d\t%s\t%d\t%s\n", s.Name, s.Phase, s.Ready, s.Declared, s.InRotation, s.RingSize, s.Failover, s.Generation, s.Fingerprint)
+	tw.Flush()
+	if len(s.Replicas) == 0 {
+		fmt.Fprintln(w, "  (no replicas known)")
+		return
+	}
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  REPLICA\tSTATE\tROTATION\tSHARE\tSLOT\tADDR\tSOURCE")
+	for _, r := range s.Replicas {
+		rot := "in"
+		if !r.InRotation {
+			rot = "out"
+			if r.Reason != "" {
+				rot += ": " + r.Reason
+			}
+		}
+		state := r.State
+		if r.Down {
+			state += " (down)"
+		}
+		slot := "-"
+		if r.Slot >= 0 {
+			slot = fmt.Sprint(r.Slot)
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%.1f%%\t%s\t%s\t%s\n", r.Name, state, rot, 100*r.Share, slot, r.Addr, r.Source)
+	}
+	tw.Flush()
+}
+
+const membersUsage = `Usage: keyway members [--admin ADDR] [--json]
+
+Prints the gossip members one proxy knows, itself included (marked *):
+role, gossip status, the replica set, replica and advertised state of
+replicas, and their addresses.
+
+`
+
+func runMembers(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("members", flag.ContinueOnError)
+	cf := newCLIFlags(fs)
+	if err := parseCLIFlags(fs, args, stderr, membersUsage); err != nil {
+		return err
+	}
+	var out struct {
+		Members []admin.MemberInfo `json:"members"`
+	}
+	raw, err := cf.get("/v1/members", &out)
+	if err != nil {
+		return err
+	}
+	if cf.rawJSON {
+		_, err := stdout.Write(raw)
+		return err
+	}
+	if len(out.Members) == 0 {
+		fmt.Fprintln(stdout, "no gossip members (gossip is off on this proxy)")
+		return nil
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tROLE\tSTATUS\tSET\tREPLICA\tSTATE\tADDR\tGOSSIP\tSINCE")
+	for _, m := range out.Members {
+		node := m.Node
+		if m.Self {
+			node += " *"
+		}
+		since := "-"
+		if !m.Since.IsZero() {
+			since = m.Since.UTC().Format(time.RFC3339)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", node, m.Role, m.Status,
+			dash(m.Set), dash(m.Replica), dash(m.State), dash(m.Addr), dash(m.Gossip), since)
+	}
+	return tw.Flush()
+}
+
+const routeUsage = `Usage: keyway route --set SET --key KEY [--admin ADDR] [--json]
+
+Explains where a key goes now: the ring owner of its partition, the replica
+a request with that key is sent to (pick), and the failover candidates in
+order with why each one before the pick is skipped. KEY is taken as an X-Key
+header value would carry it.
+
+`
+
+func runRoute(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("route", flag.ContinueOnError)
+	cf := newCLIFlags(fs)
+	set := fs.String("set", "", "replica `SET` (required)")
+	key := fs.String("key", "", "routing `KEY` (required)")
+	if err := parseCLIFlags(fs, args, stderr, routeUsage); err != nil {
+		return err
+	}
+	switch {
+	case *set == "":
+		return usageError{"missing --set: keyway route --set SET --key KEY"}
+	case *key == "":
+		return usageError{"missing --key: keyway route --set SET --key KEY"}
+	}
+	var ex admin.RouteExplain
+	raw, err := cf.get("/v1/route?"+url.Values{"set": {*set}, "key": {*key}}.Encode(), &ex)
+	if err != nil {
+		return err
+	}
+	if cf.rawJSON {
+		_, err := stdout.Write(raw)
+		return err
+	}
+	pick := ex.Pick
+	if pick == "" {
+		pick = "(none: the proxy answers 503)"
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "set:\t%s\n", ex.Set)
+	fmt.Fprintf(tw, "key:\t%q\n", ex.Key)
+	fmt.Fprintf(tw, "hash:\t%s (partition %d)\n", ex.Hash, ex.Partition)
+	fmt.Fprintf(tw, "owner:\t%s\n", dash(ex.Owner))
+	fmt.Fprintf(tw, "pick:\t%s\n", pick)
+	fmt.Fprintf(tw, "failover:\t%s\n", ex.Failover)
+	fmt.Fprintf(tw, "ring:\t%s gen %d\n", ex.Fingerprint, ex.Generation)
+	tw.Flush()
+	if len(ex.Candidates) == 0 {
+		fmt.Fprintln(stdout, "\nno candidates: the ring is empty")
+		return nil
+	}
+	fmt.Fprintln(stdout)
+	tw = tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "#\tCANDIDATE\tSTATE\tROTATION\tVERDICT\tADDR")
+	picked := false
+	for i, c := range ex.Candidates {
+		rot := "out"
+		if c.InRotation {
+			rot = "in"
+		}
+		verdict := "not considered"
+		switch {
+		case c.Picked:
+			verdict, picked = "PICKED", true
+		case c.Skipped != "":
+			verdict = "skipped: " + c.Skipped
+		case !picked:
+			verdict = "-"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", i+1, c.Name, c.State, rot, verdict, c.Addr)
+	}
+	return tw.Flush()
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}

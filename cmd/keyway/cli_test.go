@@ -1,0 +1,266 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+
+	"keyway/config"
+	"keyway/demo"
+)
+
+// cliStack is a proxy run by serve in-process, with three static demo
+// replicas of "orders", gossip on (port 0, no peers) and active and passive
+// health checks on.
+type cliStack struct {
+	proxy, admin string
+	stopReplica  map[string]func()
+}
+
+func startCLIStack(t *testing.T) *cliStack {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	var static strings.Builder
+	st := &cliStack{stopReplica: map[string]func(){}}
+	for i := range 3 {
+		r, err := demo.Listen(fmt.Sprintf("orders-%d", i), "127.0.0.1:0", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		rctx, rcancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- r.Run(rctx) }()
+		stop := sync.OnceFunc(func() { rcancel(); <-done })
+		st.stopReplica[r.Name()] = stop
+		t.Cleanup(stop)
+		fmt.Fprintf(&static, "      - {name: %s, addr: %q}\n", r.Name(), r.Addr())
+	}
+	yml := `listen: 127.0.0.1:0
+admin: {listen: 127.0.0.1:0}
+log: {level: warn}
+gossip: {enabled: true, bind_addr: 127.0.0.1, bind_port: 0, profile: fast}
+health:
+  active: {enabled: true, path: /healthz, interval: 200ms, timeout: 100ms}
+  passive: {enabled: true, consecutive_failures: 1, count: [connect, 5xx]}
+replica_sets:
+  - name: orders
+    replicas: 3
+    retries: {attempts: 2}
+    static:
+` + static.String()
+	cfg, err := config.LoadBytes("test.yaml", []byte(yml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	addrs := make(chan [2]string, 1)
+	served := make(chan error, 1)
+	errb := &syncBuffer{}
+	go func() {
+		served <- serve(ctx, cfg, &syncBuffer{}, errb, func(p, a string) { addrs <- [2]string{p, a} }, nil)
+	}()
+	select {
+	case a := <-addrs:
+		st.proxy, st.admin = a[0], a[1]
+	case err := <-served:
+		cancel()
+		t.Fatalf("serve ended before listening: %v; stderr: %s", err, errb.String())
+	}
+	t.Cleanup(func() {
+		cancel()
+		if err := <-served; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	})
+	waitRotation(t, st.admin, 3)
+	return st
+}
+
+// send posts one request with an X-Key and returns the replica that answered.
+func (st *cliStack) send(t *testing.T, key string) string {
+	t.Helper()
+	req, _ := http.NewRequest("POST", "http://"+st.proxy+"/ingest", strings.NewReader("x"))
+	req.Header.Set("X-Key", key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var a demo.Answer
+	if err := json.NewDecoder(resp.Body).Decode(&a); err != nil || a.Key != key {
+		t.Fatalf("key %q: status %d, answer %+v, %v", key, resp.StatusCode, a, err)
+	}
+	return a.Replica
+}
+
+// keyway runs the CLI in-process and returns stdout and the error.
+func keywayCLI(t *testing.T, args ...string) (string, string, error) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	err := run(context.Background(), args, &out, &errb)
+	return out.String(), errb.String(), err
+}
+
+func TestCLIStatusMembersRoute(t *testing.T) {
+	st := startCLIStack(t)
+
+	out, _, err := keywayCLI(t, "status", "--admin", st.admin)
+	if err != nil {
+		t.Fatalf("status: %v", err)
+	}
+	t.Logf("keyway status:\n%s", out)
+	lines := strings.Split(out, "\n")
+	if !strings.HasPrefix(lines[0], "SET") || !strings.Contains(lines[1], "orders") ||
+		!strings.Contains(lines[1], "Running") || !strings.Contains(lines[1], "3/3") {
+		t.Fatalf("status header:\n%s", out)
+	}
+	for i := range 3 {
+		name := fmt.Sprintf("orders-%d", i)
+		found := false
+		for _, l := range lines {
+			f := strings.Fields(l)
+			if len(f) >= 4 && f[0] == name && f[1] == "ready" && f[2] == "in" && strings.HasSuffix(f[3], "%") {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("status names no ready, in-rotation %s with a share:\n%s", name, out)
+		}
+	}
+
+	// KEYWAY_ADMIN stands in for --admin.
+	t.Setenv("KEYWAY_ADMIN", st.admin)
+	out, _, err = keywayCLI(t, "members")
+	if err != nil {
+		t.Fatalf("members: %v", err)
+	}
+	t.Logf("keyway members:\n%s", out)
+	if !strings.HasPrefix(out, "NODE") || !strings.Contains(out, " *") || !strings.Contains(out, "proxy") || !strings.Contains(out, "alive") {
+		t.Errorf("members should list this proxy (alive, marked *):\n%s", out)
+	}
+
+	// route's pick is the replica that answers a request with that key.
+	picks := map[string]bool{}
+	for i := range 30 {
+		key := fmt.Sprintf("order-%d", i)
+		out, _, err := keywayCLI(t, "route", "--set", "orders", "--key", key)
+		if err != nil {
+			t.Fatalf("route: %v", err)
+		}
+		pick := routeField(out, "pick:")
+		if pick == "" || routeField(out, "owner:") != pick || !strings.Contains(out, "PICKED") {
+			t.Fatalf("route %s:\n%s", key, out)
+		}
+		if got := st.send(t, key); got != pick {
+			t.Errorf("key %s: keyway route says %s, the proxy sent it to %s", key, pick, got)
+		}
+		picks[pick] = true
+		if i == 0 {
+			t.Logf("keyway route:\n%s", out)
+		}
+	}
+	if len(picks) != 3 {
+		t.Errorf("30 keys picked %d replicas, want 3: %v", len(picks), picks)
+	}
+
+	// A stopped owner: route says why it is skipped and picks the replica
+	// that now answers.
+	key := ""
+	for i := 0; key == ""; i++ {
+		k := fmt.Sprintf("order-%d", i)
+		out, _, _ := keywayCLI(t, "route", "--set", "orders", "--key", k)
+		if routeField(out, "owner:") == "orders-0" {
+			key = k
+		}
+	}
+	st.stopReplica["orders-0"]()
+	got := st.send(t, key)
+	out, _, err = keywayCLI(t, "route", "--set", "orders", "--key", key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("keyway route after stopping orders-0:\n%s", out)
+	if routeField(out, "owner:") != "orders-0" || routeField(out, "pick:") != got || !strings.Contains(out, "skipped:") {
+		t.Errorf("after stopping orders-0 key %s went to %s; route:\n%s", key, got, out)
+	}
+	out, _, _ = keywayCLI(t, "status")
+	if !strings.Contains(out, "out: ") {
+		t.Errorf("status after stopping orders-0 shows no replica out of rotation:\n%s", out)
+	}
+
+	// JSON passthrough.
+	out, _, err = keywayCLI(t, "route", "--set", "orders", "--key", key, "--json")
+	var ex struct{ Pick string }
+	if err != nil || json.Unmarshal([]byte(out), &ex) != nil || ex.Pick != got {
+		t.Errorf("route --json: %v\n%s", err, out)
+	}
+
+	// API errors come through with their message.
+	_, _, err = keywayCLI(t, "route", "--set", "nope", "--key", "k")
+	if err == nil || !strings.Contains(err.Error(), `unknown replica set "nope"`) || exitCode(err) != exitRuntime {
+		t.Errorf("unknown set: %v", err)
+	}
+}
+
+// routeField returns the value after a "name:" line of route's output.
+func routeField(out, name string) string {
+	for _, l := range strings.Split(out, "\n") {
+		if rest, ok := strings.CutPrefix(l, name); ok {
+			return strings.TrimSpace(rest)
+		}
+	}
+	return ""
+}
+
+func TestCLIErrors(t *testing.T) {
+	// A free port nobody listens on.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := l.Addr().String()
+	l.Close()
+	for _, cmd := range []string{"status", "members", "route"} {
+		args := []string{cmd, "--admin", dead}
+		if cmd == "route" {
+			args = append(args, "--set", "orders", "--key", "k")
+		}
+		_, _, err := keywayCLI(t, args...)
+		if err == nil || !strings.Contains(err.Error(), dead) || !strings.Contains(err.Error(), "--admin") ||
+			!strings.Contains(err.Error(), "KEYWAY_ADMIN") || exitCode(err) != exitRuntime {
+			t.Errorf("%s against a dead address: %v", cmd, err)
+		}
+	}
+	// The environment names the default address; the error names it too.
+	t.Setenv("KEYWAY_ADMIN", dead)
+	if _, _, err := keywayCLI(t, "status"); err == nil || !strings.Contains(err.Error(), dead) {
+		t.Errorf("status with KEYWAY_ADMIN=%s: %v", dead, err)
+	}
+	for _, args := range [][]string{
+		{"route", "--key", "k"},
+		{"route", "--set", "orders"},
+		{"status", "extra"},
+		{"members", "--admin", ""},
+		{"status", "--admin", "http://"},
+	} {
+		if _, _, err := keywayCLI(t, args...); err == nil || exitCode(err) != exitConfig {
+			t.Errorf("%v: %v, want a usage error", args, err)
+		}
+	}
+	// Something that is not a keyway admin API.
+	srv := http.Server{Handler: http.NotFoundHandler()}
+	l, err = net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(l)
+	defer srv.Close()
+	if _, _, err := keywayCLI(t, "members", "--admin", l.Addr().String()); err == nil || !strings.Contains(err.Error(), "404") {
+		t.Errorf("members against a plain 404 server: %v", err)
+	}
+}
