@@ -41,14 +41,21 @@ type Options struct {
 	Members MemberLister
 	Events  EventSource
 	Config  ConfigSource
+
+	// Drainer serves the mutating drain and undrain endpoints (drain.go);
+	// nil makes them answer 501.
+	Drainer Drainer
+	// Env looks up KEYWAY_ADMIN_TOKEN; nil means os.LookupEnv.
+	Env func(string) (string, bool)
 }
 
 // Server is the admin HTTP server. It is safe for concurrent use.
 type Server struct {
-	cfg  Config
-	opts Options
-	log  *zap.Logger
-	srv  *http.Server
+	cfg   Config
+	opts  Options
+	log   *zap.Logger
+	srv   *http.Server
+	token string // the bearer token of the mutating endpoints; "" refuses them
 
 	mu sync.Mutex
 	ln net.Listener
@@ -62,7 +69,15 @@ func New(cfg Config, opts Options) (*Server, error) {
 	if opts.Gatherer == nil {
 		return nil, errors.New("admin: a metrics gatherer is required")
 	}
-	s := &Server{cfg: cfg, opts: opts, log: cmp.Or(opts.Logger, zap.NewNop())}
+	token, err := loadToken(cfg, opts.Env)
+	if err != nil {
+		return nil, fmt.Errorf("admin config: %w", err)
+	}
+	if cfg.Listen != "" && token == "" && !loopback(cfg.Listen) {
+		return nil, fmt.Errorf("admin.listen %q is not a loopback address and no admin token is configured: "+
+			"set admin.token_file (or %s) so the mutating endpoints need a token, or listen on loopback (e.g. \"127.0.0.1:9901\")", cfg.Listen, TokenEnv)
+	}
+	s := &Server{cfg: cfg, opts: opts, log: cmp.Or(opts.Logger, zap.NewNop()), token: token}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(opts.Gatherer, promhttp.HandlerOpts{
 		ErrorLog:      zap.NewStdLog(s.log),
@@ -81,6 +96,7 @@ func New(cfg Config, opts Options) (*Server, error) {
 		}
 		_, _ = w.Write([]byte("ready\n"))
 	})
+	s.routeMutating(mux)
 	s.routeAPI(mux)
 	s.routeUI(mux)
 	mux.HandleFunc("GET /debug/pprof/", pprof.Index)

@@ -67,6 +67,12 @@ type Agent struct {
 	state atomic.Uint32 // the advertised balancer.State
 	ran   atomic.Bool
 
+	// Operator drains (command.go): the message worker stores the wanted
+	// hold and signals; the run loop applies it to held.
+	holdWanted atomic.Bool
+	holdSignal chan struct{} // capacity 1
+	held       bool          // Run's goroutine
+
 	lc   lifecycle   // owned by Run's goroutine
 	last probeResult // the latest probe, for transition logs; Run's goroutine
 
@@ -150,6 +156,8 @@ func New(cfg Config, opts Options) (*Agent, error) {
 		prober:   newProber(cfg.Replica.Addr, cfg.Probe.Path, cfg.Probe.Timeout, expect),
 		book:     newReportBook(cfg.Replica.Set, name, boot, m),
 		lc:       lifecycle{State: balancer.StateStarting},
+
+		holdSignal: make(chan struct{}, 1),
 	}
 	a.state.Store(uint32(balancer.StateStarting))
 	gossip := cfg.Gossip
@@ -174,7 +182,7 @@ func New(cfg Config, opts Options) (*Agent, error) {
 		Logger:     log.Named("gossip"),
 		Registerer: reg,
 		Sink:       a.members,
-		Messages:   a.book.record,
+		Messages:   a.onMessage,
 		Env:        opts.Env,
 		Now:        now,
 	})
@@ -289,6 +297,8 @@ loop:
 			break loop
 		case r := <-results:
 			a.onProbe(r)
+		case <-a.holdSignal:
+			a.onHold()
 		case err := <-httpDone:
 			httpUp = false
 			runErr = fmt.Errorf("agent http: %w", err)
@@ -353,16 +363,21 @@ func (a *Agent) onProbe(r probeResult) {
 // metadata, /readyz, the state metric and one log line per transition.
 func (a *Agent) apply(ev event, fields ...zap.Field) {
 	prev := a.lc
-	next, changed := step(prev, ev, a.cfg.Probe.Rise, a.cfg.Probe.Fall)
+	next, _ := step(prev, ev, a.cfg.Probe.Rise, a.cfg.Probe.Fall)
 	a.lc = next
-	if !changed {
+	from := a.State()
+	s := next.State
+	if a.held && (s == balancer.StateStarting || s == balancer.StateReady || s == balancer.StateRecovering) {
+		// An operator drain holds the replica out whatever its probes say.
+		s = balancer.StateDraining
+	}
+	if s == from {
 		return
 	}
-	s := next.State
 	a.state.Store(uint32(s))
 	a.metrics.setState(s)
 	a.metrics.transitions.Inc()
-	fields = append(fields, zap.Stringer("from", prev.State), zap.Stringer("to", s), zap.Stringer("event", ev),
+	fields = append(fields, zap.Stringer("from", from), zap.Stringer("to", s), zap.Stringer("event", ev),
 		zap.String("set", a.cfg.Replica.Set), zap.String("replica", a.replica))
 	if ev == evProbePass || ev == evProbeFail {
 		n := prev.Passes + 1

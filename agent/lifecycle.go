@@ -10,6 +10,8 @@ const (
 	evProbeFail                  // the readiness probe failed
 	evDrain                      // shutdown requested (SIGTERM): stop taking new requests
 	evStop                       // drained (or drain timed out) and the quiet period is over
+	evHold                       // an operator drained the replica (admin API); step ignores it
+	evRelease                    // an operator undrained it; step ignores it
 )
 
 func (e event) String() string {
@@ -22,6 +24,10 @@ func (e event) String() string {
 		return "drain"
 	case evStop:
 		return "stop"
+	case evHold:
+		return "hold"
+	case evRelease:
+		return "release"
 	}
 	return "unknown"
 }

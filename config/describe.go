@@ -231,9 +231,10 @@ func fieldDocs() map[string]string {
 		"replica_sets[].static[].weight":            "advisory, reported only; 1 to 1000",
 		"replica_sets[].static[].zone":              "optional failure-domain label",
 
-		"admin.listen":   "host:port of the admin listener (/metrics, /healthz, /readyz); empty disables it",
-		"log.level":      "debug, info, warn or error",
-		"log.format":     "json or console",
-		"log.access_log": "write one line per proxied request to stdout",
+		"admin.listen":     "host:port of the admin listener (/metrics, /healthz, /readyz); empty disables it",
+		"admin.token_file": "file holding the bearer token of the admin API's mutating endpoints (drain, undrain); the admin token environment variable overrides it (docs/admin.md); a token is required when admin.listen is not loopback",
+		"log.level":        "debug, info, warn or error",
+		"log.format":       "json or console",
+		"log.access_log":   "write one line per proxied request to stdout",
 	}
 }

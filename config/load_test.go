@@ -331,8 +331,8 @@ func TestLoadProblems(t *testing.T) {
 			want: []string{`f.yaml:2: server.idle: unknown key "idle"; did you mean "idle_timeout"?`},
 		},
 		"unknown key, no close match": {
-			yaml: "admin:\n  token: s3cret\n" + okSets,
-			want: []string{`f.yaml:2: admin.token: unknown key "token"; allowed keys: listen`},
+			yaml: "admin:\n  password: s3cret\n" + okSets,
+			want: []string{`f.yaml:2: admin.password: unknown key "password"; allowed keys: listen, token_file`},
 		},
 		"unknown key from another section": {
 			yaml: "level: debug\n" + okSets,

@@ -50,7 +50,7 @@ func newAdminView(cfg config.Config, p *proxy.Proxy, hc *health.Checker, phases 
 
 // options returns the admin options' read sources, all served by v.
 func (v *adminView) options(o admin.Options) admin.Options {
-	o.Sets, o.Members, o.Events, o.Config = v, v, v, v
+	o.Sets, o.Members, o.Events, o.Config, o.Drainer = v, v, v, v, v
 	return o
 }
 
@@ -177,9 +177,9 @@ func (v *adminView) Route(set, key string) (admin.RouteExplain, error) {
 	return ex, nil
 }
 
-// setNode attaches the gossip node once it exists. serve does not call it
-// yet (the node is built after the admin server): until it does,
-// /v1/members answers [] even with gossip on.
+// setNode attaches the gossip node once it exists (serve builds it after
+// the admin server): until then /v1/members answers [] and drain of a
+// gossip replica answers 409.
 func (v *adminView) setNode(n *membership.Node) { v.node.Store(n) }
 
 func (v *adminView) Members() []admin.MemberInfo {
@@ -223,4 +223,75 @@ func (v *adminView) Config() any {
 		return map[string]string{"error": "encoding the configuration: " + err.Error()}
 	}
 	return out
+}
+
+var _ admin.Drainer = (*adminView)(nil)
+
+// Drain drains or undrains a replica for the operator (admin API). A
+// replica with an agent is told through gossip (membership.AdminDrain sent
+// to its newest alive incarnation): its advertised draining state takes it
+// out of rotation on every proxy. A static replica has no agent: it is held
+// out (balancer.ReasonAdmin) on this proxy only. Undrain also ends this
+// proxy's supervision hold or ejection of the replica (health.Checker.Reset)
+// and any local admin hold. Every call that succeeds records an
+// admin_action audit event.
+func (v *adminView) Drain(set, replica string, drain bool) (string, error) {
+	r := v.p.Router(set)
+	if r == nil {
+		return "", fmt.Errorf("%w %q", admin.ErrUnknownSet, set)
+	}
+	var rep *balancer.Member
+	for _, m := range r.Table().Members() {
+		if m.Name == replica {
+			rep = &m
+			break
+		}
+	}
+	if rep == nil {
+		return "", fmt.Errorf("%w %q", admin.ErrUnknownReplica, replica)
+	}
+	var scope string
+	if rep.Source == "static" {
+		scope = admin.ScopeThisProxy
+		v.p.SetExcluded(set, replica, balancer.ReasonAdmin, drain)
+	} else {
+		node := v.node.Load()
+		if node == nil {
+			return "", fmt.Errorf("%w: gossip is off on this proxy", admin.ErrUnreachable)
+		}
+		var target *membership.Member
+		for _, m := range node.Members() {
+			if m.Meta.Role != membership.RoleReplica || m.Meta.Set != set || m.Meta.Replica != replica || m.Status != membership.StatusAlive {
+				continue
+			}
+			if target == nil || m.Meta.Boot > target.Meta.Boot {
+				target = &m
+			}
+		}
+		if target == nil {
+			return "", fmt.Errorf("%w: no alive gossip member advertises %s/%s", admin.ErrUnreachable, set, replica)
+		}
+		msg := membership.AdminDrain{Set: set, Replica: replica, Boot: target.Meta.Boot, Drain: drain, By: node.Name()}
+		if err := node.Send(target.Node, msg.Encode()); err != nil {
+			return "", fmt.Errorf("%w: sending to %s: %v", admin.ErrUnreachable, target.Node, err)
+		}
+		// Take the node's lock once more: it orders Send's reads before the
+		// gossip update the command triggers (see agent/helpers_test.go).
+		_ = node.Members()
+		scope = admin.ScopeGossip
+		if !drain {
+			v.p.SetExcluded(set, replica, balancer.ReasonAdmin, false)
+		}
+	}
+	action := "undrain"
+	if drain {
+		action = "drain"
+	}
+	if !drain && v.hc != nil {
+		v.hc.Reset(set, replica)
+	}
+	if v.audit != nil {
+		v.audit.Record(eventlog.KindAdminAction, set, replica, map[string]any{"action": action, "scope": scope})
+	}
+	return scope, nil
 }

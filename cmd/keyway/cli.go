@@ -19,8 +19,8 @@ import (
 // The CLI clients of the admin read API (issue 5, item 2): keyway status,
 // members and route. Each talks to one proxy's admin listener, named by
 // --admin or KEYWAY_ADMIN, and prints a compact aligned table (or the raw
-// JSON with --json). drain and undrain wait for the API's mutating
-// endpoints.
+// JSON with --json). drain and undrain call the API's mutating endpoints
+// with a bearer token.
 
 // defaultAdminAddr is admin.listen's default.
 const defaultAdminAddr = "127.0.0.1:9901"
@@ -329,4 +329,79 @@ func writeJSON(w io.Writer, v any) error {
 	enc.SetEscapeHTML(false)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
+}
+
+// runDrain is keyway drain and keyway undrain: POST to the admin API's
+// mutating endpoint with the bearer token from --token-file or
+// KEYWAY_ADMIN_TOKEN.
+func runDrain(args []string, drain bool, stdout, stderr io.Writer) error {
+	action := "undrain"
+	what := "Ends an operator drain: the replica returns to rotation when its probes pass,\nand this proxy ends any health hold or ejection of it."
+	if drain {
+		action = "drain"
+		what = "Takes a replica out of rotation on every proxy (through its agent, by gossip);\na static replica (no agent) only on the proxy asked. It stays drained until undrain."
+	}
+	fs := flag.NewFlagSet(action, flag.ContinueOnError)
+	cf := newCLIFlags(fs)
+	var set, replica, tokenFile string
+	fs.StringVar(&set, "set", "", "replica `SET`; required")
+	fs.StringVar(&replica, "replica", "", "`REPLICA` name; required")
+	fs.StringVar(&tokenFile, "token-file", "", "`FILE` holding the admin bearer token; default env "+admin.TokenEnv)
+	usage := fmt.Sprintf("Usage: keyway %s --set SET --replica REPLICA [--admin ADDR] [--token-file FILE]\n\n%s\n\n", action, what)
+	if err := parseCLIFlags(fs, args, stderr, usage); err != nil {
+		return err
+	}
+	if set == "" || replica == "" {
+		return usageError{fmt.Sprintf("keyway %s needs --set and --replica", action)}
+	}
+	token := strings.TrimSpace(os.Getenv(admin.TokenEnv))
+	if tokenFile != "" {
+		b, err := os.ReadFile(tokenFile)
+		if err != nil {
+			return usageError{fmt.Sprintf("--token-file: %v", err)}
+		}
+		token = strings.TrimSpace(string(b))
+	}
+	if token == "" {
+		return usageError{fmt.Sprintf("keyway %s needs the admin token: pass --token-file FILE or set %s", action, admin.TokenEnv)}
+	}
+	base, err := cf.baseURL()
+	if err != nil {
+		return err
+	}
+	path := "/v1/replica_sets/" + url.PathEscape(set) + "/replicas/" + url.PathEscape(replica) + "/" + action
+	req, err := http.NewRequest(http.MethodPost, base+path, nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := (&http.Client{Timeout: cliTimeout}).Do(req)
+	if err != nil {
+		return fmt.Errorf("cannot reach the keyway admin API at %s: %v\n(is the proxy running with admin.listen there? pass --admin ADDR or set KEYWAY_ADMIN)", cf.admin, unwrapURLError(err))
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if resp.StatusCode != http.StatusAccepted {
+		var e struct {
+			Error string `json:"error"`
+		}
+		if json.Unmarshal(body, &e) == nil && e.Error != "" {
+			return fmt.Errorf("admin API at %s: %s (HTTP %d)", cf.admin, e.Error, resp.StatusCode)
+		}
+		return fmt.Errorf("admin API at %s: POST %s answered HTTP %d", cf.admin, path, resp.StatusCode)
+	}
+	var res admin.DrainResult
+	if err := json.Unmarshal(body, &res); err != nil {
+		return fmt.Errorf("admin API at %s: POST %s: not a keyway answer: %v", cf.admin, path, err)
+	}
+	if cf.rawJSON {
+		_, err := stdout.Write(body)
+		return err
+	}
+	scope := "every proxy (the replica's agent advertises it by gossip)"
+	if res.Scope == admin.ScopeThisProxy {
+		scope = "this proxy only (static replica, no agent)"
+	}
+	fmt.Fprintf(stdout, "%s %s/%s: accepted, scope %s\n", res.Action, res.Set, res.Replica, scope)
+	return nil
 }

@@ -61,6 +61,8 @@ Usage:
   keyway status                 replica sets, phases and replicas of a running proxy (--admin ADDR)
   keyway members                gossip members a running proxy knows (--admin ADDR)
   keyway route --set S --key K  where a key goes now and why (--admin ADDR)
+  keyway drain --set S --replica R    take a replica out of rotation on every proxy (--token-file F)
+  keyway undrain --set S --replica R  end that drain
   keyway version                print the version
 
 Run 'keyway COMMAND --help' for a command's flags.
@@ -90,6 +92,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runMembers(rest, stdout, stderr)
 	case "route":
 		return runRoute(rest, stdout, stderr)
+	case "drain", "undrain":
+		return runDrain(rest, cmd == "drain", stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintln(stdout, versionString())
 		return nil

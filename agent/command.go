@@ -1,0 +1,56 @@
+package agent
+
+import (
+	"go.uber.org/zap"
+
+	"keyway/membership"
+)
+
+// Operator drains (issue 5): a proxy's admin API sends the agent a
+// membership.AdminDrain. While the agent holds such a drain it advertises
+// draining, whatever its probes say, so every proxy takes the replica out
+// of rotation; it keeps probing, and an undrain advertises the state the
+// probes have reached (ready, starting or recovering).
+
+// onMessage is the membership.MessageHandler: admin drain commands go to
+// the run loop, everything else to the drain report book. It runs on the
+// membership message worker and never blocks.
+func (a *Agent) onMessage(from string, msg []byte) {
+	if membership.MessageKind(msg) != "admin_drain" {
+		a.book.record(from, msg)
+		return
+	}
+	c, err := membership.DecodeAdminDrain(msg)
+	if err != nil {
+		a.log.Warn("malformed admin drain command", zap.String("from", from), zap.Error(err))
+		return
+	}
+	if c.Set != a.cfg.Replica.Set || c.Replica != a.replica || (c.Boot != 0 && c.Boot != a.book.boot) {
+		a.log.Info("admin drain command for another replica ignored", zap.String("from", from),
+			zap.String("set", c.Set), zap.String("replica", c.Replica), zap.Int64("boot", c.Boot))
+		return
+	}
+	a.log.Info("admin drain command", zap.String("from", from), zap.String("by", c.By), zap.Bool("drain", c.Drain))
+	a.holdWanted.Store(c.Drain)
+	select {
+	case a.holdSignal <- struct{}{}:
+	default:
+	}
+}
+
+// onHold applies the latest operator command on the run loop's goroutine.
+func (a *Agent) onHold() {
+	want := a.holdWanted.Load()
+	if want == a.held {
+		return
+	}
+	a.held = want
+	ev := evRelease
+	if want {
+		ev = evHold
+	}
+	a.apply(ev, zap.Bool("operator", true))
+}
+
+// Held reports whether an operator drain is in force.
+func (a *Agent) Held() bool { return a.holdWanted.Load() }

@@ -1,0 +1,68 @@
+package agent_test
+
+import (
+	"testing"
+	"time"
+
+	"keyway/balancer"
+	"keyway/membership"
+)
+
+// An admin_drain command from a proxy holds the replica draining, for every
+// proxy to see, while its probes keep passing; undrain advertises ready
+// again. A command for another replica is ignored.
+func TestAdminDrainCommand(t *testing.T) {
+	p := startFakeProxy(t, "p1")
+	p.silent.Store(true)
+	rep := startReplica(t, "ok")
+	a := startAgent(t, testConfig(rep.addr, p.GossipAddr()))
+	seen := func(want balancer.State) func() bool {
+		return func() bool {
+			m, ok := p.member(a.Name())
+			return ok && m.Status == membership.StatusAlive && m.Meta.State == want
+		}
+	}
+	eventually(t, 10*time.Second, "the proxy to see the agent ready", seen(balancer.StateReady))
+
+	other := membership.AdminDrain{Set: "orders", Replica: "orders-9", Drain: true, By: p.Name()}
+	if err := p.Send(a.Name(), other.Encode()); err != nil {
+		t.Fatal(err)
+	}
+	drain := membership.AdminDrain{Set: "orders", Replica: "orders-0", Drain: true, By: p.Name()}
+	if err := p.Send(a.Name(), drain.Encode()); err != nil {
+		t.Fatal(err)
+	}
+	_ = p.Members()
+	eventually(t, 10*time.Second, "the proxy to see the agent draining", seen(balancer.StateDraining))
+	if !a.Held() {
+		t.Fatal("Held() false after a drain command")
+	}
+	probes := rep.requests.Load()
+	eventually(t, 5*time.Second, "probes to go on while held", func() bool { return rep.requests.Load() >= probes+5 })
+	if s := a.State(); s != balancer.StateDraining {
+		t.Fatalf("state %s while held with passing probes, want draining", s)
+	}
+	if code, _ := get(t, a.base+"/readyz"); code != 503 {
+		t.Fatalf("/readyz while held: %d, want 503", code)
+	}
+
+	undrain := membership.AdminDrain{Set: "orders", Replica: "orders-0", Drain: false, By: p.Name()}
+	if err := p.Send(a.Name(), undrain.Encode()); err != nil {
+		t.Fatal(err)
+	}
+	_ = p.Members()
+	eventually(t, 10*time.Second, "the proxy to see the agent ready again", seen(balancer.StateReady))
+	if a.Held() {
+		t.Fatal("Held() true after undrain")
+	}
+	want := []string{"starting>ready", "ready>draining", "draining>ready"}
+	got := transitions(a.logs)
+	if len(got) != len(want) {
+		t.Fatalf("transitions %v, want %v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("transitions %v, want %v", got, want)
+		}
+	}
+}

@@ -1,0 +1,136 @@
+package integration
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+)
+
+// setReplica returns one replica of "orders" as a proxy's admin API shows it.
+func setReplica(t testing.TB, adminAddr, name string) (state, reason string, inRotation, ok bool) {
+	resp, err := http.Get("http://" + adminAddr + "/v1/replica_sets/orders")
+	if err != nil {
+		return "", "", false, false
+	}
+	defer resp.Body.Close()
+	var st struct {
+		Replicas []struct {
+			Name       string `json:"name"`
+			State      string `json:"state"`
+			Reason     string `json:"reason"`
+			InRotation bool   `json:"in_rotation"`
+		} `json:"replicas"`
+	}
+	if json.NewDecoder(resp.Body).Decode(&st) != nil {
+		return "", "", false, false
+	}
+	for _, r := range st.Replicas {
+		if r.Name == name {
+			return r.State, r.Reason, r.InRotation, true
+		}
+	}
+	return "", "", false, false
+}
+
+func adminPost(t testing.TB, adminAddr, path, token string) (int, map[string]any) {
+	t.Helper()
+	req, _ := http.NewRequest("POST", "http://"+adminAddr+path, nil)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var m map[string]any
+	_ = json.NewDecoder(resp.Body).Decode(&m)
+	return resp.StatusCode, m
+}
+
+// A drain issued on proxy A's admin API reaches the replica's agent by
+// gossip: proxy B takes the replica out of rotation too (state draining),
+// its keys go through B to their stand-ins, and an undrain on A brings it
+// back on both proxies.
+func TestDrainOnOneProxyStopsTrafficFromAnother(t *testing.T) {
+	skipShort(t)
+	t.Setenv("KEYWAY_ADMIN_TOKEN", "s3cret") // inherited by the proxies
+	a, reps := cluster(t, 3)
+	b := StartProxy(t, "proxy-b", []string{a.Gossip}, 3)
+	b.WaitRotation(t, 3, 30*time.Second)
+
+	keys := Keys(2000)
+	c := NewClient()
+	before := c.Owners(t, b.Addr, keys, 8)
+	victim := reps[1].Name
+	owned := 0
+	for _, k := range keys {
+		if before[k] == victim {
+			owned++
+		}
+	}
+	if owned == 0 {
+		t.Fatalf("no key owned by %s", victim)
+	}
+
+	path := fmt.Sprintf("/v1/replica_sets/orders/replicas/%s/", victim)
+	if code, body := adminPost(t, a.Admin, path+"drain", ""); code != 401 {
+		t.Fatalf("drain without a token: %d %v", code, body)
+	}
+	code, body := adminPost(t, a.Admin, path+"drain", "s3cret")
+	if code != 202 || body["scope"] != "gossip" || body["action"] != "drain" {
+		t.Fatalf("drain on A: %d %v", code, body)
+	}
+	start := time.Now()
+	for _, p := range []*ProxyProc{a, b} {
+		Eventually(t, 15*time.Second, p.Name+" to see "+victim+" draining and out of rotation", func() bool {
+			state, _, in, ok := setReplica(t, p.Admin, victim)
+			return ok && state == "draining" && !in
+		})
+		p.WaitRotation(t, 2, 15*time.Second)
+	}
+	t.Logf("drain on A: out of rotation on A and B after %s", time.Since(start))
+	_, reason, _, _ := setReplica(t, b.Admin, victim)
+	t.Logf("B's reason for %s: %q", victim, reason)
+
+	during := c.Owners(t, b.Addr, keys, 8)
+	moved := 0
+	for _, k := range keys {
+		switch {
+		case during[k] == victim:
+			t.Fatalf("key %s went through B to the drained %s", k, victim)
+		case before[k] == victim:
+			moved++
+		case during[k] != before[k]:
+			t.Fatalf("key %s of %s moved to %s during the drain of %s", k, before[k], during[k], victim)
+		}
+	}
+	t.Logf("%d keys of %s went through B to their stand-ins; the others stayed", moved, victim)
+
+	// It stays drained (its probes keep passing).
+	time.Sleep(time.Second)
+	if state, _, in, _ := setReplica(t, b.Admin, victim); state != "draining" || in {
+		t.Fatalf("after 1s: B shows %s %s in rotation %v", victim, state, in)
+	}
+
+	code, body = adminPost(t, a.Admin, path+"undrain", "s3cret")
+	if code != 202 || body["scope"] != "gossip" || body["action"] != "undrain" {
+		t.Fatalf("undrain on A: %d %v", code, body)
+	}
+	for _, p := range []*ProxyProc{a, b} {
+		Eventually(t, 15*time.Second, p.Name+" to see "+victim+" ready and in rotation", func() bool {
+			state, _, in, ok := setReplica(t, p.Admin, victim)
+			return ok && state == "ready" && in
+		})
+		p.WaitRotation(t, 3, 15*time.Second)
+	}
+	after := c.Owners(t, b.Addr, keys, 8)
+	for _, k := range keys {
+		if after[k] != before[k] {
+			t.Fatalf("key %s: %s before the drain, %s after the undrain", k, before[k], after[k])
+		}
+	}
+	t.Logf("undrain: every key back on its owner through B")
+}
