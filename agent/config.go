@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"keyway/health"
 	"keyway/logging"
 	"keyway/membership"
 )
@@ -242,43 +243,7 @@ func validateReplicaAddr(addr string) error {
 	return nil
 }
 
-// statusRanges is a parsed expect_status: inclusive [lo, hi] pairs.
-type statusRanges [][2]int
+// The readiness probe's expect_status has the health checker's syntax.
+type statusRanges = health.StatusRanges
 
-// match reports whether code is in one of the ranges.
-func (s statusRanges) match(code int) bool {
-	for _, r := range s {
-		if code >= r[0] && code <= r[1] {
-			return true
-		}
-	}
-	return false
-}
-
-// parseStatusRanges parses "200-399", "200,204" or "200-299,304".
-func parseStatusRanges(s string) (statusRanges, error) {
-	if strings.TrimSpace(s) == "" {
-		return nil, errors.New("empty: list status codes or ranges, e.g. \"200-399\" or \"200,204\"")
-	}
-	var out statusRanges
-	for _, part := range strings.Split(s, ",") {
-		part = strings.TrimSpace(part)
-		lo, hi, isRange := strings.Cut(part, "-")
-		a, errA := strconv.Atoi(strings.TrimSpace(lo))
-		b := a
-		var errB error
-		if isRange {
-			b, errB = strconv.Atoi(strings.TrimSpace(hi))
-		}
-		switch {
-		case errA != nil || errB != nil:
-			return nil, fmt.Errorf("%q is not a status code or a range such as 200-399", part)
-		case a < 100 || b > 599:
-			return nil, fmt.Errorf("%q is outside 100-599", part)
-		case a > b:
-			return nil, fmt.Errorf("%q is an empty range: write the lower code first", part)
-		}
-		out = append(out, [2]int{a, b})
-	}
-	return out, nil
-}
+var parseStatusRanges = health.ParseStatusRanges

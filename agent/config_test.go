@@ -81,7 +81,7 @@ func TestStatusRanges(t *testing.T) {
 		t.Fatal(err)
 	}
 	for code, want := range map[int]bool{199: false, 200: true, 250: true, 299: true, 300: false, 304: true, 418: true, 503: false} {
-		if r.match(code) != want {
+		if r.Match(code) != want {
 			t.Errorf("match(%d) = %v, want %v", code, !want, want)
 		}
 	}

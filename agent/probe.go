@@ -93,7 +93,7 @@ func (p *prober) probe(ctx context.Context) probeResult {
 		r.err = err
 		return r
 	}
-	r.ok = p.expect.match(resp.StatusCode)
+	r.ok = p.expect.Match(resp.StatusCode)
 	return r
 }
 

@@ -129,7 +129,7 @@ func (c *Checker) probe(ctx context.Context, r *replica, addr string) probeResul
 		res.result, res.desc = resultTimeout, "timeout"
 	case err != nil:
 		res.result, res.desc = resultError, err.Error()
-	case c.expect.match(resp.StatusCode):
+	case c.expect.Match(resp.StatusCode):
 		res.result, res.desc = resultPass, "status "+strconv.Itoa(resp.StatusCode)
 	default:
 		res.result, res.desc = resultBadStatus, "status "+strconv.Itoa(resp.StatusCode)

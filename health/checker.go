@@ -107,7 +107,7 @@ type Checker struct {
 	_ noCopy
 
 	cfg       Config
-	expect    statusRanges
+	expect    StatusRanges
 	countMask uint8 // bit k set: failure kind k counts
 	threshold int64 // passive.consecutive_failures
 	sink      Sink
@@ -187,7 +187,7 @@ func NewChecker(cfg Config, sink Sink, opts Options) (*Checker, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("health: invalid config: %w", err)
 	}
-	expect, _ := parseStatusRanges(cfg.Active.ExpectStatus)
+	expect, _ := ParseStatusRanges(cfg.Active.ExpectStatus)
 	mask, _ := parseCount(cfg.Passive.Count)
 	c := &Checker{
 		cfg:       cfg,

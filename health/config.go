@@ -187,7 +187,7 @@ func (c Config) Validate() error {
 	if a.Fall < 1 || a.Fall > 100 {
 		bad("active.fall", "must be between 1 and 100, got %d", a.Fall)
 	}
-	if _, err := parseStatusRanges(a.ExpectStatus); err != nil {
+	if _, err := ParseStatusRanges(a.ExpectStatus); err != nil {
 		bad("active.expect_status", "%v", err)
 	}
 	if a.Concurrency < 1 || a.Concurrency > 1024 {
@@ -241,11 +241,12 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// statusRanges is a parsed expect_status: inclusive [lo, hi] pairs.
-type statusRanges [][2]int
+// StatusRanges is a parsed expect_status: inclusive [lo, hi] pairs. The
+// agent's readiness probe uses the same syntax.
+type StatusRanges [][2]int
 
-// match reports whether code lies in one of the ranges.
-func (s statusRanges) match(code int) bool {
+// Match reports whether code lies in one of the ranges.
+func (s StatusRanges) Match(code int) bool {
 	for _, r := range s {
 		if code >= r[0] && code <= r[1] {
 			return true
@@ -254,12 +255,12 @@ func (s statusRanges) match(code int) bool {
 	return false
 }
 
-// parseStatusRanges parses "200-399", "200,204", "200-299, 304".
-func parseStatusRanges(s string) (statusRanges, error) {
+// ParseStatusRanges parses "200-399", "200,204", "200-299, 304".
+func ParseStatusRanges(s string) (StatusRanges, error) {
 	if strings.TrimSpace(s) == "" {
 		return nil, errors.New("empty: list status codes or ranges, e.g. \"200-399\" or \"200,204\"")
 	}
-	var out statusRanges
+	var out StatusRanges
 	for _, part := range strings.Split(s, ",") {
 		part = strings.TrimSpace(part)
 		lo, hi, isRange := strings.Cut(part, "-")

@@ -103,7 +103,7 @@ func TestParseStatusRanges(t *testing.T) {
 		"negative looking": {in: "-200", err: "not a status code"},
 	}
 	for name, tc := range cases {
-		r, err := parseStatusRanges(tc.in)
+		r, err := ParseStatusRanges(tc.in)
 		if tc.err != "" {
 			if err == nil || !strings.Contains(err.Error(), tc.err) {
 				t.Errorf("%s: %q: error %v, want %q", name, tc.in, err, tc.err)
@@ -115,12 +115,12 @@ func TestParseStatusRanges(t *testing.T) {
 			continue
 		}
 		for _, c := range tc.match {
-			if !r.match(c) {
+			if !r.Match(c) {
 				t.Errorf("%s: %d does not match %q", name, c, tc.in)
 			}
 		}
 		for _, c := range tc.nomatch {
-			if r.match(c) {
+			if r.Match(c) {
 				t.Errorf("%s: %d matches %q", name, c, tc.in)
 			}
 		}
