@@ -1,11 +1,9 @@
 package config
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"reflect"
 	"strings"
@@ -110,32 +108,7 @@ func loadAgent(name string, data []byte, hasFile bool, opts ...Option) (agent.Co
 // parseAgentDocument parses at most one YAML document whose top level is
 // a mapping; an empty document (nil root) is allowed.
 func parseAgentDocument(name string, data []byte) (*yaml.Node, []Problem) {
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	var doc yaml.Node
-	switch err := dec.Decode(&doc); {
-	case errors.Is(err, io.EOF):
-		return nil, nil
-	case err != nil:
-		return nil, []Problem{syntaxProblem(name, err)}
-	}
-	var probs []Problem
-	var next yaml.Node
-	switch err := dec.Decode(&next); {
-	case err == nil:
-		probs = append(probs, Problem{File: name, Line: next.Line, Column: next.Column,
-			Message: "a second YAML document starts here; keyway reads one document per file: remove this \"---\" and what follows it, or merge the documents"})
-	case !errors.Is(err, io.EOF):
-		probs = append(probs, syntaxProblem(name, err))
-	}
-	root := doc.Content[0]
-	switch {
-	case isNull(root):
-		root = nil
-	case root.Kind != yaml.MappingNode:
-		probs = append(probs, Problem{File: name, Line: root.Line, Column: root.Column,
-			Message: fmt.Sprintf("the top level must be a mapping of keys (replica, probe, drain, listen, log, gossip), got %s", describeNode(root))})
-	}
-	return root, probs
+	return parseOneDocument(name, data, true, "replica, probe, drain, listen, log, gossip")
 }
 
 // agentProblem rewords a problem for the agent's file: an unknown key's

@@ -119,9 +119,18 @@ func load(name string, data []byte, opts ...Option) (Config, map[string]loc, err
 // mapping. An empty file, a syntax error, a second document or another
 // top-level shape is a problem.
 func parseDocument(name string, data []byte) (*yaml.Node, []Problem) {
+	return parseOneDocument(name, data, false, "listen, replica_sets, admin, ...")
+}
+
+// parseOneDocument parses at most one YAML document whose top level is a
+// mapping of keys such as topKeys. With allowEmpty an empty document gives
+// a nil root and no problem.
+func parseOneDocument(name string, data []byte, allowEmpty bool, topKeys string) (*yaml.Node, []Problem) {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
 	switch err := dec.Decode(&doc); {
+	case errors.Is(err, io.EOF) && allowEmpty:
+		return nil, nil
 	case errors.Is(err, io.EOF):
 		return nil, []Problem{{File: name, Message: emptyMessage}}
 	case err != nil:
@@ -138,11 +147,13 @@ func parseDocument(name string, data []byte) (*yaml.Node, []Problem) {
 	}
 	root := doc.Content[0]
 	switch {
+	case isNull(root) && allowEmpty:
+		root = nil
 	case isNull(root):
 		probs = append(probs, Problem{File: name, Message: emptyMessage})
 	case root.Kind != yaml.MappingNode:
 		probs = append(probs, Problem{File: name, Line: root.Line, Column: root.Column,
-			Message: fmt.Sprintf("the top level must be a mapping of keys (listen, replica_sets, admin, ...), got %s", describeNode(root))})
+			Message: fmt.Sprintf("the top level must be a mapping of keys (%s), got %s", topKeys, describeNode(root))})
 	}
 	return root, probs
 }

@@ -153,41 +153,14 @@ func TestActiveFallAndRise(t *testing.T) {
 // by probe timeouts.
 func TestActiveTimeout(t *testing.T) {
 	t.Parallel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var conns []net.Conn
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c) // held open, never answered
-			mu.Unlock()
-		}
-	}()
-	defer func() {
-		ln.Close()
-		mu.Lock()
-		for _, c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-	}()
+	addr, accepted := hangServerCounting(t)
 	lc := startChecker(t, activeConfig())
-	lc.c.SetTargets("s", []Target{{Replica: "a", Addr: ln.Addr().String()}})
+	lc.c.SetTargets("s", []Target{{Replica: "a", Addr: addr}})
 	e := lc.next(t)
 	if e.Kind != EventProbeDown || e.Reason != "timeout" || e.counts["timeout"] != 3 || e.failures() != 3 {
 		t.Fatalf("event %+v, want probe_down after 3 timeouts", e)
 	}
-	mu.Lock()
-	n := len(conns)
-	mu.Unlock()
-	if n < 3 {
+	if n := accepted(); n < 3 {
 		t.Fatalf("%d connections accepted, want one per probe", n)
 	}
 }

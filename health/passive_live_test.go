@@ -20,6 +20,13 @@ import (
 
 // hangServer accepts connections and never answers.
 func hangServer(t *testing.T) string {
+	addr, _ := hangServerCounting(t)
+	return addr
+}
+
+// hangServerCounting is hangServer that also reports how many connections
+// it has accepted.
+func hangServerCounting(t *testing.T) (string, func() int) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -45,7 +52,11 @@ func hangServer(t *testing.T) string {
 		}
 		mu.Unlock()
 	})
-	return ln.Addr().String()
+	return ln.Addr().String(), func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(conns)
+	}
 }
 
 // closeServer reads a request and closes the connection without answering.
