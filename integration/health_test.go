@@ -610,7 +610,7 @@ func TestHealthFailoverStrictVersusNext(t *testing.T) {
 func TestHealthAllDownFailClosedVersusFailOpen(t *testing.T) {
 	skipShort(t)
 	reps := startHealthReplicas(t, "down", 3)
-	probes := `  active: {enabled: true, path: /readyz, interval: 100ms, timeout: 90ms, rise: 1, fall: 2}
+	probes := `  active: {enabled: true, path: /readyz, interval: 300ms, timeout: 250ms, rise: 1, fall: 2}
 `
 	closed := startHealthProxy(t, "proxy-closed", healthProxyYAML(probes+"  all_down: fail_closed\n", healthSet{"orders", "/", "next", reps}))
 	open := startHealthProxy(t, "proxy-open", healthProxyYAML(probes+"  all_down: fail_open\n", healthSet{"orders", "/", "next", reps}))
@@ -694,7 +694,7 @@ func TestHealthActiveProbeTakesOutAndBringsBack(t *testing.T) {
 	const rise, fall = 2, 3
 	reps := startHealthReplicas(t, "probe", 3)
 	px := startHealthProxy(t, "proxy-probe", healthProxyYAML(
-		fmt.Sprintf("  active: {enabled: true, path: /readyz, interval: 100ms, timeout: 90ms, rise: %d, fall: %d}\n", rise, fall),
+		fmt.Sprintf("  active: {enabled: true, path: /readyz, interval: 300ms, timeout: 250ms, rise: %d, fall: %d}\n", rise, fall),
 		healthSet{"orders", "/", "next", reps}))
 	Eventually(t, 10*time.Second, "3 replicas in rotation", func() bool { return rotationOf(px.Admin, "orders") == 3 })
 
