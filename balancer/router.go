@@ -69,8 +69,9 @@ type RebuildInfo struct {
 //
 // A Router is safe for concurrent use and must not be copied.
 type Router[B any] struct {
-	cfg   RouterConfig
-	hooks Hooks[B]
+	cfg      RouterConfig // guarded by mu after NewRouter (Reconfigure)
+	coalesce time.Duration
+	hooks    Hooks[B]
 
 	table atomic.Pointer[Table[B]]
 	rr    atomic.Uint64
@@ -84,6 +85,8 @@ type Router[B any] struct {
 	ring           *ring
 	pendingMembers bool
 	pendingHealth  bool
+	forceRing      bool // the next rebuild builds the ring even if its members are the same
+	renew          bool // the next rebuild replaces every backend
 	generation     uint64
 }
 
@@ -109,6 +112,7 @@ func NewRouter[B any](cfg RouterConfig, hooks Hooks[B]) (*Router[B], error) {
 	}
 	r := &Router[B]{
 		cfg:       cfg,
+		coalesce:  cfg.Coalesce,
 		hooks:     hooks,
 		kick:      make(chan struct{}, 1),
 		sources:   map[string][]Replica{},
@@ -128,7 +132,54 @@ func NewRouter[B any](cfg RouterConfig, hooks Hooks[B]) (*Router[B], error) {
 func (r *Router[B]) Table() *Table[B] { return r.table.Load() }
 
 // Config returns the Router's configuration.
-func (r *Router[B]) Config() RouterConfig { return r.cfg }
+func (r *Router[B]) Config() RouterConfig {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.cfg
+}
+
+// Reconfigure changes the Router's Hash, Failover and Candidates (Set and
+// Coalesce cannot change) and publishes a new table at once, with cause
+// "config", keeping the replicas, exclusions and backends it has. A
+// changed Hash rebuilds the ring: keys move as the new shape places them
+// (every proxy of the set must make the same change). With renew, every
+// backend is replaced (NewBackend for the new, Release for the old), for a
+// change of what backends are made from. A pending coalesced change is
+// applied in the same table. Safe for concurrent use.
+func (r *Router[B]) Reconfigure(cfg RouterConfig, renew bool) error {
+	if cfg.Candidates == 0 {
+		cfg.Candidates = 3
+	}
+	if cfg.Candidates < 1 || cfg.Candidates > maxOrder {
+		return fmt.Errorf("%w: candidates must be between 1 and %d, got %d", ErrBadRouterConfig, maxOrder, cfg.Candidates)
+	}
+	if err := cfg.Hash.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrBadRouterConfig, err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if cfg.Set != r.cfg.Set {
+		return fmt.Errorf("%w: the set's name cannot change (%q, got %q)", ErrBadRouterConfig, r.cfg.Set, cfg.Set)
+	}
+	cfg.Coalesce = r.cfg.Coalesce
+	if cfg.Hash != r.cfg.Hash {
+		r.forceRing = true
+	}
+	r.renew = r.renew || renew
+	r.cfg = cfg
+	cause := "config"
+	switch {
+	case r.pendingMembers && r.pendingHealth:
+		cause = "config+replicas+health"
+	case r.pendingMembers:
+		cause = "config+replicas"
+	case r.pendingHealth:
+		cause = "config+health"
+	}
+	r.pendingMembers, r.pendingHealth = false, false
+	r.rebuild(cause)
+	return nil
+}
 
 // SetReplicas replaces the replicas of one source ("static", "gossip", ...).
 // A replica enters the ring the first time it is seen ready and stays on it
@@ -194,7 +245,7 @@ func (r *Router[B]) SetExcluded(name string, reason Reason, excluded bool) {
 
 // changed schedules a rebuild; r.mu is held.
 func (r *Router[B]) changed() {
-	if r.cfg.Coalesce <= 0 {
+	if r.coalesce <= 0 {
 		r.flushLocked()
 		return
 	}
@@ -241,7 +292,7 @@ func (r *Router[B]) Run(ctx context.Context) error {
 			return nil
 		case <-r.kick:
 		}
-		t := time.NewTimer(r.cfg.Coalesce)
+		t := time.NewTimer(r.coalesce)
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -292,7 +343,8 @@ func (r *Router[B]) rebuild(cause string) {
 
 	info := RebuildInfo{Set: r.cfg.Set, Cause: cause}
 	oldRing := r.ring
-	if !slices.Equal(ringNames, oldRing.names) {
+	if r.forceRing || !slices.Equal(ringNames, oldRing.names) {
+		r.forceRing = false
 		r.ring = buildRing(ringNames, r.cfg.Hash)
 		info.RingBuilt = true
 		info.Joined, info.Left = diffSorted(oldRing.names, ringNames)
@@ -321,7 +373,7 @@ func (r *Router[B]) rebuild(cause string) {
 			t.rotation = append(t.rotation, uint16(slot))
 		}
 		be, ok := r.backends[name]
-		if !ok || be.r.Addr != rep.Addr {
+		if !ok || be.r.Addr != rep.Addr || r.renew {
 			if ok {
 				released = append(released, be)
 			}
@@ -339,6 +391,7 @@ func (r *Router[B]) rebuild(cause string) {
 			delete(r.backends, name)
 		}
 	}
+	r.renew = false
 	t.buildCandidates(r.cfg.Candidates)
 
 	owned := make([]int, len(rg.names))
@@ -356,6 +409,8 @@ func (r *Router[B]) rebuild(cause string) {
 
 	switch {
 	case old == nil:
+	case old.ring.parts != rg.parts:
+		info.Diverted = rg.parts // every key maps to a new partition
 	case old.ring == rg && old.c == t.c && t.c > 0:
 		// Same ring, same slots: compare the chosen slots directly.
 		for p := 0; p < rg.parts; p++ {
@@ -410,6 +465,9 @@ func movedOwners(a, b *ring) int {
 	}
 	if len(b.owner) == 0 {
 		return len(a.owner)
+	}
+	if len(a.owner) != len(b.owner) {
+		return len(b.owner) // a new partition count: every key maps anew
 	}
 	n := 0
 	for p := range b.owner {
