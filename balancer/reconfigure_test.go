@@ -95,4 +95,3 @@ func TestRouterReconfigure(t *testing.T) {
 		t.Fatal("a refused Reconfigure published a table")
 	}
 }
-
