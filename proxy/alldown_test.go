@@ -21,7 +21,7 @@ func TestAllReplicasDownPolicy(t *testing.T) {
 			cl := newClient(addr)
 			keyed := cl.do(t, "POST", "/ingest", "x", "X-Key", key)
 			keyless := cl.do(t, "POST", "/ingest", "x")
-			rs := p.byName["orders"]
+			rs := p.routes.Load().byName["orders"]
 			if got := testutil.ToFloat64(rs.allDown); got != 2 {
 				t.Fatalf("keyway_all_replicas_unhealthy_total = %v, want 2", got)
 			}

@@ -209,7 +209,7 @@ func BenchmarkKeyExtraction(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			rs := p.byName["orders"]
+			rs := p.routes.Load().byName["orders"]
 			var req fasthttp.Request
 			req.SetRequestURI(c.uri)
 			req.Header.SetHost("orders.example")

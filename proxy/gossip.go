@@ -38,46 +38,48 @@ func (p *Proxy) ejectRefused(rs *replicaSet, b *Backend) {
 	b.refused.Store(true)
 	b.refusedGen++
 	gen := b.refusedGen
-	rs.router.SetExcluded(b.name, balancer.ReasonRefused, true)
+	rs.st.router.SetExcluded(b.name, balancer.ReasonRefused, true)
 	b.refusedMu.Unlock()
 	p.log.Warn("replica refused a connection; out of rotation on this proxy",
 		zap.String("set", rs.name), zap.String("replica", b.name), zap.String("addr", b.addr), zap.Duration("hold", RefusedHold))
-	time.AfterFunc(RefusedHold, func() { p.readmitRefused(rs, b, gen) })
+	st := rs.st
+	time.AfterFunc(RefusedHold, func() { p.readmitRefused(st, b, gen) })
 }
 
 // readmitRefused lifts b's hold: the one numbered gen, or any (gen 0). The
 // exclusion is keyed by replica name, so it is left alone when another,
 // newer backend of the same name holds a hold of its own.
-func (p *Proxy) readmitRefused(rs *replicaSet, b *Backend, gen uint64) {
+func (p *Proxy) readmitRefused(st *setState, b *Backend, gen uint64) {
 	b.refusedMu.Lock()
 	defer b.refusedMu.Unlock()
 	if !b.refused.Load() || (gen != 0 && gen != b.refusedGen) {
 		return
 	}
 	b.refused.Store(false)
-	rs.mu.Lock()
-	cur := rs.live[b.name]
-	rs.mu.Unlock()
+	st.mu.Lock()
+	cur := st.live[b.name]
+	st.mu.Unlock()
 	if cur != nil && cur != b && cur.refused.Load() {
 		return
 	}
-	rs.router.SetExcluded(b.name, balancer.ReasonRefused, false)
+	st.router.SetExcluded(b.name, balancer.ReasonRefused, false)
 }
 
 // SetReplicaSet replaces the gossip-discovered replicas of one set (the
 // membership.Target contract). It returns false for a set this proxy does
 // not serve. A replica whose address, state or liveness changed is cleared
 // of a refused-connection hold: gossip knows better now.
-func (p *Proxy) SetReplicaSet(set string, rs []balancer.Replica) bool {
-	s := p.byName[set]
-	if s == nil {
+func (p *Proxy) SetReplicaSet(set string, reps []balancer.Replica) bool {
+	rs := p.routes.Load().byName[set]
+	if rs == nil {
 		return false
 	}
+	s := rs.st
 	s.mu.Lock()
 	prev := s.gossip
-	s.gossip = slices.Clone(rs)
+	s.gossip = slices.Clone(reps)
 	s.mu.Unlock()
-	for _, r := range rs {
+	for _, r := range reps {
 		i, found := slices.BinarySearchFunc(prev, r.Name, func(a balancer.Replica, n string) int { return strings.Compare(a.Name, n) })
 		if found && prev[i].Addr == r.Addr && prev[i].State == r.State && prev[i].Down == r.Down {
 			continue
@@ -89,7 +91,7 @@ func (p *Proxy) SetReplicaSet(set string, rs []balancer.Replica) bool {
 			}
 		}
 	}
-	s.router.SetReplicas("gossip", rs)
+	s.router.SetReplicas("gossip", reps)
 	return true
 }
 
@@ -97,7 +99,7 @@ func (p *Proxy) SetReplicaSet(set string, rs []balancer.Replica) bool {
 // and whether the proxy routes with it out of rotation (the
 // membership.Target contract).
 func (p *Proxy) ReplicaLoad(set, replica string) (inflight int64, outOfRotation, ok bool) {
-	s := p.byName[set]
+	s := p.routes.Load().byName[set]
 	if s == nil {
 		return 0, false, false
 	}
@@ -112,8 +114,9 @@ func (p *Proxy) ReplicaLoad(set, replica string) (inflight int64, outOfRotation,
 
 // Fingerprints returns each served set's ring fingerprint.
 func (p *Proxy) Fingerprints() map[string]string {
-	out := make(map[string]string, len(p.sets))
-	for _, s := range p.sets {
+	rt := p.routes.Load()
+	out := make(map[string]string, len(rt.sets))
+	for _, s := range rt.sets {
 		out[s.name] = s.cfg.Hash.Fingerprint()
 	}
 	return out
@@ -122,7 +125,7 @@ func (p *Proxy) Fingerprints() map[string]string {
 // SetExcluded adds or clears a proxy-local reason holding a replica out of
 // rotation (the health.Sink contract). Unknown sets are ignored.
 func (p *Proxy) SetExcluded(set, replica string, reason balancer.Reason, excluded bool) {
-	if s := p.byName[set]; s != nil {
+	if s := p.routes.Load().byName[set]; s != nil {
 		s.router.SetExcluded(replica, reason, excluded)
 	}
 }

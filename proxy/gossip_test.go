@@ -83,13 +83,13 @@ func dialErrors(p *Proxy, set, replica string) int {
 func TestRefusedHoldAndReadmitDoNotRace(t *testing.T) {
 	r0, r1 := startReplica(t, "r0"), startReplica(t, "r1")
 	p, _ := startProxy(t, nil, r0, r1)
-	rs := p.byName["orders"]
+	rs := p.routes.Load().byName["orders"]
 	for i := 0; i < 500; i++ {
 		b := rs.router.Table().Backend(0)
 		var wg sync.WaitGroup
 		wg.Add(2)
 		go func() { defer wg.Done(); p.ejectRefused(rs, b) }()
-		go func() { defer wg.Done(); p.readmitRefused(rs, b, 0) }()
+		go func() { defer wg.Done(); p.readmitRefused(rs.st, b, 0) }()
 		wg.Wait()
 		var ex balancer.Reason
 		for _, m := range rs.router.Table().Members() {
@@ -100,6 +100,6 @@ func TestRefusedHoldAndReadmitDoNotRace(t *testing.T) {
 		if held, out := b.refused.Load(), ex&balancer.ReasonRefused != 0; held != out {
 			t.Fatalf("interleaving %d: hold %v but excluded %v", i, held, out)
 		}
-		p.readmitRefused(rs, b, 0)
+		p.readmitRefused(rs.st, b, 0)
 	}
 }

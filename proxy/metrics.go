@@ -129,3 +129,20 @@ func (m *metrics) unbind(set, replica string) {
 	m.latency.DeletePartialMatch(l)
 	m.upErrors.DeletePartialMatch(l)
 }
+
+// forgetSet deletes every series of a replica set that left the
+// configuration.
+func (m *metrics) forgetSet(set string) {
+	l := prometheus.Labels{"set": set}
+	m.requests.DeletePartialMatch(l)
+	m.latency.DeletePartialMatch(l)
+	m.upErrors.DeletePartialMatch(l)
+	m.retries.DeletePartialMatch(l)
+	m.allDown.DeletePartialMatch(l)
+	m.rejected.DeletePartialMatch(l)
+	m.rebuilds.DeletePartialMatch(l)
+	m.moved.DeletePartialMatch(l)
+	m.rotation.DeletePartialMatch(l)
+	m.ringSize.DeletePartialMatch(l)
+	m.rebuildSe.DeletePartialMatch(l)
+}

@@ -70,13 +70,12 @@ type Options struct {
 // Proxy is keyway's HTTP front end. Construct it with New, start it with
 // Listen (optional) and Run. It is safe for concurrent use.
 type Proxy struct {
-	cfg     Config
+	cfg     Config // Listen and Server; the replica sets live in routes
 	opts    Options
 	log     *zap.Logger
 	access  *zap.Logger
 	metrics *metrics
-	sets    []*replicaSet // in match order: most specific first
-	byName  map[string]*replicaSet
+	routes  atomic.Pointer[routes] // the replica sets, swapped whole by Reload
 	server  *fasthttp.Server
 
 	mu      sync.Mutex
@@ -84,12 +83,32 @@ type Proxy struct {
 	ready   atomic.Bool
 	started atomic.Bool
 
+	// reloadMu serializes Reload and the start and end of Run. runCtx is
+	// Run's context for the routers of sets added later (nil before Run);
+	// routersWG counts every router goroutine.
+	reloadMu  sync.Mutex
+	runCtx    context.Context
+	routersWG sync.WaitGroup
+
 	lingering  lingerTracker // connections draining before close (listener.go)
 	lingerTime time.Duration // bound on one connection's draining
 }
 
-// replicaSet is the proxy's per-set state, fixed at construction.
+// routes is one generation of the proxy's replica sets. It is immutable:
+// a reload publishes a new one, and a request keeps the generation it
+// matched for its whole life.
+type routes struct {
+	sets   []*replicaSet // in match order: most specific first
+	byName map[string]*replicaSet
+	names  []string // in configuration order
+}
+
+// replicaSet is one configuration generation of a replica set: the
+// parameters of its requests, immutable, plus the set's long-lived state
+// (router, backends, gossip view, metrics), which a reload keeps. The
+// router and counters are copied from the state for the request path.
 type replicaSet struct {
+	st        *setState
 	cfg       SetConfig
 	name      string
 	host      []byte // lower case, empty matches any
@@ -105,6 +124,21 @@ type replicaSet struct {
 	local     [localReasons]prometheus.Counter
 	noneReqs  [6]prometheus.Counter
 	sourceMsg string // "header X-Key, path segment 2"
+}
+
+// setState is what a replica set keeps across reloads.
+type setState struct {
+	name     string
+	router   *balancer.Router[*Backend]
+	cur      atomic.Pointer[replicaSet] // the newest generation
+	declared atomic.Int64               // the declared replica count in effect
+	fileDecl int                        // the count the configuration declared last (reloadMu)
+	retries  prometheus.Counter
+	allDown  prometheus.Counter
+	local    [localReasons]prometheus.Counter
+	noneReqs [6]prometheus.Counter
+	stop     context.CancelFunc // ends the router's Run; nil until started
+	removed  atomic.Bool        // the set left the configuration
 
 	mu     sync.Mutex // guards live and gossip
 	live   map[string]*Backend
@@ -144,25 +178,18 @@ func New(cfg Config, opts Options) (*Proxy, error) {
 		log:        cmp.Or(opts.Logger, zap.NewNop()),
 		access:     opts.AccessLog,
 		metrics:    m,
-		byName:     map[string]*replicaSet{},
 		lingerTime: defaultLingerTime,
 	}
+	rt, _, err := p.buildRoutes(cfg.ReplicaSets, nil)
+	if err != nil {
+		return nil, err
+	}
+	p.routes.Store(rt)
 	maxBody := 0
-	for _, sc := range cfg.ReplicaSets {
-		rs, err := p.newReplicaSet(sc)
-		if err != nil {
-			return nil, err
-		}
-		p.sets = append(p.sets, rs)
-		p.byName[rs.name] = rs
+	for _, rs := range rt.sets {
 		maxBody = max(maxBody, rs.maxBody)
 	}
-	slices.SortStableFunc(p.sets, func(a, b *replicaSet) int {
-		if c := cmp.Compare(len(b.host), len(a.host)); c != 0 {
-			return c
-		}
-		return cmp.Compare(len(b.prefix), len(a.prefix))
-	})
+	p.cfg.ReplicaSets = nil // the routes hold them from now on
 	p.server = &fasthttp.Server{
 		Handler:        p.handle,
 		ErrorHandler:   p.handleParseError,
@@ -191,8 +218,45 @@ func New(cfg Config, opts Options) (*Proxy, error) {
 	return p, nil
 }
 
-func (p *Proxy) newReplicaSet(sc SetConfig) (*replicaSet, error) {
+// buildRoutes makes the routes of scs. A set named in old keeps its
+// state (router, backends, gossip view); other sets get new state, whose
+// routers are not running yet. It changes nothing of old's sets: the
+// caller applies each generation (see Reload).
+func (p *Proxy) buildRoutes(scs []SetConfig, old *routes) (*routes, []*setState, error) {
+	rt := &routes{byName: map[string]*replicaSet{}}
+	var fresh []*setState
+	for _, sc := range scs {
+		var st *setState
+		if old != nil {
+			if prev := old.byName[sc.Name]; prev != nil {
+				st = prev.st
+			}
+		}
+		if st == nil {
+			var err error
+			if st, err = p.newSetState(sc); err != nil {
+				return nil, nil, err
+			}
+			fresh = append(fresh, st)
+		}
+		rs := newGeneration(st, sc)
+		rt.sets = append(rt.sets, rs)
+		rt.byName[rs.name] = rs
+		rt.names = append(rt.names, rs.name)
+	}
+	slices.SortStableFunc(rt.sets, func(a, b *replicaSet) int {
+		if c := cmp.Compare(len(b.host), len(a.host)); c != 0 {
+			return c
+		}
+		return cmp.Compare(len(b.prefix), len(a.prefix))
+	})
+	return rt, fresh, nil
+}
+
+// newGeneration makes a replica set's request parameters from sc.
+func newGeneration(st *setState, sc SetConfig) *replicaSet {
 	rs := &replicaSet{
+		st:       st,
 		cfg:      sc,
 		name:     sc.Name,
 		host:     []byte(strings.ToLower(sc.Match.Host)),
@@ -200,9 +264,11 @@ func (p *Proxy) newReplicaSet(sc SetConfig) (*replicaSet, error) {
 		maxBody:  int(sc.MaxBodyBytes),
 		timeout:  sc.Timeouts.Request,
 		attempts: sc.Retries.Attempts,
-		retries:  p.metrics.retries.WithLabelValues(sc.Name),
-		allDown:  p.metrics.allDown.WithLabelValues(sc.Name, allDownPolicy(p.opts.FailOpen)),
-		live:     map[string]*Backend{},
+		router:   st.router,
+		retries:  st.retries,
+		allDown:  st.allDown,
+		local:    st.local,
+		noneReqs: st.noneReqs,
 	}
 	if h := sc.Retries.IdempotencyHeader; h != "" {
 		rs.idem = []byte(h)
@@ -220,66 +286,96 @@ func (p *Proxy) newReplicaSet(sc SetConfig) (*replicaSet, error) {
 		descr = append(descr, k.String())
 	}
 	rs.sourceMsg = strings.Join(descr, ", ")
-	for r := localReason(0); r < localReasons; r++ {
-		rs.local[r] = p.metrics.rejected.WithLabelValues(sc.Name, r.String())
-	}
-	for i, c := range codeClasses {
-		if i > 0 {
-			rs.noneReqs[i] = p.metrics.requests.WithLabelValues(sc.Name, "none", c)
-		}
-	}
-	router, err := balancer.NewRouter(balancer.RouterConfig{
+	return rs
+}
+
+func routerConfig(sc SetConfig, coalesce time.Duration) balancer.RouterConfig {
+	return balancer.RouterConfig{
 		Set:        sc.Name,
 		Hash:       sc.Hash,
 		Failover:   sc.Failover,
 		Candidates: max(sc.Retries.Attempts, 1),
-		Coalesce:   p.opts.Coalesce,
-	}, balancer.Hooks[*Backend]{
-		NewBackend: func(r balancer.Replica) *Backend { return p.newBackend(rs, r) },
-		Release:    func(r balancer.Replica, b *Backend) { p.releaseBackend(rs, r, b) },
-		Rebuilt:    func(info balancer.RebuildInfo) { p.rebuilt(rs, info) },
-	})
-	if err != nil {
-		return nil, fmt.Errorf("replica set %s: %w", sc.Name, err)
+		Coalesce:   coalesce,
 	}
-	rs.router = router
+}
+
+func staticReplicas(sc SetConfig) []balancer.Replica {
 	static := make([]balancer.Replica, 0, len(sc.Static))
 	for _, s := range sc.Static {
 		static = append(static, balancer.Replica{Name: s.Name, Addr: s.Addr, State: balancer.StateReady, Weight: s.Weight, Zone: s.Zone, Source: "static"})
 	}
-	router.SetReplicas("static", static)
-	router.Flush()
-	return rs, nil
+	return static
 }
 
-func (p *Proxy) newBackend(rs *replicaSet, r balancer.Replica) *Backend {
-	b := &Backend{name: r.Name, addr: r.Addr, hc: newHostClient(r, &rs.cfg, p.opts.dial)}
-	p.metrics.bind(b, rs.name)
-	rs.mu.Lock()
-	rs.live[r.Name] = b
-	rs.mu.Unlock()
+// newSetState makes a set's long-lived state and its router, fed with
+// the set's static replicas. The router's goroutine is not started.
+func (p *Proxy) newSetState(sc SetConfig) (*setState, error) {
+	st := &setState{
+		name:     sc.Name,
+		fileDecl: sc.Replicas,
+		retries:  p.metrics.retries.WithLabelValues(sc.Name),
+		allDown:  p.metrics.allDown.WithLabelValues(sc.Name, allDownPolicy(p.opts.FailOpen)),
+		live:     map[string]*Backend{},
+	}
+	st.declared.Store(int64(sc.Replicas))
+	for r := localReason(0); r < localReasons; r++ {
+		st.local[r] = p.metrics.rejected.WithLabelValues(sc.Name, r.String())
+	}
+	for i, c := range codeClasses {
+		if i > 0 {
+			st.noneReqs[i] = p.metrics.requests.WithLabelValues(sc.Name, "none", c)
+		}
+	}
+	st.cur.Store(newGeneration(st, sc))
+	router, err := balancer.NewRouter(routerConfig(sc, p.opts.Coalesce), balancer.Hooks[*Backend]{
+		NewBackend: func(r balancer.Replica) *Backend { return p.newBackend(st, r) },
+		Release:    func(r balancer.Replica, b *Backend) { p.releaseBackend(st, r, b) },
+		Rebuilt:    func(info balancer.RebuildInfo) { p.rebuilt(st, info) },
+	})
+	if err != nil {
+		p.metrics.forgetSet(sc.Name)
+		return nil, fmt.Errorf("replica set %s: %w", sc.Name, err)
+	}
+	st.router = router
+	router.SetReplicas("static", staticReplicas(sc))
+	router.Flush()
+	st.cur.Store(newGeneration(st, sc)) // now with the router
+	return st, nil
+}
+
+func (p *Proxy) newBackend(st *setState, r balancer.Replica) *Backend {
+	cfg := st.cur.Load().cfg
+	b := &Backend{name: r.Name, addr: r.Addr, hc: newHostClient(r, &cfg, p.opts.dial)}
+	p.metrics.bind(b, st.name)
+	st.mu.Lock()
+	st.live[r.Name] = b
+	st.mu.Unlock()
 	return b
 }
 
-func (p *Proxy) releaseBackend(rs *replicaSet, r balancer.Replica, b *Backend) {
+func (p *Proxy) releaseBackend(st *setState, r balancer.Replica, b *Backend) {
 	b.hc.CloseIdleConnections()
-	rs.mu.Lock()
-	gone := rs.live[r.Name] == b
+	st.mu.Lock()
+	gone := st.live[r.Name] == b
 	if gone {
-		delete(rs.live, r.Name)
+		delete(st.live, r.Name)
 	}
-	rs.mu.Unlock()
+	st.mu.Unlock()
 	if gone {
-		p.metrics.unbind(rs.name, r.Name)
+		p.metrics.unbind(st.name, r.Name)
 	}
 }
 
-func (p *Proxy) rebuilt(rs *replicaSet, info balancer.RebuildInfo) {
+func (p *Proxy) rebuilt(st *setState, info balancer.RebuildInfo) {
+	if st.removed.Load() {
+		return // the set's last table, emptied by Reload: nobody routes with it
+	}
 	if len(p.opts.Tables) > 0 {
 		// The Router has published the new table before calling this hook.
-		ms := rs.router.Table().Members()
+		ms := st.router.Table().Members()
+		declared := int(st.declared.Load())
 		for _, o := range p.opts.Tables {
-			o.TableChanged(rs.name, rs.cfg.Replicas, ms, info)
+			o.TableChanged(st.name, declared, ms, info)
 		}
 	}
 	p.metrics.rebuilds.WithLabelValues(info.Set, fmt.Sprint(info.RingBuilt)).Inc()
@@ -305,17 +401,26 @@ func (p *Proxy) rebuilt(rs *replicaSet, info balancer.RebuildInfo) {
 // Router returns the Router of a replica set, or nil. Membership and health
 // checkers feed it; the admin API reads its tables.
 func (p *Proxy) Router(set string) *balancer.Router[*Backend] {
-	if rs := p.byName[set]; rs != nil {
+	if rs := p.routes.Load().byName[set]; rs != nil {
 		return rs.router
 	}
 	return nil
 }
 
 // Sets returns the configured replica set names in configuration order.
-func (p *Proxy) Sets() []string {
-	out := make([]string, 0, len(p.cfg.ReplicaSets))
-	for _, s := range p.cfg.ReplicaSets {
-		out = append(out, s.Name)
+func (p *Proxy) Sets() []string { return slices.Clone(p.routes.Load().names) }
+
+// SetConfigs returns the replica sets' configuration in effect, in
+// configuration order, with each set's declared count as it is now (see
+// SetDeclared).
+func (p *Proxy) SetConfigs() []SetConfig {
+	rt := p.routes.Load()
+	out := make([]SetConfig, 0, len(rt.names))
+	for _, name := range rt.names {
+		rs := rt.byName[name]
+		sc := rs.cfg
+		sc.Replicas = int(rs.st.declared.Load())
+		out = append(out, sc)
 	}
 	return out
 }
@@ -360,13 +465,21 @@ func (p *Proxy) Run(ctx context.Context) error {
 	if err := p.Listen(); err != nil {
 		return err
 	}
-	rctx, stopRouters := context.WithCancel(ctx)
-	var routers sync.WaitGroup
-	defer routers.Wait()
-	defer stopRouters()
-	for _, rs := range p.sets {
-		routers.Go(func() { _ = rs.router.Run(rctx) })
+	p.reloadMu.Lock()
+	p.runCtx = ctx
+	for _, rs := range p.routes.Load().sets {
+		p.startRouter(rs.st)
 	}
+	p.reloadMu.Unlock()
+	defer func() {
+		p.reloadMu.Lock()
+		for _, rs := range p.routes.Load().sets {
+			rs.st.stop()
+		}
+		p.runCtx = nil
+		p.reloadMu.Unlock()
+		p.routersWG.Wait()
+	}()
 
 	// fasthttp's Shutdown only sees listeners Serve has registered, which
 	// it does just before its first Accept: a Shutdown before that would
@@ -395,7 +508,7 @@ func (p *Proxy) Run(ctx context.Context) error {
 	err := p.server.ShutdownWithContext(sctx)
 	<-serveErr
 	p.lingering.stopAndWait()
-	for _, rs := range p.sets {
+	for _, rs := range p.routes.Load().sets {
 		t := rs.router.Table()
 		for i := 0; i < t.Len(); i++ {
 			t.Backend(i).hc.CloseIdleConnections()
@@ -407,6 +520,14 @@ func (p *Proxy) Run(ctx context.Context) error {
 	}
 	p.log.Info("proxy stopped")
 	return nil
+}
+
+// startRouter runs a set's router until its stop or Run's end; reloadMu
+// is held and runCtx is set.
+func (p *Proxy) startRouter(st *setState) {
+	ctx, stop := context.WithCancel(p.runCtx)
+	st.stop = stop
+	p.routersWG.Go(func() { _ = st.router.Run(ctx) })
 }
 
 func allDownPolicy(failOpen bool) string {
@@ -426,7 +547,7 @@ func (p *Proxy) matchSet(host, path []byte) *replicaSet {
 	if i := bytes.LastIndexByte(host, ':'); i >= 0 && bytes.IndexByte(host[i:], ']') < 0 {
 		host = host[:i]
 	}
-	for _, rs := range p.sets {
+	for _, rs := range p.routes.Load().sets {
 		if len(rs.host) > 0 && !bytes.EqualFold(rs.host, host) {
 			continue
 		}

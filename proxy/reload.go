@@ -1,0 +1,204 @@
+package proxy
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+
+	"go.uber.org/zap"
+)
+
+// SetRemover may be implemented by a TableObserver that wants to know when
+// a replica set leaves the configuration (Reload). SetRemoved is called
+// once, after the set's last table, from the goroutine calling Reload; the
+// set publishes no table afterwards.
+type SetRemover interface {
+	SetRemoved(set string)
+}
+
+// ReloadInfo says what a Reload changed. Names are in configuration order.
+type ReloadInfo struct {
+	Added   []string `json:"added,omitempty"`
+	Removed []string `json:"removed,omitempty"`
+	// Changed lists kept sets whose configuration changed.
+	Changed []string `json:"changed,omitempty"`
+	// RingChanged lists the sets whose hash changed: their keys move.
+	RingChanged []string `json:"ring_changed,omitempty"`
+	// Unchanged counts kept sets whose configuration is the same.
+	Unchanged int `json:"unchanged"`
+}
+
+// Reload applies a new configuration's replica sets while the proxy runs,
+// without closing a connection or failing an in-flight request: requests
+// already routed finish with the generation they matched, new ones use
+// the new one. A set that stays (same name) keeps its routing state: the
+// replicas gossip reported, health exclusions, keep-alive pools (renewed
+// only when timeouts.connect, timeouts.idle, timeouts.request or
+// max_conns_per_replica change: then new requests use new pools and the
+// old pools' idle connections close), so its keys stay where they are
+// unless its hash changes. A new set starts empty of gossip replicas
+// (the caller resyncs discovery); a removed set's requests get 404 from
+// then on and its metric series are deleted.
+//
+// listen and server.* take effect only at start, and max_body_bytes may
+// not rise above the largest of all sets at start (the server reads no
+// larger body): a cfg changing them is refused whole, with an error per
+// key, and nothing changes. A set's declared replica count follows the
+// file when the file changes it; otherwise a count set at run time
+// (SetDeclared) stays.
+func (p *Proxy) Reload(cfg Config) (ReloadInfo, error) {
+	if err := cfg.Validate(); err != nil {
+		return ReloadInfo{}, fmt.Errorf("proxy config: %w", err)
+	}
+	var errs []error
+	if cfg.Listen != p.cfg.Listen {
+		errs = append(errs, fmt.Errorf("listen: running with %q, the file says %q: the listener is opened at start; restart keyway to change it", p.cfg.Listen, cfg.Listen))
+	}
+	errs = append(errs, startOnlyDiffs("server", reflect.ValueOf(p.cfg.Server), reflect.ValueOf(cfg.Server))...)
+	for i, sc := range cfg.ReplicaSets {
+		if int(sc.MaxBodyBytes) > p.server.MaxRequestBodySize {
+			errs = append(errs, fmt.Errorf("replica_sets[%d].max_body_bytes: %s is more than the %s keyway started with (the largest of all sets at start, which bounds every body the server reads); restart keyway to raise it, or keep it at most %s",
+				i, sc.MaxBodyBytes, ByteSize(p.server.MaxRequestBodySize), ByteSize(p.server.MaxRequestBodySize)))
+		}
+	}
+	if len(errs) > 0 {
+		return ReloadInfo{}, errors.Join(errs...)
+	}
+
+	p.reloadMu.Lock()
+	defer p.reloadMu.Unlock()
+	old := p.routes.Load()
+	rt, fresh, err := p.buildRoutes(cfg.ReplicaSets, old)
+	if err != nil {
+		return ReloadInfo{}, err
+	}
+	var info ReloadInfo
+	for _, name := range rt.names {
+		rs := rt.byName[name]
+		st := rs.st
+		if slices.Contains(fresh, st) {
+			info.Added = append(info.Added, name)
+			continue
+		}
+		prev := st.cur.Load()
+		if reflect.DeepEqual(prev.cfg, rs.cfg) {
+			info.Unchanged++
+			continue
+		}
+		info.Changed = append(info.Changed, name)
+		if prev.cfg.Hash != rs.cfg.Hash {
+			info.RingChanged = append(info.RingChanged, name)
+		}
+		renew := prev.cfg.Timeouts.Connect != rs.cfg.Timeouts.Connect || prev.cfg.Timeouts.Idle != rs.cfg.Timeouts.Idle ||
+			prev.cfg.Timeouts.Request != rs.cfg.Timeouts.Request || prev.cfg.MaxConnsPerReplica != rs.cfg.MaxConnsPerReplica
+		reconf := renew || routerConfig(prev.cfg, 0) != routerConfig(rs.cfg, 0)
+		if rs.cfg.Replicas != st.fileDecl {
+			st.fileDecl = rs.cfg.Replicas
+			st.declared.Store(int64(rs.cfg.Replicas))
+			reconf = true // the observers learn the count from a new table
+		}
+		st.cur.Store(rs) // new backends are made from the new generation
+		if static := staticReplicas(rs.cfg); !slices.Equal(staticReplicas(prev.cfg), static) {
+			st.router.SetReplicas("static", static)
+		}
+		if reconf {
+			if err := st.router.Reconfigure(routerConfig(rs.cfg, p.opts.Coalesce), renew); err != nil {
+				// Validate checked the same rules: a bug if it happens.
+				p.log.Error("replica set reconfiguration refused", zap.String("set", name), zap.Error(err))
+			}
+		} else {
+			st.router.Flush()
+		}
+	}
+	for _, st := range fresh {
+		st.cur.Store(rt.byName[st.name])
+	}
+	p.routes.Store(rt)
+	if p.runCtx != nil {
+		for _, st := range fresh {
+			p.startRouter(st)
+		}
+	}
+	for _, name := range old.names {
+		if _, ok := rt.byName[name]; ok {
+			continue
+		}
+		info.Removed = append(info.Removed, name)
+		p.removeSet(old.byName[name].st)
+	}
+	return info, nil
+}
+
+// removeSet retires a set that left the configuration; reloadMu is held
+// and the routes without it are published.
+func (p *Proxy) removeSet(st *setState) {
+	if st.stop != nil {
+		st.stop()
+	}
+	st.removed.Store(true)
+	st.router.SetReplicas("static", nil)
+	st.router.SetReplicas("gossip", nil)
+	st.router.Flush() // releases every backend: idle connections close
+	st.mu.Lock()
+	st.gossip = nil
+	st.mu.Unlock()
+	p.metrics.forgetSet(st.name)
+	for _, o := range p.opts.Tables {
+		if r, ok := o.(SetRemover); ok {
+			r.SetRemoved(st.name)
+		}
+	}
+	p.log.Info("replica set removed", zap.String("set", st.name))
+}
+
+// startOnlyDiffs names each scalar key of a start-only section whose value
+// differs, as "section.key: running with A, the file says B".
+func startOnlyDiffs(path string, running, file reflect.Value) []error {
+	var errs []error
+	t := running.Type()
+	for i := range t.NumField() {
+		key, _, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ",")
+		a, b := running.Field(i), file.Field(i)
+		if a.Kind() == reflect.Struct && !isScalarStruct(a) {
+			errs = append(errs, startOnlyDiffs(path+"."+key, a, b)...)
+			continue
+		}
+		if !reflect.DeepEqual(a.Interface(), b.Interface()) {
+			errs = append(errs, fmt.Errorf("%s.%s: running with %v, the file says %v: it takes effect only at start; restart keyway to change it",
+				path, key, a.Interface(), b.Interface()))
+		}
+	}
+	return errs
+}
+
+func isScalarStruct(v reflect.Value) bool {
+	_, ok := v.Interface().(fmt.Stringer)
+	return ok
+}
+
+// SetDeclared changes a replica set's declared replica count at run time
+// (what its phase compares the ready replicas with) and republishes its
+// table so that observers see it. It lasts until a reload changes the
+// set's replicas key in the file, or keyway restarts. It returns the
+// previous count.
+func (p *Proxy) SetDeclared(set string, n int) (prev int, err error) {
+	if n < 1 || n > 1000 {
+		return 0, fmt.Errorf("replicas: must be between 1 and 1000, got %d", n)
+	}
+	p.reloadMu.Lock()
+	defer p.reloadMu.Unlock()
+	rs := p.routes.Load().byName[set]
+	if rs == nil {
+		return 0, fmt.Errorf("no replica set %q", set)
+	}
+	st := rs.st
+	prev = int(st.declared.Swap(int64(n)))
+	if prev != n {
+		if err := st.router.Reconfigure(routerConfig(st.cur.Load().cfg, p.opts.Coalesce), false); err != nil {
+			return prev, err
+		}
+	}
+	return prev, nil
+}
