@@ -21,6 +21,7 @@ type Loggers struct {
 	Access *zap.Logger
 
 	buffered *zapcore.BufferedWriteSyncer
+	level    zap.AtomicLevel
 }
 
 // New builds the loggers. App logs go to stderr, the access log to stdout.
@@ -39,16 +40,31 @@ func New(cfg Config, stderr, stdout io.Writer) (*Loggers, error) {
 		}
 		return zapcore.NewJSONEncoder(encCfg)
 	}
+	atom := zap.NewAtomicLevelAt(level)
 	core := zapcore.NewSamplerWithOptions(
-		zapcore.NewCore(newEnc(), zapcore.Lock(zapcore.AddSync(stderr)), level),
+		zapcore.NewCore(newEnc(), zapcore.Lock(zapcore.AddSync(stderr)), atom),
 		time.Second, 100, 100)
-	l := &Loggers{App: zap.New(core, zap.AddCaller(), zap.AddStacktrace(zapcore.ErrorLevel))}
+	l := &Loggers{App: zap.New(core, zap.AddCaller(), zap.AddStacktrace(zapcore.ErrorLevel)), level: atom}
 	if cfg.AccessLog {
 		l.buffered = &zapcore.BufferedWriteSyncer{WS: zapcore.AddSync(stdout), Size: 256 << 10, FlushInterval: time.Second}
 		l.Access = zap.New(zapcore.NewCore(newEnc(), l.buffered, zapcore.InfoLevel))
 	}
 	return l, nil
 }
+
+// SetLevel changes the application logger's minimum level (debug, info,
+// warn or error) at run time, for a configuration reload.
+func (l *Loggers) SetLevel(level string) error {
+	lv, err := zapcore.ParseLevel(level)
+	if err != nil {
+		return err
+	}
+	l.level.SetLevel(lv)
+	return nil
+}
+
+// Level returns the application logger's minimum level.
+func (l *Loggers) Level() string { return l.level.Level().String() }
 
 // Close flushes buffered entries. Call it once, at exit.
 func (l *Loggers) Close() {

@@ -65,3 +65,26 @@ func TestValidate(t *testing.T) {
 		})
 	}
 }
+
+func TestSetLevel(t *testing.T) {
+	var stderr bytes.Buffer
+	l, err := New(Config{Level: "warn", Format: "json"}, &stderr, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.App.Info("hidden")
+	if err := l.SetLevel("debug"); err != nil {
+		t.Fatal(err)
+	}
+	l.App.Debug("shown")
+	if err := l.SetLevel("loud"); err == nil {
+		t.Fatal("SetLevel accepted an unknown level")
+	}
+	if l.Level() != "debug" {
+		t.Fatalf("Level() = %q after a refused change, want debug", l.Level())
+	}
+	l.Close()
+	if out := stderr.String(); strings.Contains(out, "hidden") || !strings.Contains(out, "shown") {
+		t.Fatalf("log output %q: want the debug line after SetLevel and not the info line before", out)
+	}
+}
