@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -45,6 +46,10 @@ type Options struct {
 	// Drainer serves the mutating drain and undrain endpoints (drain.go);
 	// nil makes them answer 501.
 	Drainer Drainer
+	// Reloader serves POST /v1/reload and Scaler PATCH
+	// /v1/replica_sets/{set} (operate.go); nil makes them answer 501.
+	Reloader Reloader
+	Scaler   Scaler
 	// Env looks up KEYWAY_ADMIN_TOKEN; nil means os.LookupEnv.
 	Env func(string) (string, bool)
 }
@@ -55,7 +60,7 @@ type Server struct {
 	opts  Options
 	log   *zap.Logger
 	srv   *http.Server
-	token string // the bearer token of the mutating endpoints; "" refuses them
+	token atomic.Pointer[string] // the bearer token of the mutating endpoints; "" refuses them
 
 	mu sync.Mutex
 	ln net.Listener
@@ -77,7 +82,8 @@ func New(cfg Config, opts Options) (*Server, error) {
 		return nil, fmt.Errorf("admin.listen %q is not a loopback address and no admin token is configured: "+
 			"set admin.token_file (or %s) so the mutating endpoints need a token, or listen on loopback (e.g. \"127.0.0.1:9901\")", cfg.Listen, TokenEnv)
 	}
-	s := &Server{cfg: cfg, opts: opts, log: cmp.Or(opts.Logger, zap.NewNop()), token: token}
+	s := &Server{cfg: cfg, opts: opts, log: cmp.Or(opts.Logger, zap.NewNop())}
+	s.token.Store(&token)
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(opts.Gatherer, promhttp.HandlerOpts{
 		ErrorLog:      zap.NewStdLog(s.log),
@@ -97,6 +103,7 @@ func New(cfg Config, opts Options) (*Server, error) {
 		_, _ = w.Write([]byte("ready\n"))
 	})
 	s.routeMutating(mux)
+	s.routeOperate(mux)
 	s.routeAPI(mux)
 	s.routeUI(mux)
 	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
@@ -111,6 +118,24 @@ func New(cfg Config, opts Options) (*Server, error) {
 		ErrorLog:          zap.NewStdLog(s.log),
 	}
 	return s, nil
+}
+
+// ReloadToken reads the admin token again (KEYWAY_ADMIN_TOKEN, else
+// tokenFile), for a configuration reload: a rotated token file takes
+// effect without a restart. On an error, or an empty token on a listener
+// off loopback, the old token stays.
+func (s *Server) ReloadToken(tokenFile string) error {
+	c := s.cfg
+	c.TokenFile = tokenFile
+	token, err := loadToken(c, s.opts.Env)
+	if err != nil {
+		return fmt.Errorf("admin.%w", err)
+	}
+	if token == "" && !loopback(c.Listen) {
+		return fmt.Errorf("admin.token_file: no token, and admin.listen %q is not a loopback address; the old token stays", c.Listen)
+	}
+	s.token.Store(&token)
+	return nil
 }
 
 // Listen opens the listener if it is not open yet.

@@ -71,13 +71,14 @@ func (s *Server) routeMutating(mux *http.ServeMux) {
 // authorized answers 401 unless the request carries the admin token.
 func (s *Server) authorized(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if s.token == "" {
+		token := *s.token.Load()
+		if token == "" {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="keyway admin"`)
 			s.fail(w, http.StatusUnauthorized, "no admin token configured on this proxy: set admin.token_file or "+TokenEnv+" to enable mutating endpoints")
 			return
 		}
 		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		want := sha256.Sum256([]byte(s.token))
+		want := sha256.Sum256([]byte(token))
 		have := sha256.Sum256([]byte(strings.TrimSpace(got)))
 		if !ok || subtle.ConstantTimeCompare(want[:], have[:]) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="keyway admin"`)

@@ -1,0 +1,139 @@
+package admin
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"go.uber.org/zap"
+)
+
+// The run-time configuration endpoints: POST /v1/reload re-reads the
+// configuration file, PATCH /v1/replica_sets/{set} changes a set's
+// declared replica count. Both need the bearer token.
+
+// Reloader re-reads and applies the configuration file. Safe for
+// concurrent use (reloads are serialized by the implementation).
+type Reloader interface {
+	// Reload applies the file and says what changed; source names the
+	// trigger ("api", "SIGHUP") for logs and the audit trail. When the
+	// file cannot be applied it returns a *ReloadError and the running
+	// configuration stays.
+	Reload(source string) (ReloadResult, error)
+}
+
+// ReloadResult is the answer of a successful reload.
+type ReloadResult struct {
+	// Result is "success".
+	Result string `json:"result"`
+	// File is the configuration file read.
+	File string `json:"file"`
+	// Added, Removed and Changed name replica sets; RingChanged the
+	// changed sets whose hash changed (their keys move).
+	Added       []string `json:"added"`
+	Removed     []string `json:"removed"`
+	Changed     []string `json:"changed"`
+	RingChanged []string `json:"ring_changed"`
+	// Keys lists every key whose value changed, as YAML paths.
+	Keys []string `json:"keys"`
+}
+
+// ReloadError is a refused reload: every problem found. The API answers
+// 422 with {error, problems}.
+type ReloadError struct {
+	File     string
+	Problems []string
+}
+
+func (e *ReloadError) Error() string {
+	return fmt.Sprintf("configuration %s not applied (%d problem%s); the running configuration stays:\n  %s",
+		e.File, len(e.Problems), map[bool]string{true: "", false: "s"}[len(e.Problems) == 1], strings.Join(e.Problems, "\n  "))
+}
+
+// Scaler changes a replica set's declared replica count at run time.
+type Scaler interface {
+	// SetDeclared returns the previous count. Errors wrap ErrUnknownSet
+	// for a set this proxy does not serve.
+	SetDeclared(set string, replicas int) (prev int, err error)
+}
+
+// ScaleResult is the answer of PATCH /v1/replica_sets/{set}.
+type ScaleResult struct {
+	Set      string `json:"set"`
+	Replicas int    `json:"replicas"`
+	Previous int    `json:"previous"`
+	// Scope is "this proxy": other proxies keep their own count.
+	Scope string `json:"scope"`
+}
+
+// scaleRequest is the PATCH body.
+type scaleRequest struct {
+	Replicas *int `json:"replicas"`
+}
+
+func (s *Server) routeOperate(mux *http.ServeMux) {
+	mux.HandleFunc("POST /v1/reload", s.authorized(s.reload))
+	mux.HandleFunc("/v1/reload", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Allow", "POST")
+		s.fail(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s not allowed on /v1/reload: use POST with Authorization: Bearer TOKEN", r.Method))
+	})
+	mux.HandleFunc("PATCH /v1/replica_sets/{set}", s.authorized(s.scale))
+}
+
+func (s *Server) reload(w http.ResponseWriter, r *http.Request) {
+	if s.opts.Reloader == nil {
+		s.unavailable(w, "reload (this process has no configuration file)")
+		return
+	}
+	res, err := s.opts.Reloader.Reload("api")
+	var re *ReloadError
+	switch {
+	case errors.As(err, &re):
+		s.write(w, http.StatusUnprocessableEntity, map[string]any{
+			"error":    fmt.Sprintf("configuration %s not applied; the running configuration stays", re.File),
+			"problems": re.Problems,
+		})
+	case err != nil:
+		s.fail(w, http.StatusInternalServerError, "reload: "+err.Error())
+	default:
+		s.reply(w, res)
+	}
+}
+
+func (s *Server) scale(w http.ResponseWriter, r *http.Request) {
+	if s.opts.Scaler == nil {
+		s.unavailable(w, "scaling")
+		return
+	}
+	set := r.PathValue("set")
+	dec := json.NewDecoder(io.LimitReader(r.Body, 4<<10))
+	dec.DisallowUnknownFields()
+	var req scaleRequest
+	if err := dec.Decode(&req); err != nil {
+		s.fail(w, http.StatusBadRequest, `body: want JSON {"replicas": N} with 1 <= N <= 1000: `+err.Error())
+		return
+	}
+	if req.Replicas == nil {
+		s.fail(w, http.StatusBadRequest, `body: "replicas" is missing: send {"replicas": N} with 1 <= N <= 1000`)
+		return
+	}
+	if n := *req.Replicas; n < 1 || n > 1000 {
+		s.fail(w, http.StatusBadRequest, fmt.Sprintf(`replicas: %d is out of range: send {"replicas": N} with 1 <= N <= 1000`, n))
+		return
+	}
+	prev, err := s.opts.Scaler.SetDeclared(set, *req.Replicas)
+	switch {
+	case errors.Is(err, ErrUnknownSet) && s.opts.Sets != nil:
+		s.unknownSet(w, set)
+	case errors.Is(err, ErrUnknownSet):
+		s.fail(w, http.StatusNotFound, fmt.Sprintf("unknown replica set %q", set))
+	case err != nil:
+		s.fail(w, http.StatusBadRequest, err.Error())
+	default:
+		s.log.Info("admin scale", zap.String("set", set), zap.Int("replicas", *req.Replicas), zap.Int("previous", prev), zap.String("remote", r.RemoteAddr))
+		s.reply(w, ScaleResult{Set: set, Replicas: *req.Replicas, Previous: prev, Scope: ScopeThisProxy})
+	}
+}
