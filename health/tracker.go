@@ -18,36 +18,75 @@ type PhaseChange struct {
 }
 
 // PhaseTracker keeps each replica set's phase current from the routing
-// tables the proxy publishes (it implements proxy.TableObserver), exports
-// it as keyway_replica_set_phase{set,phase} (1 for the current phase, 0
-// for the others) and reports every change. Safe for concurrent use.
+// tables the proxy publishes (it implements proxy.TableObserver) and
+// reports every change. It exports, per set and per replica the tables
+// list:
+//
+//	keyway_replica_set_phase{set,phase}         1 for the current phase, 0 for the others
+//	keyway_replica_in_rotation{set,replica}     1 in rotation on this proxy, 0 held out
+//	keyway_replica_state{set,replica,state}     1 for the advertised lifecycle state, 0 for the others
+//
+// A replica's series are deleted when a table no longer lists it (it was
+// forgotten or removed), a set's when [PhaseTracker.RemoveSet] forgets the
+// set. Safe for concurrent use.
 type PhaseTracker struct {
-	gauge    *prometheus.GaugeVec
+	gauge    *prometheus.GaugeVec // set, phase
+	inRot    *prometheus.GaugeVec // set, replica
+	state    *prometheus.GaugeVec // set, replica, state
 	onChange func(PhaseChange)
 
-	mu     sync.Mutex
-	phases map[string]Phase
-	seen   map[string]bool // sets that have had members
+	mu   sync.Mutex
+	sets map[string]*trackedSet
+}
+
+// trackedSet is what the tracker remembers of one set.
+type trackedSet struct {
+	phase    Phase // "" before the first table
+	seen     bool  // the set has had members
+	replicas map[string]*trackedReplica
+}
+
+// trackedReplica holds a replica's pre-bound series.
+type trackedReplica struct {
+	inRot  prometheus.Gauge
+	states [len(replicaStates)]prometheus.Gauge
 }
 
 var allPhases = []Phase{PhaseCreated, PhaseScheduling, PhaseRunning, PhaseDegraded, PhaseFailed, PhaseStopped}
 
-// NewPhaseTracker registers the phase gauge on reg (if non-nil). onChange,
-// if non-nil, is called for every change, with the Router's lock held (see
-// proxy.TableObserver): it must not block.
+// replicaStates are the lifecycle states keyway_replica_state has a series
+// for: every state but unknown (a replica in an unknown state, which a
+// table never lists, would show 0 for all of them).
+var replicaStates = [...]balancer.State{
+	balancer.StateStarting, balancer.StateReady, balancer.StateDraining,
+	balancer.StateRecovering, balancer.StateStopped, balancer.StateFailed,
+}
+
+// NewPhaseTracker registers the tracker's gauges on reg (if non-nil).
+// onChange, if non-nil, is called for every phase change, with the
+// Router's lock held (see proxy.TableObserver): it must not block.
 func NewPhaseTracker(reg prometheus.Registerer, onChange func(PhaseChange)) (*PhaseTracker, error) {
 	t := &PhaseTracker{
 		gauge: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: "keyway", Name: "replica_set_phase",
 			Help: "Phase of each replica set: 1 for the current phase (Created, Scheduling, Running, Degraded, Failed, Stopped), 0 for the others.",
 		}, []string{"set", "phase"}),
+		inRot: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "keyway", Name: "replica_in_rotation",
+			Help: "Whether a replica may receive new requests from this proxy now: 1 in rotation, 0 held out (not ready, dead in gossip, failing probes, ejected, drained or held as failed).",
+		}, []string{"set", "replica"}),
+		state: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "keyway", Name: "replica_state",
+			Help: "Lifecycle state a replica advertises (static replicas are ready): 1 for the current state (starting, ready, draining, recovering, stopped, failed), 0 for the others.",
+		}, []string{"set", "replica", "state"}),
 		onChange: onChange,
-		phases:   map[string]Phase{},
-		seen:     map[string]bool{},
+		sets:     map[string]*trackedSet{},
 	}
 	if reg != nil {
-		if err := reg.Register(t.gauge); err != nil {
-			return nil, err
+		for _, c := range []prometheus.Collector{t.gauge, t.inRot, t.state} {
+			if err := reg.Register(c); err != nil {
+				return nil, err
+			}
 		}
 	}
 	return t, nil
@@ -63,19 +102,24 @@ func (t *PhaseTracker) TableChanged(set string, declared int, ms []balancer.Memb
 		}
 	}
 	t.mu.Lock()
+	s := t.sets[set]
+	if s == nil {
+		s = &trackedSet{replicas: map[string]*trackedReplica{}}
+		t.sets[set] = s
+	}
 	if len(ms) > 0 {
-		t.seen[set] = true
-	} else if t.seen[set] {
+		s.seen = true
+	} else if s.seen {
 		// Every replica left for good: the set had replicas, all stopped.
 		p = PhaseStopped
 	}
-	old, known := t.phases[set]
-	if known && old == p {
+	t.replicasChanged(set, s, ms)
+	old := s.phase
+	if old == p {
 		t.mu.Unlock()
 		return
 	}
-	t.phases[set] = p
-	t.mu.Unlock()
+	s.phase = p
 	for _, ph := range allPhases {
 		v := 0.0
 		if ph == p {
@@ -83,14 +127,72 @@ func (t *PhaseTracker) TableChanged(set string, declared int, ms []balancer.Memb
 		}
 		t.gauge.WithLabelValues(set, string(ph)).Set(v)
 	}
+	t.mu.Unlock()
 	if t.onChange != nil {
 		t.onChange(PhaseChange{Set: set, From: old, To: p, Declared: declared, Members: len(ms), InRotation: inRot})
 	}
 }
 
-// Phase returns a set's current phase, or "" before its first table.
+// replicasChanged brings the per-replica series of set in line with ms:
+// new replicas get series, listed ones are updated, and those no longer
+// listed lose theirs. t.mu is held.
+func (t *PhaseTracker) replicasChanged(set string, s *trackedSet, ms []balancer.Member) {
+	listed := make(map[string]bool, len(ms))
+	for _, m := range ms {
+		listed[m.Name] = true
+		r := s.replicas[m.Name]
+		if r == nil {
+			r = &trackedReplica{inRot: t.inRot.WithLabelValues(set, m.Name)}
+			for i, st := range replicaStates {
+				r.states[i] = t.state.WithLabelValues(set, m.Name, st.String())
+			}
+			s.replicas[m.Name] = r
+		}
+		if m.InRotation {
+			r.inRot.Set(1)
+		} else {
+			r.inRot.Set(0)
+		}
+		for i, st := range replicaStates {
+			if st == m.State {
+				r.states[i].Set(1)
+			} else {
+				r.states[i].Set(0)
+			}
+		}
+	}
+	for name := range s.replicas {
+		if listed[name] {
+			continue
+		}
+		delete(s.replicas, name)
+		l := prometheus.Labels{"set": set, "replica": name}
+		t.inRot.Delete(l)
+		t.state.DeletePartialMatch(l)
+	}
+}
+
+// RemoveSet forgets a replica set that is no longer configured: its phase
+// and every series of it (phase and per replica) are deleted. Call it once
+// the set's Router has stopped publishing tables; a later table for the
+// same name starts the set afresh (phase Created, no replicas seen).
+func (t *PhaseTracker) RemoveSet(set string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.sets, set)
+	l := prometheus.Labels{"set": set}
+	t.gauge.DeletePartialMatch(l)
+	t.inRot.DeletePartialMatch(l)
+	t.state.DeletePartialMatch(l)
+}
+
+// Phase returns a set's current phase, or "" before its first table (or
+// after RemoveSet).
 func (t *PhaseTracker) Phase(set string) Phase {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.phases[set]
+	if s := t.sets[set]; s != nil {
+		return s.phase
+	}
+	return ""
 }

@@ -1,11 +1,15 @@
 package health
 
 import (
+	"fmt"
 	"reflect"
+	"strings"
+	"sync"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 
 	"keyway/balancer"
 )
@@ -48,5 +52,151 @@ func TestPhaseTrackerScript(t *testing.T) {
 	}
 	if v := testutil.ToFloat64(tr.gauge.WithLabelValues("orders", "Running")); v != 0 {
 		t.Fatalf("Running gauge %v", v)
+	}
+}
+
+// The per-replica series follow the tables: each listed replica has its
+// rotation and its state; one that is no longer listed loses its series,
+// and RemoveSet deletes every series of the set, phase included.
+func TestPhaseTrackerReplicaSeries(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	tr, err := NewPhaseTracker(reg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const names = "keyway_replica_set_phase keyway_replica_in_rotation keyway_replica_state"
+	compare := func(step, want string) {
+		t.Helper()
+		if err := testutil.GatherAndCompare(reg, strings.NewReader(want), strings.Fields(names)...); err != nil {
+			t.Fatalf("%s: %v", step, err)
+		}
+	}
+	const help = `
+# HELP keyway_replica_in_rotation Whether a replica may receive new requests from this proxy now: 1 in rotation, 0 held out (not ready, dead in gossip, failing probes, ejected, drained or held as failed).
+# TYPE keyway_replica_in_rotation gauge
+`
+	const stateHelp = `
+# HELP keyway_replica_state Lifecycle state a replica advertises (static replicas are ready): 1 for the current state (starting, ready, draining, recovering, stopped, failed), 0 for the others.
+# TYPE keyway_replica_state gauge
+`
+	const phaseHelp = `
+# HELP keyway_replica_set_phase Phase of each replica set: 1 for the current phase (Created, Scheduling, Running, Degraded, Failed, Stopped), 0 for the others.
+# TYPE keyway_replica_set_phase gauge
+`
+	phase := func(set, cur string) string {
+		var b strings.Builder
+		for _, p := range []string{"Created", "Degraded", "Failed", "Running", "Scheduling", "Stopped"} {
+			v := 0
+			if p == cur {
+				v = 1
+			}
+			fmt.Fprintf(&b, "keyway_replica_set_phase{phase=%q,set=%q} %d\n", p, set, v)
+		}
+		return b.String()
+	}
+	states := func(set, replica, cur string) string {
+		var b strings.Builder
+		for _, s := range []string{"draining", "failed", "ready", "recovering", "starting", "stopped"} {
+			v := 0
+			if s == cur {
+				v = 1
+			}
+			fmt.Fprintf(&b, "keyway_replica_state{replica=%q,set=%q,state=%q} %d\n", replica, set, s, v)
+		}
+		return b.String()
+	}
+
+	tr.TableChanged("orders", 3, []balancer.Member{
+		member("orders-0", balancer.StateReady, 0, true),
+		member("orders-1", balancer.StateDraining, 1, false),
+		member("orders-2", balancer.StateStarting, -1, false),
+	}, balancer.RebuildInfo{})
+	tr.TableChanged("users", 1, []balancer.Member{member("users-0", balancer.StateReady, 0, true)}, balancer.RebuildInfo{})
+	compare("three and one", help+`
+keyway_replica_in_rotation{replica="orders-0",set="orders"} 1
+keyway_replica_in_rotation{replica="orders-1",set="orders"} 0
+keyway_replica_in_rotation{replica="orders-2",set="orders"} 0
+keyway_replica_in_rotation{replica="users-0",set="users"} 1
+`+phaseHelp+phase("orders", "Degraded")+phase("users", "Running")+stateHelp+
+		states("orders", "orders-0", "ready")+states("orders", "orders-1", "draining")+
+		states("orders", "orders-2", "starting")+states("users", "users-0", "ready"))
+
+	// orders-1 is forgotten, orders-2 becomes ready and enters rotation,
+	// orders-0 is ejected (still ready, out of rotation).
+	tr.TableChanged("orders", 3, []balancer.Member{
+		member("orders-0", balancer.StateReady, 0, false),
+		member("orders-2", balancer.StateReady, 1, true),
+	}, balancer.RebuildInfo{})
+	compare("orders-1 forgotten", help+`
+keyway_replica_in_rotation{replica="orders-0",set="orders"} 0
+keyway_replica_in_rotation{replica="orders-2",set="orders"} 1
+keyway_replica_in_rotation{replica="users-0",set="users"} 1
+`+phaseHelp+phase("orders", "Degraded")+phase("users", "Running")+stateHelp+
+		states("orders", "orders-0", "ready")+states("orders", "orders-2", "ready")+states("users", "users-0", "ready"))
+
+	// The set is removed from the configuration: all of it goes.
+	tr.RemoveSet("orders")
+	compare("orders removed", help+`
+keyway_replica_in_rotation{replica="users-0",set="users"} 1
+`+phaseHelp+phase("users", "Running")+stateHelp+states("users", "users-0", "ready"))
+	if p := tr.Phase("orders"); p != "" {
+		t.Fatalf("phase of a removed set: %q", p)
+	}
+	// Configured again later, it starts afresh.
+	var changes []PhaseChange
+	tr.onChange = func(c PhaseChange) { changes = append(changes, c) }
+	tr.TableChanged("orders", 1, nil, balancer.RebuildInfo{})
+	if len(changes) != 1 || changes[0].From != "" || changes[0].To != PhaseCreated {
+		t.Fatalf("changes after re-adding: %+v", changes)
+	}
+
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	problems, err := promlint.NewWithMetricFamilies(mfs).Lint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("promlint: %s: %s", p.Metric, p.Text)
+	}
+}
+
+// Tables of different sets come from different Routers at once; with
+// RemoveSet racing them, the tracker stays consistent (run with -race).
+func TestPhaseTrackerConcurrentSets(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	tr, err := NewPhaseTracker(reg, func(PhaseChange) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for i := range 4 {
+		set := fmt.Sprintf("s%d", i)
+		wg.Go(func() {
+			for j := range 200 {
+				ms := []balancer.Member{member(set+"-a", balancer.StateReady, 0, j%2 == 0)}
+				if j%3 == 0 {
+					ms = append(ms, member(set+"-b", balancer.StateRecovering, 1, false))
+				}
+				tr.TableChanged(set, 2, ms, balancer.RebuildInfo{})
+				_ = tr.Phase(set)
+			}
+		})
+	}
+	wg.Go(func() {
+		for range 100 {
+			tr.RemoveSet("s0")
+		}
+	})
+	wg.Wait()
+	tr.RemoveSet("s0")
+	if n := testutil.CollectAndCount(tr.inRot); n != 3 {
+		t.Fatalf("%d rotation series after the run, want s1..s3's a", n)
+	}
+	// j=199: b not listed (199%3 != 0), so each set kept only its a.
+	if n := testutil.CollectAndCount(tr.state); n != 3*len(replicaStates) {
+		t.Fatalf("%d state series, want %d", n, 3*len(replicaStates))
 	}
 }

@@ -137,8 +137,8 @@ func New(cfg Config, self Meta, opts Options) (*Node, error) {
 		dirty:   make(chan struct{}, 1),
 		inbox:   make(chan inMsg, 256),
 		started: make(chan struct{}),
-		metrics: newMetrics(opts.Registerer),
 	}
+	n.metrics = newMetrics(opts.Registerer, n.HealthScore)
 	base := self.Replica
 	if base == "" {
 		host, _ := os.Hostname()

@@ -2,10 +2,14 @@ package membership
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"keyway/balancer"
 )
 
 type metrics struct {
 	members      *prometheus.GaugeVec // role, status
+	replicas     *prometheus.GaugeVec // state
+	healthScore  prometheus.GaugeFunc
 	badMeta      prometheus.Counter
 	badMsgs      prometheus.Counter
 	droppedMsgs  prometheus.Counter
@@ -13,12 +17,34 @@ type metrics struct {
 	joinFailures prometheus.Counter
 }
 
-func newMetrics(reg prometheus.Registerer) *metrics {
+var (
+	roles    = []Role{RoleProxy, RoleReplica}
+	statuses = []Status{StatusAlive, StatusDead, StatusLeft}
+	// replicaStates are the lifecycle states keyway_gossip_replicas has a
+	// series for: every state but unknown, which DecodeMeta accepts but
+	// an agent never advertises (such a replica is counted nowhere).
+	replicaStates = []balancer.State{
+		balancer.StateStarting, balancer.StateReady, balancer.StateDraining,
+		balancer.StateRecovering, balancer.StateStopped, balancer.StateFailed,
+	}
+)
+
+// newMetrics builds the Node's collectors and registers them on reg (if
+// non-nil). healthScore reads memberlist's awareness score.
+func newMetrics(reg prometheus.Registerer, healthScore func() int) *metrics {
 	m := &metrics{
 		members: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: "keyway", Subsystem: "gossip", Name: "members",
 			Help: "Gossip members this node knows, by role and status (alive, dead, left), itself included.",
 		}, []string{"role", "status"}),
+		replicas: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "keyway", Subsystem: "gossip", Name: "replicas",
+			Help: "Replica members alive in gossip, by the lifecycle state they advertise (starting, ready, draining, recovering, stopped, failed).",
+		}, []string{"state"}),
+		healthScore: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: "keyway", Subsystem: "gossip", Name: "health_score",
+			Help: "memberlist's awareness (Lifeguard) score of this node: 0 is healthy; higher means it has been missing probe acks and may itself be slow or degraded (its probe timeouts are stretched accordingly); -1 while gossip is not running.",
+		}, func() float64 { return float64(healthScore()) }),
 		badMeta: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "keyway", Subsystem: "gossip", Name: "bad_metadata_total",
 			Help: "Peers ignored because their metadata was malformed, oversized or of another version.",
@@ -41,19 +67,33 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.members, m.badMeta, m.badMsgs, m.droppedMsgs, m.events, m.joinFailures)
+		reg.MustRegister(m.members, m.replicas, m.healthScore, m.badMeta, m.badMsgs, m.droppedMsgs, m.events, m.joinFailures)
 	}
 	return m
 }
 
+// observe sets the member gauges from a snapshot. Every series always
+// exists (0 when no member matches) and is set in place, never reset, so
+// that a scrape never finds one missing.
 func (m *metrics) observe(ms []Member) {
-	m.members.Reset()
-	for _, r := range []Role{RoleProxy, RoleReplica} {
-		for _, s := range []Status{StatusAlive, StatusDead, StatusLeft} {
-			m.members.WithLabelValues(r.String(), s.String()).Set(0)
+	type roleStatus struct {
+		r Role
+		s Status
+	}
+	members := map[roleStatus]int{}
+	replicas := map[balancer.State]int{}
+	for _, x := range ms {
+		members[roleStatus{x.Meta.Role, x.Status}]++
+		if x.Meta.Role == RoleReplica && x.Status == StatusAlive {
+			replicas[x.Meta.State]++
 		}
 	}
-	for _, x := range ms {
-		m.members.WithLabelValues(x.Meta.Role.String(), x.Status.String()).Inc()
+	for _, r := range roles {
+		for _, s := range statuses {
+			m.members.WithLabelValues(r.String(), s.String()).Set(float64(members[roleStatus{r, s}]))
+		}
+	}
+	for _, st := range replicaStates {
+		m.replicas.WithLabelValues(st.String()).Set(float64(replicas[st]))
 	}
 }
