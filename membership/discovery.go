@@ -134,9 +134,14 @@ func (d *Discovery) SetMembers(ms []Member) {
 	for _, set := range slices.Sorted(maps.Keys(bySet)) {
 		ok := d.target.SetReplicaSet(set, bySet[set])
 		d.mu.Lock()
-		if ok {
+		switch {
+		case ok:
 			d.sets[set] = true
-		} else if !d.unknown[set] {
+			delete(d.unknown, set)
+		case len(bySet[set]) == 0:
+			delete(d.sets, set) // a set the proxy stopped serving, and nobody advertises it
+		case !d.unknown[set]:
+			delete(d.sets, set)
 			d.unknown[set] = true
 			d.unknownSets.Inc()
 			d.log.Warn("agents advertise a replica set this proxy does not serve; ignored", zap.String("set", set))
@@ -147,6 +152,16 @@ func (d *Discovery) SetMembers(ms []Member) {
 	if d.onEvent != nil {
 		diffMembers(prev, ms, d.onEvent)
 	}
+}
+
+// Resync feeds the target the last member snapshot again. Call it after
+// the target's sets changed (a configuration reload): a set it serves now
+// gets its gossip replicas at once, not at the next gossip change.
+func (d *Discovery) Resync() {
+	d.mu.Lock()
+	ms := d.members
+	d.mu.Unlock()
+	d.SetMembers(ms)
 }
 
 // diffMembers reports the changes from prev to cur, self excluded.

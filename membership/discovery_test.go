@@ -199,3 +199,35 @@ func TestDiscoveryReportsMemberChanges(t *testing.T) {
 		t.Fatalf("events\n got %q\nwant %q", got, want)
 	}
 }
+
+// After the proxy starts serving a set (a reload), Resync feeds it the
+// replicas gossip already knows; a set it stops serving is not reported
+// as unknown unless agents advertise it.
+func TestDiscoveryResync(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	ft := &fakeTarget{sets: map[string][]balancer.Replica{}, fps: map[string]string{"orders": "fp-A"}}
+	d := NewDiscovery(ft, DiscoveryOptions{Registerer: reg})
+	d.SetMembers([]Member{
+		rep("orders", "o-0", "a:1", balancer.StateReady, 1, StatusAlive),
+		rep("payments", "p-0", "a:2", balancer.StateReady, 1, StatusAlive),
+	})
+	if _, ok := ft.sets["payments"]; ok || testutil.ToFloat64(d.unknownSets) != 1 {
+		t.Fatalf("payments fed before it is served: %+v, unknown %v", ft.sets, testutil.ToFloat64(d.unknownSets))
+	}
+	ft.mu.Lock()
+	ft.fps["payments"] = "fp-P"
+	delete(ft.fps, "orders")
+	ft.mu.Unlock()
+	d.Resync()
+	if len(ft.sets["payments"]) != 1 || ft.sets["payments"][0].Name != "p-0" {
+		t.Fatalf("payments after Resync: %+v", ft.sets["payments"])
+	}
+	if got := testutil.ToFloat64(d.unknownSets); got != 2 {
+		t.Fatalf("unknown sets = %v, want 2 (orders is advertised and no longer served)", got)
+	}
+	// orders' last replica leaves: not served and not advertised, no warning.
+	d.SetMembers([]Member{rep("payments", "p-0", "a:2", balancer.StateReady, 1, StatusAlive)})
+	if got := testutil.ToFloat64(d.unknownSets); got != 2 {
+		t.Fatalf("unknown sets = %v, want still 2", got)
+	}
+}
