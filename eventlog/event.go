@@ -35,6 +35,7 @@ const (
 	KindRotationChange = "rotation_change" // the replicas in rotation changed, the ring did not
 	KindPhaseChange    = "phase_change"    // a replica set's phase changed
 	KindAdminAction    = "admin_action"    // a mutating admin API call
+	KindConfigReload   = "config_reload"   // a configuration reload, applied or refused
 )
 
 // Event is one entry of the audit trail: one JSON object per line of a

@@ -6,9 +6,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"os/signal"
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -247,7 +250,7 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	return serve(ctx, cfg, stdout, stderr, nil, nil)
+	return serveFile(ctx, cfg, cf.file, func() (config.Config, error) { return loadConfig(cf, fs) }, stdout, stderr, nil, nil)
 }
 
 // started is told the bound addresses once every listener is open.
@@ -272,8 +275,15 @@ func startGossip(cfg config.Config, p *proxy.Proxy, adminAddr string, log *zap.L
 	return node, disc, nil
 }
 
-// serve builds and runs the components of one proxy process.
+// serve builds and runs the components of one proxy process whose
+// configuration does not come from a file (no reload).
 func serve(ctx context.Context, cfg config.Config, stdout, stderr io.Writer, onStart started, onGossip gossipStarted) error {
+	return serveFile(ctx, cfg, "", nil, stdout, stderr, onStart, onGossip)
+}
+
+// serveFile is serve for a configuration read from file by load: SIGHUP
+// and POST /v1/reload call load again and apply what may change.
+func serveFile(ctx context.Context, cfg config.Config, file string, load func() (config.Config, error), stdout, stderr io.Writer, onStart started, onGossip gossipStarted) error {
 	logs, err := logging.New(cfg.Log, stderr, stdout)
 	if err != nil {
 		return err
@@ -315,11 +325,18 @@ func serve(ctx context.Context, cfg config.Config, stdout, stderr io.Writer, onS
 	if err := p.Listen(); err != nil {
 		return err
 	}
+	rl := newReloader(file, load, cfg, p, logs, reg)
+	rl.audit = audit
 	var adm *admin.Server
 	view := newAdminView(cfg, p, hc, phases, audit)
+	// rl.onApplied = view.setConfig (pending)
 	adminAddr := ""
 	if cfg.Admin.Listen != "" {
-		adm, err = admin.New(cfg.Admin, view.options(admin.Options{Gatherer: reg, Ready: p, Logger: log.Named("admin")}))
+		aopts := admin.Options{Gatherer: reg, Ready: p, Logger: log.Named("admin"), Scaler: scaler{p, audit}}
+		if load != nil {
+			aopts.Reloader = rl
+		}
+		adm, err = admin.New(cfg.Admin, view.options(aopts))
 		if err != nil {
 			return err
 		}
@@ -343,6 +360,7 @@ func serve(ctx context.Context, cfg config.Config, stdout, stderr io.Writer, onS
 		}
 		view.setNode(node)
 	}
+	rl.adm, rl.node, rl.disc = adm, node, disc
 
 	// Shutdown in stages. The proxy drains its in-flight requests first;
 	// meanwhile gossip keeps this proxy alive to the agents (so a draining
@@ -365,6 +383,21 @@ func serve(ctx context.Context, cfg config.Config, stdout, stderr io.Writer, onS
 	g.Go(func() error { return hc.Run(late) })
 	if adm != nil {
 		g.Go(func() error { return adm.Run(gctx) })
+	}
+	if load != nil {
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		defer signal.Stop(hup)
+		g.Go(func() error {
+			for {
+				select {
+				case <-gctx.Done():
+					return nil
+				case <-hup:
+					_, _ = rl.Reload("SIGHUP") // logged, counted and audited inside
+				}
+			}
+		})
 	}
 	if node != nil {
 		g.Go(func() error { return node.Run(late) })
