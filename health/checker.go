@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -286,6 +287,22 @@ func (c *Checker) SetTargets(set string, ts []Target) {
 	select {
 	case c.kick <- struct{}{}:
 	default:
+	}
+}
+
+// RemoveSet forgets a replica set that left the configuration: its
+// replicas stop being checked and every series of the set is deleted.
+func (c *Checker) RemoveSet(set string) {
+	c.SetTargets(set, nil)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.sets[set] != nil {
+		delete(c.sets, set)
+		c.metrics.ejected.DeleteLabelValues(set)
+		c.metrics.capped.DeleteLabelValues(set)
+		m := maps.Clone(*c.obs.Load())
+		delete(m, set)
+		c.obs.Store(&m)
 	}
 }
 

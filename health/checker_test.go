@@ -198,3 +198,42 @@ type sinkFunc func(set, replica string, reason balancer.Reason, excluded bool)
 func (f sinkFunc) SetExcluded(set, replica string, reason balancer.Reason, excluded bool) {
 	f(set, replica, reason, excluded)
 }
+
+// RemoveSet forgets a set that left the configuration: no series of it
+// remains, and a later set of the same name starts clean.
+func TestRemoveSet(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, passiveConfig())
+	f.c.SetTargets("s", targets("s", "a", "b"))
+	f.c.SetTargets("keep", targets("keep", "k"))
+	f.fail("s", "a", 5)
+	f.sweepAfter(time.Second)
+	f.c.RemoveSet("s")
+	mfs, err := f.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept := 0
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "set" && l.GetValue() == "s" {
+					t.Errorf("%s still has a series of the removed set: %v", mf.GetName(), m.GetLabel())
+				}
+				if l.GetName() == "set" && l.GetValue() == "keep" {
+					kept++
+				}
+			}
+		}
+	}
+	if kept == 0 {
+		t.Fatal("the other set's series went too")
+	}
+	if snap := f.c.Snapshot("s"); len(snap) != 0 {
+		t.Fatalf("snapshot of the removed set: %+v", snap)
+	}
+	f.c.SetTargets("s", targets("s", "a"))
+	if snap := f.c.Snapshot("s"); len(snap) != 1 || snap[0].Ejections != 0 {
+		t.Fatalf("the set added again does not start clean: %+v", snap)
+	}
+}

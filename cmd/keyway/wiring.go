@@ -58,6 +58,14 @@ func (h healthTargets) TableChanged(set string, _ int, ms []balancer.Member, _ b
 	h.hc.SetTargets(set, ts)
 }
 
+// SetRemoved stops checking a set that left the configuration.
+func (h healthTargets) SetRemoved(set string) { h.hc.RemoveSet(set) }
+
+// phaseObserver feeds the phase tracker and forgets removed sets.
+type phaseObserver struct{ *health.PhaseTracker }
+
+func (p phaseObserver) SetRemoved(set string) { p.RemoveSet(set) }
+
 // tableAudit records ring rebuilds and rotation changes.
 type tableAudit struct{ l *eventlog.Log }
 
