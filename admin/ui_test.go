@@ -41,7 +41,8 @@ func TestUIPage(t *testing.T) {
 	if code != http.StatusOK || !strings.Contains(ctype, "javascript") {
 		t.Fatalf("GET /ui/app.js: %d %q", code, ctype)
 	}
-	for _, want := range []string{`"set-card`, `"data-set"`, `"phase"`, `"replica-row"`, `"data-replica"`, "/v1/replica_sets", "/v1/route?", "/v1/events", "no replicas yet — start agents or add static replicas", "setInterval(refresh, REFRESH_MS)", "REFRESH_MS = 2000"} {
+	for _, want := range []string{`"set-card`, `"data-set"`, `"phase"`, `"replica-row"`, `"data-replica"`, "/v1/replica_sets", "/v1/route?", "/v1/events", "no replicas yet — start agents or add static replicas", "setInterval(refresh, REFRESH_MS)", "REFRESH_MS = 2000",
+		`"num rate"`, `"num errors"`, `"set-rate`, "requests_per_second", "errors_per_second", "requests_total", "errors_total", "rate: measuring"} {
 		if !strings.Contains(js, want) {
 			t.Errorf("app.js lacks %s", want)
 		}

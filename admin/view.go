@@ -75,9 +75,67 @@ type SetStatus struct {
 	Fingerprint string `json:"fingerprint"`
 	// Generation increases with every routing table the set publishes.
 	Generation uint64 `json:"generation"`
+	// Traffic is what this proxy sent the set's replicas: totals and recent
+	// rates. Only the one-set endpoint carries it (nil in the list).
+	Traffic *SetTraffic `json:"traffic,omitempty"`
 	// Replicas lists every known replica sorted by name. The list endpoint
 	// leaves it out.
 	Replicas []ReplicaStatus `json:"replicas,omitempty"`
+}
+
+// SetTraffic sums the traffic figures of a set's replicas (the rows of
+// Replicas) and adds the requests this proxy answered itself for the set
+// (no replica in rotation, no key, unreachable replicas: 4xx and 5xx
+// answers with replica "none" in keyway_requests_total). A plain value.
+//
+// Rates are measured over WindowSeconds, the span between a fresh reading
+// of the proxy's counters and an earlier stored one (about 10 s when the
+// set is read often enough, between 1 s and 60 s otherwise). When no
+// earlier reading is known yet the rates and WindowSeconds are null and
+// RateNote says why; a rate is never reported as 0 without a measurement.
+type SetTraffic struct {
+	WindowSeconds         *float64 `json:"window_seconds"`
+	RequestsPerSecond     *float64 `json:"requests_per_second"`
+	ErrorsPerSecond       *float64 `json:"errors_per_second"`
+	LocalAnswersPerSecond *float64 `json:"local_answers_per_second"`
+	RequestsTotal         uint64   `json:"requests_total"`
+	ErrorsTotal           uint64   `json:"errors_total"`
+	LocalAnswersTotal     uint64   `json:"local_answers_total"`
+	// RateNote explains null rates ("" when they are known).
+	RateNote string `json:"rate_note,omitempty"`
+}
+
+// ReplicaTraffic is what this proxy sent one replica. Totals count since
+// the replica's metric series were created on this proxy (it joined this
+// proxy's ring, or the proxy started); rates are as in [SetTraffic]. A
+// plain value.
+type ReplicaTraffic struct {
+	WindowSeconds *float64 `json:"window_seconds"`
+	// RequestsPerSecond is the rate of requests the replica answered (any
+	// status); ErrorsPerSecond the rate of its 5xx answers plus failed
+	// exchanges with it.
+	RequestsPerSecond *float64 `json:"requests_per_second"`
+	ErrorsPerSecond   *float64 `json:"errors_per_second"`
+	// RequestsTotal counts answers from the replica, any status
+	// (keyway_requests_total).
+	RequestsTotal uint64 `json:"requests_total"`
+	// Responses5xxTotal counts its 5xx answers.
+	Responses5xxTotal uint64 `json:"responses_5xx_total"`
+	// TransportErrorsTotal counts failed exchanges with it, and
+	// TransportErrors splits them by kind (dial, stale_conn, no_free_conns,
+	// timeout, reset, other; only kinds seen), as
+	// keyway_upstream_errors_total does. A failed exchange is not an answer:
+	// the request went to the next candidate or keyway answered it.
+	TransportErrorsTotal uint64            `json:"transport_errors_total"`
+	TransportErrors      map[string]uint64 `json:"transport_errors,omitempty"`
+	// ErrorsTotal is Responses5xxTotal + TransportErrorsTotal.
+	ErrorsTotal uint64 `json:"errors_total"`
+	// Ejections counts passive ejections within the health checker's
+	// supervision window (its snapshot); EjectionsTotal every passive
+	// ejection since the replica's series were created
+	// (keyway_ejections_total).
+	Ejections      int    `json:"ejections"`
+	EjectionsTotal uint64 `json:"ejections_total"`
 }
 
 // ReplicaStatus is one replica of a set. A plain value.
@@ -102,6 +160,8 @@ type ReplicaStatus struct {
 	// that number divided by the partition count (0..1).
 	Partitions int     `json:"partitions"`
 	Share      float64 `json:"share"`
+	// Traffic is what this proxy sent it: requests, errors, ejections.
+	Traffic *ReplicaTraffic `json:"traffic,omitempty"`
 	// Health is the health checker's view (probe verdict, ejections), or
 	// nil when the checker does not track the replica.
 	Health any `json:"health,omitempty"`

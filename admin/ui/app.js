@@ -72,6 +72,44 @@ function healthClass(hl) {
   return "ok";
 }
 
+// fmtRate prints a per-second rate; null (not measured yet) is a dash.
+function fmtRate(x) {
+  if (x == null) return "—";
+  if (x === 0) return "0";
+  if (x < 0.1) return x.toFixed(2);
+  if (x < 100) return x.toFixed(1);
+  return String(Math.round(x));
+}
+
+function errorKinds(tr) {
+  const parts = [];
+  if (tr.responses_5xx_total) parts.push("5xx " + tr.responses_5xx_total);
+  for (const [k, n] of Object.entries(tr.transport_errors || {}).sort()) parts.push(k + " " + n);
+  return parts.join(" · ");
+}
+
+// rateCell is a replica's request rate (per second, "—" until measured)
+// with the total below; data-rate is "" when not measured yet.
+function rateCell(tr) {
+  if (!tr) return h("td", { class: "num rate" }, "—");
+  return h("td", { class: "num rate", "data-rate": tr.requests_per_second == null ? "" : String(tr.requests_per_second),
+      "data-total": String(tr.requests_total || 0) },
+    h("span", { class: "big" }, fmtRate(tr.requests_per_second)), tr.requests_per_second == null ? "" : "/s",
+    h("div", { class: "meta" }, (tr.requests_total || 0) + " total"));
+}
+
+// errorsCell is a replica's error rate (5xx answers and failed exchanges)
+// with the total and its split by kind below.
+function errorsCell(tr) {
+  if (!tr) return h("td", { class: "num errors" }, "—");
+  const eps = tr.errors_per_second;
+  const kinds = errorKinds(tr);
+  return h("td", { class: "num errors" + (eps > 0 ? " bad-text" : ""), "data-rate": eps == null ? "" : String(eps),
+      "data-total": String(tr.errors_total || 0) },
+    h("span", { class: "big" }, fmtRate(eps)), eps == null ? "" : "/s",
+    h("div", { class: "meta" }, (tr.errors_total || 0) + " total" + (kinds ? ": " + kinds : "")));
+}
+
 function stateClass(r) {
   if (r.down) return "bad";
   if (r.state === "ready") return "ok";
@@ -89,7 +127,26 @@ function replicaRow(r) {
     h("td", {}, rot),
     h("td", { class: "num" }, h("span", { class: "bar", style: "width:" + Math.round(80 * (r.share || 0)) + "px" }), pct(r.share),
       h("div", { class: "meta" }, (r.partitions || 0) + " partitions, slot " + r.slot)),
-    h("td", {}, h("span", { class: "pill " + healthClass(r.health) }, healthText(r.health))));
+    rateCell(r.traffic),
+    errorsCell(r.traffic),
+    h("td", {}, h("span", { class: "pill " + healthClass(r.health) }, healthText(r.health)),
+      r.traffic && r.traffic.ejections_total > (r.traffic.ejections || 0)
+        ? h("div", { class: "meta" }, r.traffic.ejections_total + " ejections since start") : null));
+}
+
+// setRate is the set's total: requests/s its replicas answered, errors/s,
+// and answers keyway gave itself, over the window.
+function setRate(tr) {
+  if (!tr) return null;
+  if (tr.requests_per_second == null) {
+    return h("span", { class: "set-rate muted", "data-rate": "", title: tr.rate_note || "" },
+      "rate: measuring… (" + (tr.requests_total || 0) + " requests so far)");
+  }
+  return h("span", { class: "set-rate", "data-rate": String(tr.requests_per_second), title: "over the last " + tr.window_seconds + " s" },
+    h("strong", {}, fmtRate(tr.requests_per_second) + " req/s"),
+    h("span", { class: tr.errors_per_second > 0 ? "bad-text" : "muted" }, " · " + fmtRate(tr.errors_per_second) + " errors/s"),
+    tr.local_answers_per_second > 0 ? h("span", { class: "warn-text" }, " · " + fmtRate(tr.local_answers_per_second) + " answered by keyway/s") : null,
+    h("span", { class: "muted" }, " · over " + Math.round(tr.window_seconds) + " s"));
 }
 
 function setCard(s) {
@@ -99,14 +156,16 @@ function setCard(s) {
       h("h3", {}, s.name),
       h("span", { class: "phase" }, phase),
       h("span", { class: "count" }, s.ready + "/" + s.declared + " ready"),
-      h("span", { class: "muted" }, s.in_rotation + " in rotation · failover " + s.failover)),
+      h("span", { class: "muted" }, s.in_rotation + " in rotation · failover " + s.failover),
+      setRate(s.traffic)),
     h("div", { class: "meta" }, "ring " + s.ring_size + " members, " + s.partitions + " partitions · fingerprint " + s.fingerprint + " · generation " + s.generation));
   const reps = s.replicas || [];
   if (reps.length === 0) {
     card.append(h("div", { class: "empty" }, "no replicas yet — start agents or add static replicas"));
   } else {
     card.append(h("table", {},
-      h("thead", {}, h("tr", {}, ["replica", "state", "rotation", "share of keys", "health"].map((t) => h("th", {}, t)))),
+      h("thead", {}, h("tr", {}, ["replica", "state", "rotation", "share of keys", "requests", "errors", "health"].map((t, i) =>
+        h("th", i >= 3 && i <= 5 ? { class: "num" } : {}, t)))),
       h("tbody", {}, reps.map(replicaRow))));
   }
   return card;

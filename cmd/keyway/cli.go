@@ -122,7 +122,11 @@ const statusUsage = `Usage: keyway status [--admin ADDR] [--json]
 
 Prints every replica set one proxy routes: its phase, ready/declared replicas
 and replicas in rotation, then each replica with its state, whether it is in
-rotation (or why not) and its share of the ring's partitions.
+rotation (or why not), its share of the ring's partitions, the requests per
+second it answered and its errors per second (5xx answers and failed
+exchanges) over the last ~10 s, and its request and error totals. A rate
+is "-" until the proxy has two readings of its counters at least 1 s apart:
+run status again a second later (or keep the dashboard open).
 
 `
 
@@ -169,15 +173,20 @@ func runStatus(args []string, stdout, stderr io.Writer) error {
 
 func printSet(w io.Writer, s admin.SetStatus) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "SET\tPHASE\tREADY/DECLARED\tIN ROTATION\tRING\tFAILOVER\tGEN\tFINGERPRINT")
-	fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%d\t%d\t%s\t%d\t%s\n", s.Name, s.Phase, s.Ready, s.Declared, s.InRotation, s.RingSize, s.Failover, s.Generation, s.Fingerprint)
+	fmt.Fprintln(tw, "SET\tPHASE\tREADY/DECLARED\tIN ROTATION\tRING\tFAILOVER\tGEN\tREQ/S\tERR/S\tFINGERPRINT")
+	var rps, eps *float64
+	if s.Traffic != nil {
+		rps, eps = s.Traffic.RequestsPerSecond, s.Traffic.ErrorsPerSecond
+	}
+	fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%d\t%d\t%s\t%d\t%s\t%s\t%s\n", s.Name, s.Phase, s.Ready, s.Declared, s.InRotation, s.RingSize, s.Failover, s.Generation,
+		fmtRate(rps), fmtRate(eps), s.Fingerprint)
 	tw.Flush()
 	if len(s.Replicas) == 0 {
 		fmt.Fprintln(w, "  (no replicas known)")
 		return
 	}
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "  REPLICA\tSTATE\tROTATION\tSHARE\tSLOT\tADDR\tSOURCE")
+	fmt.Fprintln(tw, "  REPLICA\tSTATE\tROTATION\tSHARE\tSLOT\tREQ/S\tERR/S\tREQUESTS\tERRORS\tADDR\tSOURCE")
 	for _, r := range s.Replicas {
 		rot := "in"
 		if !r.InRotation {
@@ -194,9 +203,33 @@ func printSet(w io.Writer, s admin.SetStatus) {
 		if r.Slot >= 0 {
 			slot = fmt.Sprint(r.Slot)
 		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%.1f%%\t%s\t%s\t%s\n", r.Name, state, rot, 100*r.Share, slot, r.Addr, r.Source)
+		rps, eps, reqs, errs := "-", "-", "-", "-"
+		if tr := r.Traffic; tr != nil {
+			rps, eps = fmtRate(tr.RequestsPerSecond), fmtRate(tr.ErrorsPerSecond)
+			reqs, errs = fmt.Sprint(tr.RequestsTotal), fmt.Sprint(tr.ErrorsTotal)
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%.1f%%\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Name, state, rot, 100*r.Share, slot, rps, eps, reqs, errs, r.Addr, dash(r.Source))
 	}
 	tw.Flush()
+	if s.Traffic != nil && s.Traffic.RequestsPerSecond == nil {
+		fmt.Fprintln(w, "  (REQ/S, ERR/S: not measured yet; rates compare two readings of the proxy's counters at least 1s apart: run status again in a second)")
+	}
+}
+
+// fmtRate prints a per-second rate of the admin API: "-" for null (not
+// measured yet), fewer decimals as it grows.
+func fmtRate(r *float64) string {
+	switch {
+	case r == nil:
+		return "-"
+	case *r == 0:
+		return "0"
+	case *r < 10:
+		return fmt.Sprintf("%.2f", *r)
+	case *r < 100:
+		return fmt.Sprintf("%.1f", *r)
+	}
+	return fmt.Sprintf("%.0f", *r)
 }
 
 const membersUsage = `Usage: keyway members [--admin ADDR] [--json]

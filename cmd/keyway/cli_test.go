@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -132,6 +133,16 @@ func TestCLIStatusMembersRoute(t *testing.T) {
 			t.Errorf("status names no ready, in-rotation %s with a share:\n%s", name, out)
 		}
 	}
+	// The first read of the set: no rate yet, said so, and no traffic.
+	if rows := statusRows(out); len(rows) != 3 || !strings.Contains(out, "not measured yet") {
+		t.Errorf("first status: want 3 replica rows and a note that rates are not measured yet:\n%s", out)
+	} else {
+		for _, r := range rows {
+			if r.rps != "-" || r.eps != "-" || r.reqs != "0" || r.errs != "0" {
+				t.Errorf("first status, %s: %+v, want rates - and totals 0", r.name, r)
+			}
+		}
+	}
 
 	// KEYWAY_ADMIN stands in for --admin.
 	t.Setenv("KEYWAY_ADMIN", st.admin)
@@ -192,6 +203,22 @@ func TestCLIStatusMembersRoute(t *testing.T) {
 	if !strings.Contains(out, "out: ") {
 		t.Errorf("status after stopping orders-0 shows no replica out of rotation:\n%s", out)
 	}
+	// 31 requests went through the proxy, each answered by one replica;
+	// the stopped orders-0 refused one connection (an error).
+	t.Logf("keyway status after traffic:\n%s", out)
+	var reqs, errs int
+	for _, r := range statusRows(out) {
+		n, e := 0, 0
+		fmt.Sscan(r.reqs, &n)
+		fmt.Sscan(r.errs, &e)
+		reqs, errs = reqs+n, errs+e
+		if r.rps != "-" && !regexp.MustCompile(`^[0-9.]+$`).MatchString(r.rps) {
+			t.Errorf("%s: REQ/S %q", r.name, r.rps)
+		}
+	}
+	if reqs != 31 || errs < 1 {
+		t.Errorf("status after 31 requests: REQUESTS add up to %d, ERRORS to %d (want 31 and at least 1):\n%s", reqs, errs, out)
+	}
 
 	// JSON passthrough.
 	out, _, err = keywayCLI(t, "route", "--set", "orders", "--key", key, "--json")
@@ -205,6 +232,36 @@ func TestCLIStatusMembersRoute(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), `unknown replica set "nope"`) || exitCode(err) != exitRuntime {
 		t.Errorf("unknown set: %v", err)
 	}
+}
+
+func TestFmtRate(t *testing.T) {
+	for _, c := range []struct {
+		in   *float64
+		want string
+	}{{nil, "-"}, {new(0.0), "0"}, {new(0.004), "0.00"}, {new(0.25), "0.25"}, {new(9.996), "10.00"}, {new(12.345), "12.3"}, {new(1234.5), "1234"}} {
+		if got := fmtRate(c.in); got != c.want {
+			t.Errorf("fmtRate(%v) = %q, want %q", fl(c.in), got, c.want)
+		}
+	}
+}
+
+// statusRow is one replica line of keyway status.
+type statusRow struct{ name, rps, eps, reqs, errs string }
+
+// statusRows parses the replica lines of keyway status, counting the
+// columns from the right (ROTATION may hold spaces): ... REQ/S ERR/S
+// REQUESTS ERRORS ADDR SOURCE.
+func statusRows(out string) []statusRow {
+	var rows []statusRow
+	for _, l := range strings.Split(out, "\n") {
+		f := strings.Fields(l)
+		if !strings.HasPrefix(l, "  ") || len(f) < 9 || f[0] == "REPLICA" || strings.HasPrefix(f[0], "(") {
+			continue
+		}
+		n := len(f)
+		rows = append(rows, statusRow{name: f[0], rps: f[n-6], eps: f[n-5], reqs: f[n-4], errs: f[n-3]})
+	}
+	return rows
 }
 
 // routeField returns the value after a "name:" line of route's output.

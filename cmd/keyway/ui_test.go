@@ -3,7 +3,9 @@ package main
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,8 +20,9 @@ import (
 const chromiumPath = "/usr/bin/chromium"
 
 // startDemoAdmin runs `keyway demo` in-process like startDemo, waits until
-// all three replicas are in rotation and returns the admin address.
-func startDemoAdmin(t *testing.T) (admin string, stop func() error) {
+// all three replicas are in rotation and returns the proxy and admin
+// addresses.
+func startDemoAdmin(t *testing.T) (proxy, admin string, stop func() error) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	pr, pw := io.Pipe()
@@ -31,18 +34,21 @@ func startDemoAdmin(t *testing.T) (admin string, stop func() error) {
 	}()
 	sc := bufio.NewScanner(pr)
 	for sc.Scan() {
+		if m := proxyLine.FindStringSubmatch(sc.Text()); m != nil {
+			proxy = m[1]
+		}
 		if m := adminLine.FindStringSubmatch(sc.Text()); m != nil {
 			admin = m[1]
 			break
 		}
 	}
-	if admin == "" {
+	if proxy == "" || admin == "" {
 		cancel()
-		t.Fatalf("demo printed no admin address; stderr: %s, err: %v", errb.String(), <-done)
+		t.Fatalf("demo printed no proxy or admin address; stderr: %s, err: %v", errb.String(), <-done)
 	}
 	go io.Copy(io.Discard, pr)
 	waitRotation(t, admin, 3)
-	return admin, func() error {
+	return proxy, admin, func() error {
 		cancel()
 		return <-done
 	}
@@ -58,7 +64,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	if testing.Short() {
 		t.Skip("browser test skipped in -short mode")
 	}
-	admin, stop := startDemoAdmin(t)
+	proxy, admin, stop := startDemoAdmin(t)
 	defer func() {
 		if err := stop(); err != nil {
 			t.Errorf("demo: %v", err)
@@ -113,6 +119,48 @@ func TestDashboardInBrowser(t *testing.T) {
 	if banner, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.getElementById('error').hidden`)); err != nil || !banner {
 		t.Errorf("error banner visible (hidden=%v, %v)", banner, err)
 	}
+
+	// Traffic: send requests through the proxy; the rows' totals add up to
+	// them and, two refreshes later, the set and its replicas show a
+	// measured request rate (data-rate "" means not measured yet).
+	const sent = 30
+	for i := range sent {
+		req, _ := http.NewRequest("POST", "http://"+proxy+"/ingest", strings.NewReader("x"))
+		req.Header.Set("X-Key", fmt.Sprintf("ui-order-%d", i))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("request %d through the proxy: %d", i, resp.StatusCode)
+		}
+	}
+	traffic := fmt.Sprintf(`(() => {
+		const card = document.querySelector('.set-card[data-set="orders"]');
+		if (!card) return false;
+		const rates = [...card.querySelectorAll('.replica-row td.rate')];
+		const total = rates.reduce((n, td) => n + Number(td.dataset.total || 0), 0);
+		const setRate = card.querySelector('.set-rate');
+		return rates.length === 3 && total === %d && !!setRate && Number(setRate.dataset.rate) > 0 &&
+			rates.some((td) => Number(td.dataset.rate) > 0) &&
+			[...card.querySelectorAll('.replica-row td.errors')].every((td) => td.dataset.rate !== "" && td.dataset.total !== undefined);
+	})()`, sent)
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](traffic, chromedp.WithPollingInterval(100*time.Millisecond))); err != nil {
+		body, _ := chromedp.Run(bctx, chromedp.Text(`.set-card[data-set="orders"]`))
+		t.Fatalf("request rates and totals of %d requests did not appear: %v\ncard text:\n%s", sent, err, body)
+	}
+	cells, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll('.replica-row')].map((r) =>
+		r.dataset.replica + ": " + r.querySelector('td.rate').innerText.replace(/\s+/g, " ") + " | " + r.querySelector('td.errors').innerText.replace(/\s+/g, " "))`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	setRate, err := chromedp.Run(ctx, chromedp.Text(`.set-card[data-set="orders"] .set-rate`))
+	if err != nil || !strings.Contains(setRate, "req/s") {
+		t.Errorf("set rate %q, %v", setRate, err)
+	}
+	t.Logf("set rate: %s; rows: %s", setRate, strings.Join(cells, "; "))
 
 	// Look a key up through the route form.
 	if err := chromedp.Do(ctx,
