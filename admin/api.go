@@ -43,9 +43,13 @@ func (s *Server) routeAPI(mux *http.ServeMux) {
 	mux.HandleFunc("GET /v1/events", s.listEvents)
 	mux.HandleFunc("GET /v1/config", s.getConfig)
 	for _, p := range apiRoutes {
+		allow, use := "GET, HEAD", "use GET"
+		if p == "/v1/replica_sets/{set}" {
+			allow, use = "GET, HEAD, PATCH", `use GET, or PATCH with {"replicas": N} and the bearer token`
+		}
 		mux.HandleFunc(p, func(w http.ResponseWriter, r *http.Request) {
-			w.Header().Set("Allow", "GET, HEAD")
-			s.fail(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s not allowed on %s: use GET", r.Method, r.URL.Path))
+			w.Header().Set("Allow", allow)
+			s.fail(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s not allowed on %s: %s", r.Method, r.URL.Path, use))
 		})
 	}
 	mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {

@@ -27,12 +27,11 @@ import (
 // only reads: each call loads the current routing table once and reports
 // from that one snapshot. Safe for concurrent use.
 type adminView struct {
-	cfg      config.Config
-	p        *proxy.Proxy
-	hc       *health.Checker
-	phases   *health.PhaseTracker
-	audit    *eventlog.Log
-	declared map[string]int
+	cfg    atomic.Pointer[config.Config] // as last loaded; the sets come from the proxy
+	p      *proxy.Proxy
+	hc     *health.Checker
+	phases *health.PhaseTracker
+	audit  *eventlog.Log
 	// node is the gossip node, set once it exists; nil while gossip is off.
 	node atomic.Pointer[membership.Node]
 	// traffic reads the proxy's counters from the metrics registry; nil
@@ -49,11 +48,26 @@ var (
 )
 
 func newAdminView(cfg config.Config, p *proxy.Proxy, hc *health.Checker, phases *health.PhaseTracker, audit *eventlog.Log) *adminView {
-	v := &adminView{cfg: cfg, p: p, hc: hc, phases: phases, audit: audit, declared: map[string]int{}}
-	for _, s := range cfg.ReplicaSets {
-		v.declared[s.Name] = s.Replicas
-	}
+	v := &adminView{p: p, hc: hc, phases: phases, audit: audit}
+	v.setConfig(cfg)
 	return v
+}
+
+// setConfig records the configuration applied at start or by a reload.
+func (v *adminView) setConfig(cfg config.Config) {
+	c := config.Redacted(cfg)
+	v.cfg.Store(&c)
+}
+
+// declared returns a set's declared replica count as it is now (a PATCH
+// or a reload changes it), or 0.
+func (v *adminView) declared(set string) int {
+	for _, sc := range v.p.SetConfigs() {
+		if sc.Name == set {
+			return sc.Replicas
+		}
+	}
+	return 0
 }
 
 // options returns the admin options' read sources, all served by v. The
@@ -109,7 +123,7 @@ func (v *adminView) set(name string, rd *trafficReading) (admin.SetStatus, bool)
 	}
 	st := admin.SetStatus{
 		Name:        name,
-		Declared:    v.declared[name],
+		Declared:    v.declared(name),
 		InRotation:  len(t.Rotation()),
 		RingSize:    t.Len(),
 		Partitions:  t.Partitions(),
@@ -251,7 +265,9 @@ func (v *adminView) Events(since time.Time, kinds []string, limit int) []any {
 // Config returns the redacted effective configuration under its YAML key
 // names (the names of the file and of docs/configuration.md), not Go's.
 func (v *adminView) Config() any {
-	b, err := yaml.Marshal(config.Redacted(v.cfg))
+	cfg := *v.cfg.Load()
+	cfg.ReplicaSets = v.p.SetConfigs() // with declared counts changed at run time
+	b, err := yaml.Marshal(config.Redacted(cfg))
 	if err != nil {
 		return map[string]string{"error": "encoding the configuration: " + err.Error()}
 	}

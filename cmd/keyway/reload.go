@@ -184,16 +184,6 @@ func (r *reloader) fail(source string, probs []string) (admin.ReloadResult, erro
 	return admin.ReloadResult{}, &admin.ReloadError{File: r.file, Problems: probs}
 }
 
-// current returns the configuration in effect: the file as last applied,
-// with each set's declared count as it is now (PATCH changes it).
-func (r *reloader) current() config.Config {
-	r.mu.Lock()
-	cfg := config.Redacted(r.cur)
-	r.mu.Unlock()
-	cfg.ReplicaSets = r.p.SetConfigs()
-	return cfg
-}
-
 func nonNil(s []string) []string {
 	if s == nil {
 		return []string{}

@@ -66,6 +66,8 @@ Usage:
   keyway route --set S --key K  where a key goes now and why (--admin ADDR)
   keyway drain --set S --replica R    take a replica out of rotation on every proxy (--token-file F)
   keyway undrain --set S --replica R  end that drain
+  keyway reload                 make a running proxy re-read its configuration file (like SIGHUP)
+  keyway scale --set S --replicas N   change a set's declared replica count on a running proxy
   keyway version                print the version
 
 Run 'keyway COMMAND --help' for a command's flags.
@@ -97,6 +99,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runRoute(rest, stdout, stderr)
 	case "drain", "undrain":
 		return runDrain(rest, cmd == "drain", stdout, stderr)
+	case "reload":
+		return runReload(rest, stdout, stderr)
+	case "scale":
+		return runScale(rest, stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintln(stdout, versionString())
 		return nil
@@ -243,7 +249,7 @@ func runValidate(args []string, stdout, stderr io.Writer) error {
 func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("proxy", flag.ContinueOnError)
 	cf := newConfigFlags(fs)
-	if err := parseFlags(fs, args, stderr, "Usage: keyway proxy -c FILE [flags]\n\nRuns the proxy until SIGINT or SIGTERM, then drains in-flight requests.\n\n"); err != nil {
+	if err := parseFlags(fs, args, stderr, "Usage: keyway proxy -c FILE [flags]\n\nRuns the proxy until SIGINT or SIGTERM, then drains in-flight requests.\nSIGHUP re-reads FILE (with the same flags and environment) and applies\nthe replica sets, log.level and admin.token_file without dropping a\nconnection; a file changing any other key is refused whole and logged.\n\n"); err != nil {
 		return err
 	}
 	cfg, err := loadConfig(cf, fs)
@@ -311,7 +317,7 @@ func serveFile(ctx context.Context, cfg config.Config, file string, load func() 
 		Logger:     log.Named("proxy"),
 		AccessLog:  logs.Access,
 		Registerer: reg,
-		Tables:     []proxy.TableObserver{healthTargets{hc}, phases, tableAudit{audit}},
+		Tables:     []proxy.TableObserver{healthTargets{hc}, phaseObserver{phases}, tableAudit{audit}},
 		FailOpen:   cfg.Health.FailOpen(),
 	}
 	if cfg.Health.Passive.Enabled {
@@ -329,7 +335,7 @@ func serveFile(ctx context.Context, cfg config.Config, file string, load func() 
 	rl.audit = audit
 	var adm *admin.Server
 	view := newAdminView(cfg, p, hc, phases, audit)
-	// rl.onApplied = view.setConfig (pending)
+	rl.onApplied = view.setConfig
 	adminAddr := ""
 	if cfg.Admin.Listen != "" {
 		aopts := admin.Options{Gatherer: reg, Ready: p, Logger: log.Named("admin"), Scaler: scaler{p, audit}}
@@ -381,6 +387,7 @@ func serveFile(ctx context.Context, cfg config.Config, file string, load func() 
 		return err
 	})
 	g.Go(func() error { return hc.Run(late) })
+	g.Go(func() error { return view.Run(late) })
 	if adm != nil {
 		g.Go(func() error { return adm.Run(gctx) })
 	}

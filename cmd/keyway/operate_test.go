@@ -1,0 +1,227 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"keyway/config"
+	"keyway/demo"
+	"keyway/integration"
+)
+
+// operateStack is a proxy run by serveFile in-process from a file, with
+// two static demo replicas of "orders" and an admin token.
+type operateStack struct {
+	proxy, admin, file, token string
+	replicas                  []string // "name addr"
+	errb                      *syncBuffer
+}
+
+func (st *operateStack) write(t *testing.T, extra string) {
+	t.Helper()
+	yml := fmt.Sprintf(`listen: 127.0.0.1:0
+admin: {listen: 127.0.0.1:0, token_file: %q}
+log: {level: info}
+replica_sets:
+  - name: orders
+    replicas: 2
+    static:
+      - {name: %s, addr: %q}
+      - {name: %s, addr: %q}
+%s`, st.token, strings.Fields(st.replicas[0])[0], strings.Fields(st.replicas[0])[1],
+		strings.Fields(st.replicas[1])[0], strings.Fields(st.replicas[1])[1], extra)
+	tmp := st.file + ".tmp"
+	if err := os.WriteFile(tmp, []byte(yml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, st.file); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func startOperateStack(t *testing.T) *operateStack {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	dir := t.TempDir()
+	st := &operateStack{file: filepath.Join(dir, "keyway.yaml"), token: filepath.Join(dir, "token"), errb: &syncBuffer{}}
+	if err := os.WriteFile(st.token, []byte("tok-1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		r, err := demo.Listen(fmt.Sprintf("orders-%d", i), "127.0.0.1:0", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		rctx, rcancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- r.Run(rctx) }()
+		t.Cleanup(sync.OnceFunc(func() { rcancel(); <-done }))
+		st.replicas = append(st.replicas, r.Name()+" "+r.Addr())
+	}
+	st.write(t, "")
+	load := func() (config.Config, error) {
+		return config.Load(st.file, config.WithEnv(func(string) (string, bool) { return "", false }))
+	}
+	cfg, err := load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	addrs := make(chan [2]string, 1)
+	served := make(chan error, 1)
+	go func() {
+		served <- serveFile(ctx, cfg, st.file, load, &syncBuffer{}, st.errb, func(p, a string) { addrs <- [2]string{p, a} }, nil)
+	}()
+	select {
+	case a := <-addrs:
+		st.proxy, st.admin = a[0], a[1]
+	case err := <-served:
+		cancel()
+		t.Fatalf("serve ended before listening: %v; stderr: %s", err, st.errb.String())
+	}
+	t.Cleanup(func() {
+		cancel()
+		if err := <-served; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	})
+	waitRotation(t, st.admin, 2)
+	return st
+}
+
+func TestReloadAndScaleCLI(t *testing.T) {
+	st := startOperateStack(t)
+	cli := func(args ...string) (string, error) {
+		out, _, err := keywayCLI(t, append(args, "--admin", st.admin, "--token-file", st.token)...)
+		return out, err
+	}
+	if out, err := cli("reload"); err != nil || !strings.Contains(out, "no change") {
+		t.Fatalf("reload of the same file: %q %v", out, err)
+	}
+
+	// A new set and a changed retry count apply; the new set serves at once.
+	st.write(t, `    retries: {attempts: 1}
+  - name: events
+    match: {path_prefix: /events}
+    static:
+      - {name: orders-0, addr: "`+strings.Fields(st.replicas[0])[1]+`"}
+`)
+	out, err := cli("reload")
+	if err != nil || !strings.Contains(out, "added sets:   events") || !strings.Contains(out, "changed sets: orders") || !strings.Contains(out, "replica_sets[0].retries.attempts") {
+		t.Fatalf("reload adding events: %q %v", out, err)
+	}
+	resp, err := http.Post("http://"+st.proxy+"/events/x", "text/plain", strings.NewReader("e"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("events after reload: %d", resp.StatusCode)
+	}
+	var cfgView map[string]any
+	getJSON(t, "http://"+st.admin+"/v1/config", &cfgView)
+	if b, _ := json.Marshal(cfgView); !strings.Contains(string(b), `"events"`) {
+		t.Fatalf("/v1/config does not show the reloaded set: %s", b)
+	}
+
+	// A start-only key refuses the whole file, naming the key.
+	good, _ := os.ReadFile(st.file)
+	if err := os.WriteFile(st.file, []byte(strings.Replace(string(good), "listen: 127.0.0.1:0\n", "listen: 127.0.0.1:1\n", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err = cli("reload")
+	if err == nil || !strings.Contains(err.Error(), "listen: running with") || !strings.Contains(err.Error(), "restart keyway") {
+		t.Fatalf("reload of a start-only change: %q %v", out, err)
+	}
+	if got := integration.Metric(st.admin, "keyway_config_reloads_total", map[string]string{"result": "failure"}); got != 1 {
+		t.Fatalf("failures counted: %v, want 1", got)
+	}
+	if got := integration.Metric(st.admin, "keyway_config_reloads_total", map[string]string{"result": "success"}); got != 2 {
+		t.Fatalf("successes counted: %v, want 2", got)
+	}
+	if got := integration.Metric(st.admin, "keyway_config_last_reload_successful", nil); got != 0 {
+		t.Fatalf("keyway_config_last_reload_successful = %v after a refusal, want 0", got)
+	}
+	if err := os.WriteFile(st.file, good, 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	// Scale: declared 2 → 4, the set reads Degraded; an unrelated reload
+	// keeps it; the file changing replicas wins.
+	if out, err := cli("scale", "--set", "orders", "--replicas", "4"); err != nil || !strings.Contains(out, "declared 4 (was 2), scope this proxy") {
+		t.Fatalf("scale: %q %v", out, err)
+	}
+	var set struct {
+		Phase    string `json:"phase"`
+		Declared int    `json:"declared"`
+	}
+	getJSON(t, "http://"+st.admin+"/v1/replica_sets/orders", &set)
+	if set.Declared != 4 || set.Phase != "Degraded" {
+		t.Fatalf("after scale: %+v, want declared 4 and Degraded", set)
+	}
+	if out, err := cli("reload"); err != nil || !strings.Contains(out, "no change") {
+		t.Fatalf("reload after scale: %q %v", out, err)
+	}
+	getJSON(t, "http://"+st.admin+"/v1/replica_sets/orders", &set)
+	if set.Declared != 4 {
+		t.Fatalf("declared after an unrelated reload: %d, want 4", set.Declared)
+	}
+	st.write(t, "") // events removed, replicas still 2 in the file: unchanged key
+	if out, err := cli("reload"); err != nil || !strings.Contains(out, "removed sets: events") {
+		t.Fatalf("reload removing events: %q %v", out, err)
+	}
+	if err := os.WriteFile(st.file, []byte(strings.Replace(string(mustRead(t, st.file)), "replicas: 2", "replicas: 3", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli("reload"); err != nil {
+		t.Fatal(err)
+	}
+	getJSON(t, "http://"+st.admin+"/v1/replica_sets/orders", &set)
+	if set.Declared != 3 || set.Phase != "Degraded" {
+		t.Fatalf("after the file changed replicas: %+v, want declared 3, Degraded", set)
+	}
+
+	// Errors: unknown set, bad count, no token, a rotated token.
+	if _, err := cli("scale", "--set", "nope", "--replicas", "2"); err == nil || !strings.Contains(err.Error(), `unknown replica set "nope"`) {
+		t.Fatalf("scale of an unknown set: %v", err)
+	}
+	if _, err := cli("scale", "--set", "orders", "--replicas", "1001"); err == nil || !strings.Contains(err.Error(), "out of range") {
+		t.Fatalf("scale to 1001: %v", err)
+	}
+	t.Setenv("KEYWAY_ADMIN_TOKEN", "")
+	if _, _, err := keywayCLI(t, "reload", "--admin", st.admin); err == nil || exitCode(err) != exitConfig {
+		t.Fatalf("reload without a token: %v", err)
+	}
+	if err := os.WriteFile(st.token, []byte("tok-2\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	old := filepath.Join(t.TempDir(), "old")
+	if err := os.WriteFile(old, []byte("tok-1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// The reload that reads the rotated file is authorized by the old token.
+	if _, _, err := keywayCLI(t, "reload", "--admin", st.admin, "--token-file", old); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := keywayCLI(t, "reload", "--admin", st.admin, "--token-file", old); err == nil || !strings.Contains(err.Error(), "HTTP 401") {
+		t.Fatalf("reload with the old token after rotation: %v", err)
+	}
+	if _, err := cli("reload"); err != nil {
+		t.Fatalf("reload with the new token: %v", err)
+	}
+}
+
+func mustRead(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
