@@ -387,41 +387,17 @@ func runDrain(args []string, drain bool, stdout, stderr io.Writer) error {
 	if set == "" || replica == "" {
 		return usageError{fmt.Sprintf("keyway %s needs --set and --replica", action)}
 	}
-	token := strings.TrimSpace(os.Getenv(admin.TokenEnv))
-	if tokenFile != "" {
-		b, err := os.ReadFile(tokenFile)
-		if err != nil {
-			return usageError{fmt.Sprintf("--token-file: %v", err)}
-		}
-		token = strings.TrimSpace(string(b))
-	}
-	if token == "" {
-		return usageError{fmt.Sprintf("keyway %s needs the admin token: pass --token-file FILE or set %s", action, admin.TokenEnv)}
-	}
-	base, err := cf.baseURL()
+	token, err := cliToken(tokenFile, action)
 	if err != nil {
 		return err
 	}
 	path := "/v1/replica_sets/" + url.PathEscape(set) + "/replicas/" + url.PathEscape(replica) + "/" + action
-	req, err := http.NewRequest(http.MethodPost, base+path, nil)
+	status, body, err := cf.mutate(http.MethodPost, path, token, nil)
 	if err != nil {
 		return err
 	}
-	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := (&http.Client{Timeout: cliTimeout}).Do(req)
-	if err != nil {
-		return fmt.Errorf("cannot reach the keyway admin API at %s: %v\n(is the proxy running with admin.listen there? pass --admin ADDR or set KEYWAY_ADMIN)", cf.admin, unwrapURLError(err))
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if resp.StatusCode != http.StatusAccepted {
-		var e struct {
-			Error string `json:"error"`
-		}
-		if json.Unmarshal(body, &e) == nil && e.Error != "" {
-			return fmt.Errorf("admin API at %s: %s (HTTP %d)", cf.admin, e.Error, resp.StatusCode)
-		}
-		return fmt.Errorf("admin API at %s: POST %s answered HTTP %d", cf.admin, path, resp.StatusCode)
+	if status != http.StatusAccepted {
+		return cf.apiError(http.MethodPost, path, status, body)
 	}
 	var res admin.DrainResult
 	if err := json.Unmarshal(body, &res); err != nil {
