@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"keyway/admin"
 	"keyway/config"
@@ -55,7 +56,9 @@ type reloader struct {
 
 func newReloader(file string, load func() (config.Config, error), cur config.Config, p *proxy.Proxy, logs *logging.Loggers, reg prometheus.Registerer) *reloader {
 	r := &reloader{
-		file: file, load: load, cur: cur, p: p, logs: logs, log: logs.App.Named("reload"),
+		file: file, load: load, cur: cur, p: p, logs: logs,
+		// A refused file is the operator's mistake, not keyway's: no stack traces.
+		log: logs.App.Named("reload").WithOptions(zap.AddStacktrace(zapcore.FatalLevel)),
 		total: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "keyway", Subsystem: "config", Name: "reloads_total",
 			Help: "Configuration reloads (SIGHUP or POST /v1/reload), by result: success (applied) or failure (refused; the running configuration stays).",
