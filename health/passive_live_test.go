@@ -13,6 +13,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"keyway/balancer"
+	"keyway/internal/testnet"
 )
 
 // Real servers on 127.0.0.1 and the errors real clients return: the
@@ -83,15 +84,7 @@ func closeServer(t *testing.T) string {
 }
 
 // refusedAddr returns an address nothing listens on.
-func refusedAddr(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
-}
+func refusedAddr(t *testing.T) string { return testnet.RefusedAddr(t) }
 
 func TestClassifyRealErrors(t *testing.T) {
 	t.Parallel()

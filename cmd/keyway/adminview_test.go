@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -18,6 +17,7 @@ import (
 	"keyway/admin"
 	"keyway/config"
 	"keyway/demo"
+	"keyway/internal/testnet"
 )
 
 // getJSON decodes a 200 JSON answer of the admin API into v.
@@ -419,12 +419,7 @@ func TestAdminTrafficCounts(t *testing.T) {
 	}))
 	t.Cleanup(failing.Close)
 	fmt.Fprintf(&static, "      - {name: orders-2, addr: %q}\n", failing.Listener.Addr().String())
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	refusing := l.Addr().String()
-	l.Close()
+	refusing := testnet.RefusedAddr(t)
 	fmt.Fprintf(&static, "      - {name: orders-3, addr: %q}\n", refusing)
 
 	yml := `listen: 127.0.0.1:0

@@ -14,6 +14,7 @@ import (
 
 	"keyway/config"
 	"keyway/demo"
+	"keyway/internal/testnet"
 )
 
 // cliStack is a proxy run by serve in-process, with three static demo
@@ -276,12 +277,7 @@ func routeField(out, name string) string {
 
 func TestCLIErrors(t *testing.T) {
 	// A free port nobody listens on.
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dead := l.Addr().String()
-	l.Close()
+	dead := testnet.RefusedAddr(t)
 	for _, cmd := range []string{"status", "members", "route"} {
 		args := []string{cmd, "--admin", dead}
 		if cmd == "route" {
@@ -311,7 +307,7 @@ func TestCLIErrors(t *testing.T) {
 	}
 	// Something that is not a keyway admin API.
 	srv := http.Server{Handler: http.NotFoundHandler()}
-	l, err = net.Listen("tcp", "127.0.0.1:0")
+	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
