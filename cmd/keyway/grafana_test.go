@@ -271,7 +271,7 @@ func TestGrafanaDashboardUsesOnlyKeywayMetrics(t *testing.T) {
 		"keyway_ring_moved_partitions_total", "keyway_table_rebuilds_total", "keyway_gossip_members",
 		"keyway_ring_fingerprint_disagreements", "keyway_upstream_errors_total", "keyway_retries_total",
 		"keyway_all_replicas_unhealthy_total", "keyway_replica_in_rotation", "keyway_replica_state",
-		"keyway_gossip_health_score", "keyway_gossip_replicas",
+		"keyway_gossip_health_score", "keyway_gossip_replicas", "keyway_config_reloads_total", "keyway_config_last_reload_successful",
 	} {
 		if !used[m] {
 			t.Errorf("no panel uses %s", m)
