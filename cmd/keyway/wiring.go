@@ -78,8 +78,12 @@ func (a tableAudit) TableChanged(set string, _ int, _ []balancer.Member, info ba
 	if info.RingBuilt {
 		kind = eventlog.KindRingRebuild
 		fields["moved_partitions"] = info.Moved
-		fields["joined"] = info.Joined
-		fields["left"] = info.Left
+		if len(info.Joined) > 0 {
+			fields["joined"] = info.Joined
+		}
+		if len(info.Left) > 0 {
+			fields["left"] = info.Left
+		}
 	}
 	a.l.Record(kind, set, "", fields)
 }
