@@ -3,8 +3,6 @@ package admin
 import (
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -64,27 +62,12 @@ func drainServer(t *testing.T, cfg Config, env func(string) (string, bool), d Dr
 
 func do(t *testing.T, method, url, token string) (int, map[string]any) {
 	t.Helper()
-	req, err := http.NewRequest(method, url, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
-		t.Fatalf("%s %s: Content-Type %q, body %s", method, url, ct, b)
-	}
+	code, b := doBody(t, method, url, token, "")
 	var m map[string]any
-	if err := json.Unmarshal(b, &m); err != nil {
+	if err := json.Unmarshal([]byte(b), &m); err != nil {
 		t.Fatalf("%s %s: %v: %s", method, url, err, b)
 	}
-	return resp.StatusCode, m
+	return code, m
 }
 
 func TestDrainEndpoints(t *testing.T) {

@@ -41,46 +41,21 @@ func getJSON(t *testing.T, url string, v any) {
 // /v1/route names as owner and pick is the one that answers a request
 // carrying that X-Key.
 func TestAdminAPIMatchesRouting(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
 	var static strings.Builder
 	stopReplica := map[string]func(){}
 	for i := range 3 {
-		r, err := demo.Listen(fmt.Sprintf("orders-%d", i), "127.0.0.1:0", "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		rctx, rcancel := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() { done <- r.Run(rctx) }()
-		stop := sync.OnceFunc(func() { rcancel(); <-done })
-		stopReplica[r.Name()] = stop
-		t.Cleanup(stop)
-		fmt.Fprintf(&static, "      - {name: %s, addr: %q}\n", r.Name(), r.Addr())
+		name := fmt.Sprintf("orders-%d", i)
+		addr, stop := startDemoReplica(t, name)
+		stopReplica[name] = stop
+		fmt.Fprintf(&static, "      - {name: %s, addr: %q}\n", name, addr)
 	}
 	yml := "listen: 127.0.0.1:0\nadmin: {listen: 127.0.0.1:0}\nlog: {level: warn}\nreplica_sets:\n  - name: orders\n    replicas: 3\n    static:\n" + static.String()
 	cfg, err := config.LoadBytes("test.yaml", []byte(yml))
 	if err != nil {
 		t.Fatal(err)
 	}
-	addrs := make(chan [2]string, 1)
-	served := make(chan error, 1)
-	errb := &syncBuffer{}
-	go func() {
-		served <- serve(ctx, cfg, &syncBuffer{}, errb, func(p, a string) { addrs <- [2]string{p, a} }, nil)
-	}()
-	var proxyAddr, adminAddr string
-	select {
-	case a := <-addrs:
-		proxyAddr, adminAddr = a[0], a[1]
-	case err := <-served:
-		t.Fatalf("serve ended before listening: %v; stderr: %s", err, errb.String())
-	}
-	t.Cleanup(func() {
-		cancel()
-		if err := <-served; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	})
+	stk := startStack(t, cfg, stackOpts{})
+	proxyAddr, adminAddr := stk.proxy, stk.admin
 	waitRotation(t, adminAddr, 3)
 	base := "http://" + adminAddr
 
@@ -400,17 +375,11 @@ func TestTrafficSamplerConcurrent(t *testing.T) {
 // address that refuses connections — and checks the set view's traffic
 // against what the clients saw.
 func TestAdminTrafficCounts(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
 	var static strings.Builder
 	for i := range 2 {
-		r, err := demo.Listen(fmt.Sprintf("orders-%d", i), "127.0.0.1:0", "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		done := make(chan error, 1)
-		go func() { done <- r.Run(ctx) }()
-		t.Cleanup(func() { cancel(); <-done })
-		fmt.Fprintf(&static, "      - {name: %s, addr: %q}\n", r.Name(), r.Addr())
+		name := fmt.Sprintf("orders-%d", i)
+		addr, _ := startDemoReplica(t, name)
+		fmt.Fprintf(&static, "      - {name: %s, addr: %q}\n", name, addr)
 	}
 	failing := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
@@ -438,25 +407,8 @@ replica_sets:
 	if err != nil {
 		t.Fatal(err)
 	}
-	addrs := make(chan [2]string, 1)
-	served := make(chan error, 1)
-	errb := &syncBuffer{}
-	go func() {
-		served <- serve(ctx, cfg, &syncBuffer{}, errb, func(p, a string) { addrs <- [2]string{p, a} }, nil)
-	}()
-	var proxyAddr, adminAddr string
-	select {
-	case a := <-addrs:
-		proxyAddr, adminAddr = a[0], a[1]
-	case err := <-served:
-		t.Fatalf("serve ended before listening: %v; stderr: %s", err, errb.String())
-	}
-	t.Cleanup(func() {
-		cancel()
-		if err := <-served; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	})
+	stk := startStack(t, cfg, stackOpts{})
+	proxyAddr, adminAddr := stk.proxy, stk.admin
 	waitRotation(t, adminAddr, 4)
 	setURL := "http://" + adminAddr + "/v1/replica_sets/orders"
 	byName := func(st admin.SetStatus) map[string]*admin.ReplicaTraffic {

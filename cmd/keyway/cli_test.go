@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 
 	"keyway/config"
@@ -27,21 +26,13 @@ type cliStack struct {
 
 func startCLIStack(t *testing.T) *cliStack {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
 	var static strings.Builder
 	st := &cliStack{stopReplica: map[string]func(){}}
 	for i := range 3 {
-		r, err := demo.Listen(fmt.Sprintf("orders-%d", i), "127.0.0.1:0", "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		rctx, rcancel := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() { done <- r.Run(rctx) }()
-		stop := sync.OnceFunc(func() { rcancel(); <-done })
-		st.stopReplica[r.Name()] = stop
-		t.Cleanup(stop)
-		fmt.Fprintf(&static, "      - {name: %s, addr: %q}\n", r.Name(), r.Addr())
+		name := fmt.Sprintf("orders-%d", i)
+		addr, stop := startDemoReplica(t, name)
+		st.stopReplica[name] = stop
+		fmt.Fprintf(&static, "      - {name: %s, addr: %q}\n", name, addr)
 	}
 	yml := `listen: 127.0.0.1:0
 admin: {listen: 127.0.0.1:0}
@@ -60,25 +51,8 @@ replica_sets:
 	if err != nil {
 		t.Fatal(err)
 	}
-	addrs := make(chan [2]string, 1)
-	served := make(chan error, 1)
-	errb := &syncBuffer{}
-	go func() {
-		served <- serve(ctx, cfg, &syncBuffer{}, errb, func(p, a string) { addrs <- [2]string{p, a} }, nil)
-	}()
-	select {
-	case a := <-addrs:
-		st.proxy, st.admin = a[0], a[1]
-	case err := <-served:
-		cancel()
-		t.Fatalf("serve ended before listening: %v; stderr: %s", err, errb.String())
-	}
-	t.Cleanup(func() {
-		cancel()
-		if err := <-served; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	})
+	s := startStack(t, cfg, stackOpts{})
+	st.proxy, st.admin = s.proxy, s.admin
 	waitRotation(t, st.admin, 3)
 	return st
 }

@@ -92,33 +92,8 @@ replica_sets:
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	addrs := make(chan [2]string, 1)
-	gossip := make(chan string, 1)
-	served := make(chan error, 1)
-	errb := &syncBuffer{}
-	go func() {
-		served <- serve(ctx, cfg, &syncBuffer{}, errb, func(p, a string) { addrs <- [2]string{p, a} }, func(g string) { gossip <- g })
-	}()
-	st := &metricsStack{}
-	select {
-	case a := <-addrs:
-		st.proxy, st.admin = a[0], a[1]
-	case err := <-served:
-		cancel()
-		t.Fatalf("serve ended before listening: %v; stderr: %s", err, errb.String())
-	}
-	t.Cleanup(func() {
-		cancel()
-		if err := <-served; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	})
-	select {
-	case st.gossip = <-gossip:
-	case <-time.After(10 * time.Second):
-		t.Fatal("gossip did not start")
-	}
+	stk := startStack(t, cfg, stackOpts{gossip: true})
+	st := &metricsStack{proxy: stk.proxy, admin: stk.admin, gossip: stk.gossip}
 	return st
 }
 

@@ -1,18 +1,15 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"keyway/config"
-	"keyway/demo"
 	"keyway/integration"
 )
 
@@ -21,7 +18,6 @@ import (
 type operateStack struct {
 	proxy, admin, file, token string
 	replicas                  []string // "name addr"
-	errb                      *syncBuffer
 }
 
 func (st *operateStack) write(t *testing.T, extra string) {
@@ -48,22 +44,15 @@ replica_sets:
 
 func startOperateStack(t *testing.T) *operateStack {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
 	dir := t.TempDir()
-	st := &operateStack{file: filepath.Join(dir, "keyway.yaml"), token: filepath.Join(dir, "token"), errb: &syncBuffer{}}
+	st := &operateStack{file: filepath.Join(dir, "keyway.yaml"), token: filepath.Join(dir, "token")}
 	if err := os.WriteFile(st.token, []byte("tok-1\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 2 {
-		r, err := demo.Listen(fmt.Sprintf("orders-%d", i), "127.0.0.1:0", "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		rctx, rcancel := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() { done <- r.Run(rctx) }()
-		t.Cleanup(sync.OnceFunc(func() { rcancel(); <-done }))
-		st.replicas = append(st.replicas, r.Name()+" "+r.Addr())
+		name := fmt.Sprintf("orders-%d", i)
+		addr, _ := startDemoReplica(t, name)
+		st.replicas = append(st.replicas, name+" "+addr)
 	}
 	st.write(t, "")
 	load := func() (config.Config, error) {
@@ -73,24 +62,8 @@ func startOperateStack(t *testing.T) *operateStack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	addrs := make(chan [2]string, 1)
-	served := make(chan error, 1)
-	go func() {
-		served <- serveFile(ctx, cfg, st.file, load, &syncBuffer{}, st.errb, func(p, a string) { addrs <- [2]string{p, a} }, nil)
-	}()
-	select {
-	case a := <-addrs:
-		st.proxy, st.admin = a[0], a[1]
-	case err := <-served:
-		cancel()
-		t.Fatalf("serve ended before listening: %v; stderr: %s", err, st.errb.String())
-	}
-	t.Cleanup(func() {
-		cancel()
-		if err := <-served; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	})
+	stk := startStack(t, cfg, stackOpts{file: st.file, load: load})
+	st.proxy, st.admin = stk.proxy, stk.admin
 	waitRotation(t, st.admin, 2)
 	return st
 }
