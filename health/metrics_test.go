@@ -6,7 +6,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
+
+	"keyway/internal/metricstest"
 )
 
 // The exposition after one ejection, one capped replica and one hold, on
@@ -71,17 +72,7 @@ keyway_health_probes_total{replica="b",result="timeout",set="s"} 0
 		t.Fatal(err)
 	}
 
-	mfs, err := f.reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	problems, err := promlint.NewWithMetricFamilies(mfs).Lint()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range problems {
-		t.Errorf("promlint: %s: %s", p.Metric, p.Text)
-	}
+	metricstest.Lint(t, f.reg)
 
 	// Forget a: its series go; b's and the set's stay.
 	f.c.SetTargets("s", targets("s", "a", "b")[1:])

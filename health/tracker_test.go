@@ -9,9 +9,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 
 	"keyway/balancer"
+
+	"keyway/internal/metricstest"
 )
 
 func member(name string, st balancer.State, slot int, inRot bool) balancer.Member {
@@ -150,17 +151,7 @@ keyway_replica_in_rotation{replica="users-0",set="users"} 1
 		t.Fatalf("changes after re-adding: %+v", changes)
 	}
 
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	problems, err := promlint.NewWithMetricFamilies(mfs).Lint()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range problems {
-		t.Errorf("promlint: %s: %s", p.Metric, p.Text)
-	}
+	metricstest.Lint(t, reg)
 }
 
 // Tables of different sets come from different Routers at once; with

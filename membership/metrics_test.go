@@ -9,10 +9,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	"go.uber.org/zap"
 
 	"keyway/balancer"
+
+	"keyway/internal/metricstest"
 )
 
 const membersHead = `# HELP keyway_gossip_members Gossip members this node knows, by role and status (alive, dead, left), itself included.
@@ -78,17 +79,7 @@ func TestMembersGauges(t *testing.T) {
 
 func lint(t *testing.T, reg prometheus.Gatherer) {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	problems, err := promlint.NewWithMetricFamilies(mfs).Lint()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range problems {
-		t.Errorf("promlint: %s: %s", p.Metric, p.Text)
-	}
+	metricstest.Lint(t, reg)
 }
 
 // waitExposition polls reg until the named families read want.

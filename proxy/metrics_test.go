@@ -12,13 +12,14 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/valyala/fasthttp"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
 	"keyway/balancer"
+
+	"keyway/internal/metricstest"
 )
 
 // sample returns the value of the series of a counter or gauge family with
@@ -237,19 +238,9 @@ func TestMetricsLint(t *testing.T) {
 	newClient(addr).do(t, "POST", "/ingest", "x", "X-Key", "k")
 	p.Router("orders").SetHealthy("r0", false) // a rotation-only rebuild
 	p.Router("orders").SetHealthy("r0", true)
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
+	mfs := metricstest.Lint(t, reg)
 	if len(mfs) < 10 {
 		t.Fatalf("only %d metric families gathered", len(mfs))
-	}
-	problems, err := promlint.NewWithMetricFamilies(mfs).Lint()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, pr := range problems {
-		t.Errorf("promlint: %s: %s", pr.Metric, pr.Text)
 	}
 	for _, mf := range mfs {
 		if !strings.HasPrefix(mf.GetName(), "keyway_") {
