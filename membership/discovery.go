@@ -67,6 +67,9 @@ type Discovery struct {
 
 	onEvent func(MemberEvent)
 
+	// feedMu serializes feeding the target: a Resync (another goroutine)
+	// must not hand it an older snapshot after a newer one.
+	feedMu     sync.Mutex
 	mu         sync.Mutex
 	node       *Node
 	members    []Member
@@ -121,6 +124,14 @@ func (d *Discovery) Attach(n *Node) {
 
 // SetMembers implements Sink.
 func (d *Discovery) SetMembers(ms []Member) {
+	d.feedMu.Lock()
+	defer d.feedMu.Unlock()
+	d.feed(ms)
+}
+
+// feed turns one snapshot into the target's replica lists; feedMu is
+// held, so that snapshots reach the target in the order they were taken.
+func (d *Discovery) feed(ms []Member) {
 	bySet := ReplicasBySet(ms)
 	d.mu.Lock()
 	prev := d.members
@@ -158,10 +169,12 @@ func (d *Discovery) SetMembers(ms []Member) {
 // the target's sets changed (a configuration reload): a set it serves now
 // gets its gossip replicas at once, not at the next gossip change.
 func (d *Discovery) Resync() {
+	d.feedMu.Lock()
+	defer d.feedMu.Unlock()
 	d.mu.Lock()
 	ms := d.members
 	d.mu.Unlock()
-	d.SetMembers(ms)
+	d.feed(ms)
 }
 
 // diffMembers reports the changes from prev to cur, self excluded.

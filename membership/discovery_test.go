@@ -3,6 +3,7 @@ package membership
 import (
 	"reflect"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -229,5 +230,50 @@ func TestDiscoveryResync(t *testing.T) {
 	d.SetMembers([]Member{rep("payments", "p-0", "a:2", balancer.StateReady, 1, StatusAlive)})
 	if got := testutil.ToFloat64(d.unknownSets); got != 2 {
 		t.Fatalf("unknown sets = %v, want still 2", got)
+	}
+}
+
+// blockingTarget blocks the first feed of a ready o-0 once armed, to hold
+// a Resync inside the target while gossip delivers a newer snapshot.
+type blockingTarget struct {
+	fakeTarget
+	armed   atomic.Bool
+	entered chan struct{}
+	release chan struct{}
+	once    sync.Once
+}
+
+func (b *blockingTarget) SetReplicaSet(set string, rs []balancer.Replica) bool {
+	if b.armed.Load() && len(rs) == 1 && rs[0].State == balancer.StateReady {
+		b.once.Do(func() { close(b.entered); <-b.release })
+	}
+	return b.fakeTarget.SetReplicaSet(set, rs)
+}
+
+// A Resync (a reload's goroutine) racing a gossip snapshot never leaves
+// the proxy with the older view.
+func TestDiscoveryResyncRacesGossip(t *testing.T) {
+	bt := &blockingTarget{fakeTarget: fakeTarget{sets: map[string][]balancer.Replica{}, fps: map[string]string{"orders": "fp"}},
+		entered: make(chan struct{}), release: make(chan struct{})}
+	d := NewDiscovery(bt, DiscoveryOptions{})
+	d.SetMembers([]Member{rep("orders", "o-0", "a:1", balancer.StateReady, 1, StatusAlive)})
+	bt.armed.Store(true)
+	resynced := make(chan struct{})
+	go func() { d.Resync(); close(resynced) }()
+	<-bt.entered
+	// Meanwhile gossip: o-0 drains (the Node's emit goroutine).
+	fed := make(chan struct{})
+	go func() {
+		d.SetMembers([]Member{rep("orders", "o-0", "a:1", balancer.StateDraining, 1, StatusAlive)})
+		close(fed)
+	}()
+	close(bt.release)
+	<-resynced
+	<-fed
+	bt.mu.Lock()
+	got := bt.sets["orders"][0].State
+	bt.mu.Unlock()
+	if got != balancer.StateDraining {
+		t.Fatalf("after a Resync raced gossip the proxy has o-0 %v; the newest snapshot says draining", got)
 	}
 }
