@@ -31,6 +31,9 @@ type Backend struct {
 	refusedMu  sync.Mutex
 	refused    atomic.Bool
 	refusedGen uint64
+	// released says the Router retired this backend: requests still using
+	// it close their connection when they finish.
+	released atomic.Bool
 
 	requests [6]prometheus.Counter // by status class: 1xx..5xx, and index 0 for transport errors
 	latency  prometheus.Observer

@@ -50,6 +50,9 @@ func (p *Proxy) ejectRefused(rs *replicaSet, b *Backend) {
 // exclusion is keyed by replica name, so it is left alone when another,
 // newer backend of the same name holds a hold of its own.
 func (p *Proxy) readmitRefused(st *setState, b *Backend, gen uint64) {
+	if p.stopped.Load() || st.removed.Load() {
+		return // nothing routes with this set any more
+	}
 	b.refusedMu.Lock()
 	defer b.refusedMu.Unlock()
 	if !b.refused.Load() || (gen != 0 && gen != b.refusedGen) {
@@ -75,6 +78,11 @@ func (p *Proxy) SetReplicaSet(set string, reps []balancer.Replica) bool {
 		return false
 	}
 	s := rs.st
+	s.feedMu.Lock()
+	defer s.feedMu.Unlock()
+	if s.removed.Load() {
+		return false // a reload removed it after we looked it up
+	}
 	s.mu.Lock()
 	prev := s.gossip
 	s.gossip = slices.Clone(reps)
@@ -92,6 +100,11 @@ func (p *Proxy) SetReplicaSet(set string, reps []balancer.Replica) bool {
 		}
 	}
 	s.router.SetReplicas("gossip", reps)
+	if len(prev) == 0 && len(reps) > 0 && s.router.Table().Len() == 0 {
+		// The set's first replicas (a new set, a reload, a proxy just
+		// started): routable now, not after the coalescing window.
+		s.router.Flush()
+	}
 	return true
 }
 

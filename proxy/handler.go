@@ -220,6 +220,12 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, rs *replicaSet, t *balancer.Ta
 		b.inflight.Add(1)
 		err := b.hc.DoDeadline(&ctx.Request, &ctx.Response, deadline)
 		b.inflight.Add(-1)
+		if b.released.Load() {
+			// The pool was retired while this request used it (a reload
+			// renewed it, or the replica left): close the connection the
+			// request just returned to it.
+			b.hc.CloseIdleConnections()
+		}
 		d := time.Since(t0)
 		if err == nil {
 			code := ctx.Response.StatusCode()

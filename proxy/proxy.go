@@ -82,6 +82,7 @@ type Proxy struct {
 	ln      net.Listener
 	ready   atomic.Bool
 	started atomic.Bool
+	stopped atomic.Bool // Run has returned: late timers change nothing
 
 	// reloadMu serializes Reload and the start and end of Run. runCtx is
 	// Run's context for the routers of sets added later (nil before Run);
@@ -140,6 +141,9 @@ type setState struct {
 	stop     context.CancelFunc // ends the router's Run; nil until started
 	removed  atomic.Bool        // the set left the configuration
 
+	// feedMu serializes gossip feeds with the set's removal (lock order:
+	// feedMu, then refusedMu, the Router's lock, mu).
+	feedMu sync.Mutex
 	mu     sync.Mutex // guards live and gossip
 	live   map[string]*Backend
 	gossip []balancer.Replica // the last gossip list, sorted by name
@@ -354,6 +358,7 @@ func (p *Proxy) newBackend(st *setState, r balancer.Replica) *Backend {
 }
 
 func (p *Proxy) releaseBackend(st *setState, r balancer.Replica, b *Backend) {
+	b.released.Store(true)
 	b.hc.CloseIdleConnections()
 	st.mu.Lock()
 	gone := st.live[r.Name] == b
@@ -472,6 +477,7 @@ func (p *Proxy) Run(ctx context.Context) error {
 	}
 	p.reloadMu.Unlock()
 	defer func() {
+		p.stopped.Store(true)
 		p.reloadMu.Lock()
 		for _, rs := range p.routes.Load().sets {
 			rs.st.stop()

@@ -137,6 +137,7 @@ func (p *Proxy) removeSet(st *setState) {
 	if st.stop != nil {
 		st.stop()
 	}
+	st.feedMu.Lock() // no gossip feed is halfway through the set
 	st.removed.Store(true)
 	st.router.SetReplicas("static", nil)
 	st.router.SetReplicas("gossip", nil)
@@ -144,6 +145,7 @@ func (p *Proxy) removeSet(st *setState) {
 	st.mu.Lock()
 	st.gossip = nil
 	st.mu.Unlock()
+	st.feedMu.Unlock()
 	p.metrics.forgetSet(st.name)
 	for _, o := range p.opts.Tables {
 		if r, ok := o.(SetRemover); ok {
@@ -178,6 +180,10 @@ func isScalarStruct(v reflect.Value) bool {
 	return ok
 }
 
+// ErrUnknownSet is returned (wrapped) for a replica set the proxy does not
+// serve.
+var ErrUnknownSet = errors.New("unknown replica set")
+
 // SetDeclared changes a replica set's declared replica count at run time
 // (what its phase compares the ready replicas with) and republishes its
 // table so that observers see it. It lasts until a reload changes the
@@ -191,7 +197,7 @@ func (p *Proxy) SetDeclared(set string, n int) (prev int, err error) {
 	defer p.reloadMu.Unlock()
 	rs := p.routes.Load().byName[set]
 	if rs == nil {
-		return 0, fmt.Errorf("no replica set %q", set)
+		return 0, fmt.Errorf("%w %q", ErrUnknownSet, set)
 	}
 	st := rs.st
 	prev = int(st.declared.Swap(int64(n)))

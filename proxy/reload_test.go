@@ -314,3 +314,91 @@ func TestReloadUnderTraffic(t *testing.T) {
 	}
 	t.Logf("%d requests across 40 reloads, all 200", sent.Load())
 }
+
+// A set added by a reload and fed by gossip right after (the reloader's
+// Resync) serves its first request at once, coalescing window or not.
+func TestReloadNewGossipSetServesAtOnce(t *testing.T) {
+	a, g := startReplica(t, "r0"), startReplica(t, "g0")
+	p, addr := startProxyOpts(t, Options{Coalesce: time.Minute}, nil, a)
+	cfg := testConfig(a)
+	ps := DefaultSetConfig()
+	ps.Name = "payments"
+	ps.Match.Host = "pay.example"
+	cfg.ReplicaSets = append(cfg.ReplicaSets, ps)
+	mustReload(t, p, cfg)
+	if !p.SetReplicaSet("payments", []balancer.Replica{{Name: "g0", Addr: g.addr(), State: balancer.StateReady, Weight: 1}}) {
+		t.Fatal("payments not served after the reload")
+	}
+	conn := dialRaw(t, addr)
+	conn.send(t, "GET /x HTTP/1.1\r\nHost: pay.example\r\nX-Key: k\r\n\r\n")
+	if r := conn.read(t); r.status != 200 || r.body != "g0" {
+		t.Fatalf("first request to the new set: %v", r)
+	}
+}
+
+// A request in flight on a pool a reload renews returns its connection to
+// the retired pool, which closes it (instead of keeping it open until the
+// old idle timeout).
+func TestReloadRetiredPoolClosesInflightConn(t *testing.T) {
+	r0 := startReplica(t, "r0")
+	p, addr := startProxy(t, nil, r0)
+	old := p.Router("orders").Table().Backend(0)
+	hold, entered := make(chan struct{}), make(chan struct{}, 1)
+	r0.setHandler(func(ctx *fasthttp.RequestCtx) { entered <- struct{}{}; <-hold })
+	done := make(chan reply, 1)
+	go func() {
+		r, err := newClient(addr).try("POST", "/", "x", "X-Key", "k")
+		if err != nil {
+			r.status = -1
+		}
+		done <- r
+	}()
+	within(t, entered, 5*time.Second, "the request to reach r0")
+	cfg := testConfig(r0)
+	cfg.ReplicaSets[0].Timeouts.Idle = 5 * time.Minute
+	mustReload(t, p, cfg)
+	if p.Router("orders").Table().Backend(0) == old {
+		t.Fatal("the pool was not renewed")
+	}
+	close(hold)
+	if r := within(t, done, 5*time.Second, "the answer"); r.status != 200 {
+		t.Fatalf("request across the renewal: %v", r)
+	}
+	eventually(t, 5*time.Second, "the retired pool to close its connection", func() bool { return old.hc.ConnsCount() == 0 })
+}
+
+// A gossip feed racing the removal of its set cannot put replicas back
+// into the removed set's router (run with -race).
+func TestReloadRemovalRacesGossip(t *testing.T) {
+	a, g := startReplica(t, "r0"), startReplica(t, "g0")
+	reg := newRegistry()
+	p, _ := startProxyOpts(t, Options{Registerer: reg}, nil, a)
+	with := testConfig(a)
+	ps := DefaultSetConfig()
+	ps.Name = "payments"
+	ps.Match.Host = "pay.example"
+	with.ReplicaSets = append(with.ReplicaSets, ps)
+	without := testConfig(a)
+	reps := []balancer.Replica{{Name: "g0", Addr: g.addr(), State: balancer.StateReady, Weight: 1}}
+	for range 30 {
+		mustReload(t, p, with)
+		st := p.routes.Load().byName["payments"].st
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			for range 20 {
+				p.SetReplicaSet("payments", reps)
+				p.SetReplicaSet("payments", nil)
+			}
+			p.SetReplicaSet("payments", reps)
+		})
+		mustReload(t, p, without)
+		wg.Wait()
+		st.router.Flush()
+		if n := st.router.Table().Len(); n != 0 {
+			t.Fatalf("the removed set's router has %d members after racing gossip", n)
+		}
+		if n := seriesWithLabel(t, reg, "set", "payments"); n != 0 {
+			t.Fatalf("%d series of the removed set after racing gossip", n)
+		}
+	}
+}
