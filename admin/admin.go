@@ -125,17 +125,33 @@ func New(cfg Config, opts Options) (*Server, error) {
 // effect without a restart. On an error, or an empty token on a listener
 // off loopback, the old token stays.
 func (s *Server) ReloadToken(tokenFile string) error {
+	token, err := s.tokenFor(tokenFile)
+	if err != nil {
+		return err
+	}
+	s.token.Store(&token)
+	return nil
+}
+
+// CheckToken reports the error ReloadToken would return, changing nothing.
+func (s *Server) CheckToken(tokenFile string) error {
+	_, err := s.tokenFor(tokenFile)
+	return err
+}
+
+// tokenFor reads the token by the rules of New, with tokenFile as
+// admin.token_file.
+func (s *Server) tokenFor(tokenFile string) (string, error) {
 	c := s.cfg
 	c.TokenFile = tokenFile
 	token, err := loadToken(c, s.opts.Env)
 	if err != nil {
-		return fmt.Errorf("admin.%w", err)
+		return "", fmt.Errorf("admin.%w", err)
 	}
 	if token == "" && !loopback(c.Listen) {
-		return fmt.Errorf("admin.token_file: no token, and admin.listen %q is not a loopback address; the old token stays", c.Listen)
+		return "", fmt.Errorf("admin.token_file: no token, and admin.listen %q is not a loopback address: the mutating endpoints would be open to the network", c.Listen)
 	}
-	s.token.Store(&token)
-	return nil
+	return token, nil
 }
 
 // Listen opens the listener if it is not open yet.

@@ -159,3 +159,40 @@ func serveHandler(t *testing.T, s *Server) string {
 	t.Cleanup(ts.Close)
 	return ts.URL
 }
+
+// CheckToken follows New's rules: the environment first, then the file;
+// no token at all is refused only off loopback. Nothing listens here.
+func TestCheckToken(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "token")
+	if err := os.WriteFile(file, []byte("t\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	off, err := New(Config{Listen: "10.1.2.3:9901", TokenFile: file}, Options{Gatherer: prometheus.NewPedanticRegistry(), Env: noEnv})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := off.CheckToken(file); err != nil {
+		t.Fatalf("CheckToken(file) = %v", err)
+	}
+	if err := off.CheckToken(""); err == nil || !strings.Contains(err.Error(), "not a loopback address") {
+		t.Fatalf("CheckToken(no token) off loopback = %v, want a refusal", err)
+	}
+	if err := off.CheckToken(filepath.Join(dir, "gone")); err == nil || !strings.Contains(err.Error(), "admin.token_file") {
+		t.Fatalf("CheckToken(missing file) = %v", err)
+	}
+	env, err := New(Config{Listen: "10.1.2.3:9901"}, Options{Gatherer: prometheus.NewPedanticRegistry(), Env: envWith("e")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := env.CheckToken(filepath.Join(dir, "gone")); err != nil {
+		t.Fatalf("with KEYWAY_ADMIN_TOKEN set, a missing token file = %v, want nil (the environment wins)", err)
+	}
+	lo, err := New(Config{Listen: "127.0.0.1:0"}, Options{Gatherer: prometheus.NewPedanticRegistry(), Env: noEnv})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lo.CheckToken(""); err != nil {
+		t.Fatalf("no token on loopback = %v, want nil", err)
+	}
+}

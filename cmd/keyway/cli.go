@@ -392,7 +392,7 @@ func runDrain(args []string, drain bool, stdout, stderr io.Writer) error {
 		return err
 	}
 	path := "/v1/replica_sets/" + url.PathEscape(set) + "/replicas/" + url.PathEscape(replica) + "/" + action
-	status, body, err := cf.mutate(http.MethodPost, path, token, nil)
+	status, body, err := cf.mutate(http.MethodPost, path, token, nil, cliTimeout)
 	if err != nil {
 		return err
 	}

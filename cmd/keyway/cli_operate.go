@@ -11,6 +11,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"keyway/admin"
 )
@@ -37,7 +38,7 @@ func cliToken(tokenFile, command string) (string, error) {
 // mutate sends an authorized request to the admin API and returns the
 // answer's status and body; a transport failure is an error naming the
 // address.
-func (cf *cliFlags) mutate(method, path, token string, body []byte) (int, []byte, error) {
+func (cf *cliFlags) mutate(method, path, token string, body []byte, timeout time.Duration) (int, []byte, error) {
 	base, err := cf.baseURL()
 	if err != nil {
 		return 0, nil, err
@@ -50,7 +51,7 @@ func (cf *cliFlags) mutate(method, path, token string, body []byte) (int, []byte
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	resp, err := (&http.Client{Timeout: cliTimeout}).Do(req)
+	resp, err := (&http.Client{Timeout: timeout}).Do(req)
 	if err != nil {
 		return 0, nil, fmt.Errorf("cannot reach the keyway admin API at %s: %v\n(is the proxy running with admin.listen there? pass --admin ADDR or set KEYWAY_ADMIN)", cf.admin, unwrapURLError(err))
 	}
@@ -92,7 +93,9 @@ func runReload(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	status, body, err := cf.mutate(http.MethodPost, "/v1/reload", token, nil)
+	// A reload waits for gossip to carry new ring fingerprints (up to 2s)
+	// on top of reading and applying the file.
+	status, body, err := cf.mutate(http.MethodPost, "/v1/reload", token, nil, 30*time.Second)
 	if err != nil {
 		return err
 	}
@@ -176,7 +179,7 @@ func runScale(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	path := "/v1/replica_sets/" + url.PathEscape(set)
-	status, body, err := cf.mutate(http.MethodPatch, path, token, []byte(`{"replicas": `+strconv.Itoa(replicas)+`}`))
+	status, body, err := cf.mutate(http.MethodPatch, path, token, []byte(`{"replicas": `+strconv.Itoa(replicas)+`}`), cliTimeout)
 	if err != nil {
 		return err
 	}

@@ -1,16 +1,21 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"keyway/balancer"
 	"keyway/config"
 	"keyway/integration"
+	"keyway/membership"
 )
 
 // operateStack is a proxy run by serveFile in-process from a file, with
@@ -197,4 +202,100 @@ func mustRead(t *testing.T, path string) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// KEYWAY_ADMIN_TOKEN wins over admin.token_file, at start and on reload:
+// a token file that does not exist does not refuse the unchanged file.
+func TestReloadWithEnvToken(t *testing.T) {
+	t.Setenv("KEYWAY_ADMIN_TOKEN", "env-tok")
+	dir := t.TempDir()
+	addr, _ := startDemoReplica(t, "orders-0")
+	file := filepath.Join(dir, "keyway.yaml")
+	yml := `listen: 127.0.0.1:0
+admin: {listen: 127.0.0.1:0, token_file: "` + filepath.Join(dir, "missing-token") + `"}
+replica_sets:
+  - name: orders
+    static:
+      - {name: orders-0, addr: "` + addr + `"}
+`
+	if err := os.WriteFile(file, []byte(yml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	load := func() (config.Config, error) { return config.Load(file) }
+	cfg, err := load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stk := startStack(t, cfg, stackOpts{file: file, load: load})
+	if out, _, err := keywayCLI(t, "reload", "--admin", stk.admin); err != nil || !strings.Contains(out, "no change") {
+		t.Fatalf("reload of the unchanged file with the token from the environment: %q %v", out, err)
+	}
+}
+
+// A set added by a reload whose replicas gossip already knows serves its
+// first request as soon as the reload has answered.
+func TestReloadAddsGossipSet(t *testing.T) {
+	dir := t.TempDir()
+	orders, events := startTestReplica(t, "orders-0"), startTestReplica(t, "events-0")
+	file := filepath.Join(dir, "keyway.yaml")
+	token := filepath.Join(dir, "token")
+	if err := os.WriteFile(token, []byte("tok\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	write := func(extra string) {
+		yml := `listen: 127.0.0.1:0
+admin: {listen: 127.0.0.1:0, token_file: "` + token + `"}
+log: {level: warn}
+gossip: {enabled: true, bind_addr: 127.0.0.1, bind_port: 0, profile: fast}
+replica_sets:
+  - name: orders
+    static:
+      - {name: orders-0, addr: "` + orders.addr + `"}
+` + extra
+		if err := os.WriteFile(file+".tmp", []byte(yml), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(file+".tmp", file); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("")
+	load := func() (config.Config, error) { return config.Load(file) }
+	cfg, err := load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stk := startStack(t, cfg, stackOpts{file: file, load: load, gossip: true})
+
+	gcfg := membership.DefaultConfig()
+	gcfg.BindAddr, gcfg.BindPort, gcfg.Profile = "127.0.0.1", 0, "fast"
+	gcfg.Join = []string{stk.gossip}
+	node, err := membership.New(gcfg, membership.Meta{
+		Role: membership.RoleReplica, Set: "events", Replica: "events-0", Addr: events.addr, State: balancer.StateReady,
+	}, membership.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- node.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	// The proxy sees the replica of a set it does not serve yet.
+	integration.Eventually(t, 10*time.Second, "the unknown set counted", func() bool {
+		return integration.Metric(stk.admin, "keyway_gossip_unknown_set_replicas_total", nil) == 1
+	})
+
+	write("  - name: events\n    match: {path_prefix: /events}\n")
+	if out, _, err := keywayCLI(t, "reload", "--admin", stk.admin, "--token-file", token); err != nil || !strings.Contains(out, "added sets:   events") {
+		t.Fatalf("reload: %q %v", out, err)
+	}
+	resp, err := http.Post("http://"+stk.proxy+"/events/x", "text/plain", strings.NewReader("e"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || string(body) != "events-0" {
+		t.Fatalf("first request to the new set: %d %s", resp.StatusCode, body)
+	}
 }

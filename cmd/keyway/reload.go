@@ -3,8 +3,6 @@ package main
 import (
 	"errors"
 	"fmt"
-	"os"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -106,11 +104,11 @@ func (r *reloader) Reload(source string) (admin.ReloadResult, error) {
 				r.file, c.Path, c.Old, c.New))
 		}
 	}
-	if f := cfg.Admin.TokenFile; r.adm != nil && f != "" {
-		if b, err := os.ReadFile(f); err != nil {
-			probs = append(probs, fmt.Sprintf("%s: admin.token_file: %v", r.file, err))
-		} else if strings.TrimSpace(string(b)) == "" {
-			probs = append(probs, fmt.Sprintf("%s: admin.token_file: %s is empty", r.file, f))
+	if r.adm != nil {
+		// The same rules as at start (KEYWAY_ADMIN_TOKEN first), checked
+		// before anything applies: nothing may fail after the proxy's Reload.
+		if err := r.adm.CheckToken(cfg.Admin.TokenFile); err != nil {
+			probs = append(probs, fmt.Sprintf("%s: %v", r.file, err))
 		}
 	}
 	if len(probs) > 0 {
@@ -139,7 +137,7 @@ func (r *reloader) Reload(source string) (admin.ReloadResult, error) {
 	if r.node != nil {
 		fp := membership.FingerprintMeta(r.p.Fingerprints())
 		if r.node.Meta().Fingerprint != fp {
-			if err := r.node.UpdateMeta(func(m *membership.Meta) { m.Fingerprint = fp }, 5*time.Second); err != nil {
+			if err := r.node.UpdateMeta(func(m *membership.Meta) { m.Fingerprint = fp }, 2*time.Second); err != nil {
 				r.log.Warn("gossip metadata not updated with the new ring fingerprints", zap.Error(err))
 			}
 		}
@@ -201,10 +199,10 @@ type scaler struct {
 }
 
 func (s scaler) SetDeclared(set string, n int) (int, error) {
-	if !slices.Contains(s.p.Sets(), set) {
+	prev, err := s.p.SetDeclared(set, n)
+	if errors.Is(err, proxy.ErrUnknownSet) {
 		return 0, fmt.Errorf("%w %q", admin.ErrUnknownSet, set)
 	}
-	prev, err := s.p.SetDeclared(set, n)
 	if err != nil {
 		return prev, err
 	}

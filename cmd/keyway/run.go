@@ -290,6 +290,14 @@ func serve(ctx context.Context, cfg config.Config, stdout, stderr io.Writer, onS
 // serveFile is serve for a configuration read from file by load: SIGHUP
 // and POST /v1/reload call load again and apply what may change.
 func serveFile(ctx context.Context, cfg config.Config, file string, load func() (config.Config, error), stdout, stderr io.Writer, onStart started, onGossip gossipStarted) error {
+	var hup chan os.Signal
+	if load != nil {
+		// First, so that a SIGHUP during startup waits for the reloader
+		// instead of killing the process (its default action).
+		hup = make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		defer signal.Stop(hup)
+	}
 	logs, err := logging.New(cfg.Log, stderr, stdout)
 	if err != nil {
 		return err
@@ -392,9 +400,6 @@ func serveFile(ctx context.Context, cfg config.Config, file string, load func() 
 		g.Go(func() error { return adm.Run(gctx) })
 	}
 	if load != nil {
-		hup := make(chan os.Signal, 1)
-		signal.Notify(hup, syscall.SIGHUP)
-		defer signal.Stop(hup)
 		g.Go(func() error {
 			for {
 				select {
