@@ -116,7 +116,11 @@ func TestReload100UnderTraffic(t *testing.T) {
 					return
 				default:
 				}
-				req, _ := http.NewRequest("POST", "http://"+proxyAddr+"/ingest", strings.NewReader("payload"))
+				// Every other request goes to /events: to the events set
+				// while the applied file has it, else to orders (prefix "/"),
+				// so requests cross the set's addition and removal.
+				path := []string{"/ingest", "/events/e"}[i%2]
+				req, _ := http.NewRequest("POST", "http://"+proxyAddr+path, strings.NewReader("payload"))
 				req.Header.Set("X-Key", fmt.Sprintf("w%d-k%d", w, i%97))
 				resp, err := hc.Do(req)
 				if err != nil {
