@@ -402,3 +402,44 @@ func TestReloadRemovalRacesGossip(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkReload measures Proxy.Reload of a set with 30 static replicas:
+// a parameter change (same pools), new pools, and a new ring shape.
+func BenchmarkReload(b *testing.B) {
+	base := DefaultConfig()
+	base.Listen = "127.0.0.1:0"
+	sc := DefaultSetConfig()
+	sc.Name = "orders"
+	for i := range 30 {
+		sc.Static = append(sc.Static, StaticReplica{Name: fmt.Sprintf("orders-%02d", i), Addr: fmt.Sprintf("127.0.0.1:%d", 20000+i), Weight: 1})
+	}
+	base.ReplicaSets = []SetConfig{sc}
+	for _, bc := range []struct {
+		name   string
+		change func(*SetConfig)
+	}{
+		{"retries", func(s *SetConfig) { s.Retries.Attempts = 1 }},
+		{"new_pools", func(s *SetConfig) { s.Timeouts.Idle = time.Minute }},
+		{"new_ring", func(s *SetConfig) { s.Hash.Partitions = 7907 }},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			p, err := New(base, Options{Coalesce: -1})
+			if err != nil {
+				b.Fatal(err)
+			}
+			alt := base
+			alt.ReplicaSets = []SetConfig{sc}
+			bc.change(&alt.ReplicaSets[0])
+			b.ResetTimer()
+			for i := range b.N {
+				cfg := base
+				if i%2 == 0 {
+					cfg = alt
+				}
+				if _, err := p.Reload(cfg); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
