@@ -1,0 +1,424 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	yaml "go.yaml.in/yaml/v3"
+
+	"keyway/agent"
+	"keyway/config"
+)
+
+// The Kubernetes manifests under deploy/kubernetes are checked against
+// keyway's own rules: every configuration they carry loads (with the
+// environment the pods give it), ports, probes, mounts, selectors and
+// gossip join names line up, and grace periods outlast the drains.
+// Kubernetes itself is not here; `kubectl kustomize deploy/kubernetes`
+// renders them.
+
+type obj = map[string]any
+
+func dig(o any, path ...string) any {
+	for _, p := range path {
+		m, ok := o.(obj)
+		if !ok {
+			return nil
+		}
+		o = m[p]
+	}
+	return o
+}
+
+func str(o any, path ...string) string { s, _ := dig(o, path...).(string); return s }
+func list(o any, path ...string) []any { l, _ := dig(o, path...).([]any); return l }
+func num(o any, path ...string) int    { n, _ := dig(o, path...).(int); return n }
+func mapOf(o any, path ...string) obj  { m, _ := dig(o, path...).(obj); return m }
+func strs(o any, path ...string) []string {
+	var out []string
+	for _, v := range list(o, path...) {
+		out = append(out, fmt.Sprint(v))
+	}
+	return out
+}
+
+type manifests struct {
+	namespace string
+	objs      []obj
+}
+
+func (m *manifests) find(kind, name string) obj {
+	for _, o := range m.objs {
+		if str(o, "kind") == kind && str(o, "metadata", "name") == name {
+			return o
+		}
+	}
+	return nil
+}
+
+func loadManifests(t *testing.T) *manifests {
+	t.Helper()
+	dir := filepath.Join("..", "..", "deploy", "kubernetes")
+	var k obj
+	b, err := os.ReadFile(filepath.Join(dir, "kustomization.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(b, &k); err != nil {
+		t.Fatalf("kustomization.yaml: %v", err)
+	}
+	m := &manifests{namespace: str(k, "namespace")}
+	resources := strs(k, "resources")
+	files, _ := filepath.Glob(filepath.Join(dir, "*.yaml"))
+	for _, f := range files {
+		if base := filepath.Base(f); base != "kustomization.yaml" && !slices.Contains(resources, base) {
+			t.Errorf("%s is not listed in kustomization.yaml's resources", base)
+		}
+	}
+	for _, r := range resources {
+		b, err := os.ReadFile(filepath.Join(dir, r))
+		if err != nil {
+			t.Fatalf("kustomization.yaml lists %s: %v", r, err)
+		}
+		dec := yaml.NewDecoder(bytes.NewReader(b))
+		for {
+			var o obj
+			err := dec.Decode(&o)
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				t.Fatalf("%s: %v", r, err)
+			}
+			if o == nil {
+				continue
+			}
+			if str(o, "kind") == "" || str(o, "metadata", "name") == "" || str(o, "apiVersion") == "" {
+				t.Errorf("%s: a document without apiVersion, kind or metadata.name", r)
+			}
+			m.objs = append(m.objs, o)
+		}
+	}
+	if m.find("Namespace", m.namespace) == nil {
+		t.Errorf("kustomization namespace %q has no Namespace manifest", m.namespace)
+	}
+	return m
+}
+
+// fakePodEnv resolves a container's env as the kubelet would, with a fake
+// pod IP and the pod name given; Secret values are placeholders.
+func fakePodEnv(c obj, podName string) map[string]string {
+	env := map[string]string{}
+	for _, e := range list(c, "env") {
+		name, val := str(e, "name"), str(e, "value")
+		switch {
+		case str(e, "valueFrom", "fieldRef", "fieldPath") == "status.podIP":
+			val = "10.1.2.3"
+		case str(e, "valueFrom", "fieldRef", "fieldPath") == "metadata.name":
+			val = podName
+		case mapOf(e, "valueFrom", "secretKeyRef") != nil:
+			val = "secret"
+		}
+		env[name] = regexp.MustCompile(`\$\((\w+)\)`).ReplaceAllStringFunc(val, func(s string) string { return env[s[2:len(s)-1]] })
+	}
+	return env
+}
+
+// mountedFile returns the ConfigMap data a container sees at path.
+func (m *manifests) mountedFile(t *testing.T, pod, c obj, path string) []byte {
+	t.Helper()
+	for _, vm := range list(c, "volumeMounts") {
+		dir := str(vm, "mountPath")
+		if filepath.Dir(path) != filepath.Clean(dir) {
+			continue
+		}
+		for _, v := range list(pod, "volumes") {
+			if str(v, "name") != str(vm, "name") {
+				continue
+			}
+			cm := m.find("ConfigMap", str(v, "configMap", "name"))
+			if cm == nil {
+				t.Fatalf("volume %s: no ConfigMap %q", str(v, "name"), str(v, "configMap", "name"))
+			}
+			data := str(cm, "data", filepath.Base(path))
+			if data == "" {
+				t.Fatalf("ConfigMap %s has no key %s (mounted at %s)", str(cm, "metadata", "name"), filepath.Base(path), dir)
+			}
+			return []byte(data)
+		}
+		t.Fatalf("volumeMount %s names no volume", str(vm, "name"))
+	}
+	t.Fatalf("container %s: nothing mounted at %s", str(c, "name"), filepath.Dir(path))
+	return nil
+}
+
+// secretMounted reports whether path lies in a Secret volume of the container.
+func secretMounted(pod, c obj, path, secret string) bool {
+	for _, vm := range list(c, "volumeMounts") {
+		if filepath.Dir(path) != filepath.Clean(str(vm, "mountPath")) {
+			continue
+		}
+		for _, v := range list(pod, "volumes") {
+			if str(v, "name") == str(vm, "name") && str(v, "secret", "secretName") == secret {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func containerPort(c obj, name string) (int, string) {
+	for _, p := range list(c, "ports") {
+		if str(p, "name") == name {
+			return num(p, "containerPort"), cmpOr(str(p, "protocol"), "TCP")
+		}
+	}
+	return 0, ""
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+func hasPort(c obj, port int, proto string) bool {
+	for _, p := range list(c, "ports") {
+		if num(p, "containerPort") == port && cmpOr(str(p, "protocol"), "TCP") == proto {
+			return true
+		}
+	}
+	return false
+}
+
+func portOf(t *testing.T, addr string) int {
+	t.Helper()
+	_, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatalf("address %q: %v", addr, err)
+	}
+	n, _ := strconv.Atoi(p)
+	return n
+}
+
+// probePort resolves a probe's httpGet port (a name or a number).
+func probePort(c obj, probe string) int {
+	switch p := dig(c, probe, "httpGet", "port").(type) {
+	case int:
+		return p
+	case string:
+		n, _ := containerPort(c, p)
+		return n
+	}
+	return 0
+}
+
+func containers(pod obj) map[string]obj {
+	out := map[string]obj{}
+	for _, c := range list(pod, "containers") {
+		out[str(c, "name")] = c.(obj)
+	}
+	return out
+}
+
+func TestDeployManifests(t *testing.T) {
+	m := loadManifests(t)
+	gossipSvc := m.find("Service", "keyway-gossip")
+	if gossipSvc == nil {
+		t.Fatal("no keyway-gossip Service")
+	}
+	if str(gossipSvc, "spec", "clusterIP") != "None" || dig(gossipSvc, "spec", "publishNotReadyAddresses") != true {
+		t.Error("keyway-gossip must be headless (clusterIP: None) and publish not-ready addresses: starting members must find each other")
+	}
+	gossipJoin := fmt.Sprintf("keyway-gossip.%s.svc.cluster.local:%d", m.namespace, num(list(gossipSvc, "spec", "ports")[0], "port"))
+
+	// The proxies.
+	dep := m.find("Deployment", "keyway-proxy")
+	if dep == nil {
+		t.Fatal("no keyway-proxy Deployment")
+	}
+	pod := mapOf(dep, "spec", "template", "spec")
+	proxyC := containers(pod)["keyway"]
+	args := strs(proxyC, "args")
+	if len(args) != 3 || args[0] != "proxy" || args[1] != "-c" {
+		t.Fatalf("proxy args %v, want [proxy -c FILE]", args)
+	}
+	env := fakePodEnv(proxyC, "keyway-proxy-x")
+	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+	cfg, err := config.LoadBytes("keyway-proxy ConfigMap", m.mountedFile(t, pod, proxyC, args[2]), config.WithEnv(lookup))
+	if err != nil {
+		t.Fatalf("the proxy configuration does not load:\n%v", err)
+	}
+	if cfg.Gossip.AdvertiseAddr != "10.1.2.3" {
+		t.Errorf("proxy gossip.advertise_addr = %q, want the pod IP", cfg.Gossip.AdvertiseAddr)
+	}
+	if !slices.Equal(cfg.Gossip.Join, []string{gossipJoin}) {
+		t.Errorf("proxy gossip.join %v, want [%s]", cfg.Gossip.Join, gossipJoin)
+	}
+	for _, want := range []struct {
+		what, port string
+		n          int
+	}{{"listen", "http", portOf(t, cfg.Listen)}, {"admin.listen", "admin", portOf(t, cfg.Admin.Listen)}} {
+		if p, _ := containerPort(proxyC, want.port); p != want.n {
+			t.Errorf("proxy %s port %d, but containerPort %q is %d", want.what, want.n, want.port, p)
+		}
+	}
+	if !hasPort(proxyC, cfg.Gossip.BindPort, "TCP") || !hasPort(proxyC, cfg.Gossip.BindPort, "UDP") {
+		t.Errorf("proxy gossip.bind_port %d needs a TCP and a UDP containerPort", cfg.Gossip.BindPort)
+	}
+	if !strings.HasPrefix(cfg.Admin.Listen, ":") && !strings.HasPrefix(cfg.Admin.Listen, "0.0.0.0:") {
+		t.Errorf("admin.listen %q: the kubelet probes the pod IP", cfg.Admin.Listen)
+	}
+	if cfg.Admin.TokenFile == "" || !secretMounted(pod, proxyC, cfg.Admin.TokenFile, "keyway-admin-token") {
+		t.Errorf("admin.listen is off loopback: admin.token_file (%q) must be in the keyway-admin-token Secret mount, or keyway refuses to start", cfg.Admin.TokenFile)
+	}
+	if probePort(proxyC, "readinessProbe") != portOf(t, cfg.Admin.Listen) || str(proxyC, "readinessProbe", "httpGet", "path") != "/readyz" {
+		t.Error("proxy readinessProbe must GET /readyz on the admin port")
+	}
+	if probePort(proxyC, "livenessProbe") != portOf(t, cfg.Admin.Listen) || str(proxyC, "livenessProbe", "httpGet", "path") != "/healthz" {
+		t.Error("proxy livenessProbe must GET /healthz on the admin port")
+	}
+	preStop := time.Duration(num(proxyC, "lifecycle", "preStop", "sleep", "seconds")) * time.Second
+	if grace := time.Duration(num(pod, "terminationGracePeriodSeconds")) * time.Second; grace <= preStop+cfg.Server.ShutdownTimeout {
+		t.Errorf("proxy terminationGracePeriodSeconds %s <= preStop %s + server.shutdown_timeout %s: the kubelet would kill in-flight requests", grace, preStop, cfg.Server.ShutdownTimeout)
+	}
+	checkServices(t, m)
+
+	// Each replica set's StatefulSet.
+	for _, sc := range cfg.ReplicaSets {
+		sts := m.find("StatefulSet", sc.Name)
+		if sts == nil {
+			t.Errorf("the proxies route set %s, but no StatefulSet %s runs it", sc.Name, sc.Name)
+			continue
+		}
+		if n := num(sts, "spec", "replicas"); n != sc.Replicas {
+			t.Errorf("StatefulSet %s runs %d replicas, the proxies declare %d", sc.Name, n, sc.Replicas)
+		}
+		checkReplicaPod(t, m, sc.Name, mapOf(sts, "spec", "template", "spec"), gossipJoin, cfg.Gossip)
+	}
+}
+
+func checkReplicaPod(t *testing.T, m *manifests, set string, pod obj, gossipJoin string, proxyGossip config.Gossip) {
+	t.Helper()
+	cs := containers(pod)
+	ag, rep := cs["keyway-agent"], cs["replica"]
+	if ag == nil || rep == nil {
+		t.Fatalf("StatefulSet %s: want containers replica and keyway-agent, have %v", set, len(cs))
+	}
+	args := strs(ag, "args")
+	if len(args) != 3 || args[0] != "agent" || args[1] != "-c" {
+		t.Fatalf("agent args %v, want [agent -c FILE]", args)
+	}
+	env := fakePodEnv(ag, set+"-0")
+	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+	acfg, err := config.LoadAgentBytes("agent ConfigMap", m.mountedFile(t, pod, ag, args[2]), config.WithEnv(lookup))
+	if err != nil {
+		t.Fatalf("the %s agent configuration does not load:\n%v", set, err)
+	}
+	checkAgent(t, set, acfg, gossipJoin)
+	if portOf(t, acfg.Listen) != probePort(ag, "readinessProbe") || str(ag, "readinessProbe", "httpGet", "path") != "/readyz" {
+		t.Errorf("%s agent readinessProbe must GET /readyz on its listen port %s", set, acfg.Listen)
+	}
+	if p, _ := containerPort(rep, "http"); p != portOf(t, acfg.Replica.Addr) {
+		t.Errorf("%s agent replica.addr %s, but the replica listens on containerPort %d", set, acfg.Replica.Addr, p)
+	}
+	if !hasPort(ag, acfg.Gossip.BindPort, "TCP") || !hasPort(ag, acfg.Gossip.BindPort, "UDP") {
+		t.Errorf("%s agent gossip.bind_port %d needs a TCP and a UDP containerPort", set, acfg.Gossip.BindPort)
+	}
+	if acfg.Gossip.Profile != proxyGossip.Profile || acfg.Gossip.Label != proxyGossip.Label {
+		t.Errorf("%s agent gossip profile %q, label %q; the proxies use %q, %q: they must agree", set, acfg.Gossip.Profile, acfg.Gossip.Label, proxyGossip.Profile, proxyGossip.Label)
+	}
+	// The replica's preStop waits for the agent's /healthz on its listen port.
+	hook := strings.Join(strs(rep, "lifecycle", "preStop", "exec", "command"), " ")
+	if !strings.Contains(hook, fmt.Sprintf("127.0.0.1:%d/healthz", portOf(t, acfg.Listen))) {
+		t.Errorf("%s replica preStop %q must wait for the agent's /healthz on port %d", set, hook, portOf(t, acfg.Listen))
+	}
+	if mapOf(ag, "lifecycle", "preStop") != nil {
+		t.Errorf("%s agent has a preStop hook: SIGTERM itself starts its drain", set)
+	}
+	if grace, need := time.Duration(num(pod, "terminationGracePeriodSeconds"))*time.Second, acfg.Drain.Timeout+acfg.Drain.Quiet+5*time.Second; grace < need {
+		t.Errorf("%s terminationGracePeriodSeconds %s < drain.timeout + drain.quiet + 5s = %s", set, grace, need)
+	}
+	if rargs := strs(rep, "args"); len(rargs) > 0 && rargs[0] == "replica" {
+		i := slices.Index(rargs, "--listen")
+		if i < 0 || portOf(t, rargs[i+1]) != portOf(t, acfg.Replica.Addr) {
+			t.Errorf("%s demo replica args %v do not listen on replica.addr's port", set, rargs)
+		}
+	}
+}
+
+func checkAgent(t *testing.T, set string, c agent.Config, gossipJoin string) {
+	t.Helper()
+	if c.Replica.Set != set {
+		t.Errorf("agent replica.set %q in StatefulSet %s", c.Replica.Set, set)
+	}
+	if c.Replica.Addr != "10.1.2.3:"+strconv.Itoa(portOf(t, c.Replica.Addr)) || c.Gossip.AdvertiseAddr != "10.1.2.3" {
+		t.Errorf("agent replica.addr %q and gossip.advertise_addr %q must come from the pod IP", c.Replica.Addr, c.Gossip.AdvertiseAddr)
+	}
+	if !slices.Equal(c.Gossip.Join, []string{gossipJoin}) {
+		t.Errorf("agent gossip.join %v, want [%s]", c.Gossip.Join, gossipJoin)
+	}
+	if !strings.HasPrefix(c.Listen, ":") {
+		t.Errorf("agent listen %q: the kubelet probes the pod IP", c.Listen)
+	}
+}
+
+// checkServices: every Service selects some pod template, and its named
+// target ports exist there.
+func checkServices(t *testing.T, m *manifests) {
+	t.Helper()
+	for _, svc := range m.objs {
+		if str(svc, "kind") != "Service" {
+			continue
+		}
+		name := str(svc, "metadata", "name")
+		sel := mapOf(svc, "spec", "selector")
+		matched := false
+		for _, w := range m.objs {
+			if k := str(w, "kind"); k != "Deployment" && k != "StatefulSet" {
+				continue
+			}
+			labels := mapOf(w, "spec", "template", "metadata", "labels")
+			ok := len(sel) > 0
+			for k, v := range sel {
+				if labels[k] != v {
+					ok = false
+				}
+			}
+			if !ok {
+				continue
+			}
+			matched = true
+			for _, p := range list(svc, "spec", "ports") {
+				tp, isName := dig(p, "targetPort").(string)
+				if !isName {
+					continue
+				}
+				found := false
+				for _, c := range containers(mapOf(w, "spec", "template", "spec")) {
+					if n, proto := containerPort(c, tp); n > 0 && proto == cmpOr(str(p, "protocol"), "TCP") {
+						found = true
+					}
+				}
+				if !found {
+					t.Errorf("Service %s: targetPort %q is no %s containerPort of %s", name, tp, cmpOr(str(p, "protocol"), "TCP"), str(w, "metadata", "name"))
+				}
+			}
+		}
+		if !matched {
+			t.Errorf("Service %s selects no pod template", name)
+		}
+	}
+}
