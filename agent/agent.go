@@ -72,6 +72,7 @@ type Agent struct {
 	holdWanted atomic.Bool
 	holdSignal chan struct{} // capacity 1
 	held       bool          // Run's goroutine
+	advHeld    bool          // the Held flag last put in the gossip metadata; Run's goroutine
 
 	lc   lifecycle   // owned by Run's goroutine
 	last probeResult // the latest probe, for transition logs; Run's goroutine
@@ -403,9 +404,12 @@ func (a *Agent) apply(ev event, fields ...zap.Field) {
 	if s == balancer.StateStopped {
 		wait, check = metaTimeout, zap.WarnLevel
 	}
+	held := a.held
+	a.advHeld = held
 	err := a.node.UpdateMeta(func(m *membership.Meta) {
 		m.State = s
 		m.Remove = remove
+		m.Held = held
 	}, wait)
 	if err != nil {
 		// The change is set locally and keeps spreading; only the wait ended.

@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"time"
+
 	"go.uber.org/zap"
 
 	"keyway/membership"
@@ -10,7 +12,9 @@ import (
 // membership.AdminDrain. While the agent holds such a drain it advertises
 // draining, whatever its probes say, so every proxy takes the replica out
 // of rotation; it keeps probing, and an undrain advertises the state the
-// probes have reached (ready, starting or recovering).
+// probes have reached (ready, starting or recovering). It also advertises
+// the hold itself (Meta.Held): proxies remember it, and drain a new
+// incarnation of the replica (this agent restarted) again until undrained.
 
 // onMessage is the membership.MessageHandler: admin drain commands go to
 // the run loop, everything else to the drain report book. It runs on the
@@ -50,6 +54,15 @@ func (a *Agent) onHold() {
 		ev = evHold
 	}
 	a.apply(ev, zap.Bool("operator", true))
+	if a.advHeld != a.held {
+		// The state did not change (held while already draining): the
+		// flag alone must still reach the proxies, which remember it.
+		held := a.held
+		a.advHeld = held
+		if err := a.node.UpdateMeta(func(m *membership.Meta) { m.Held = held }, time.Millisecond); err != nil {
+			a.log.Debug("held flag broadcast not confirmed", zap.Error(err))
+		}
+	}
 }
 
 // Held reports whether an operator drain is in force.

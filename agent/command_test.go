@@ -37,6 +37,9 @@ func TestAdminDrainCommand(t *testing.T) {
 	if !a.Held() {
 		t.Fatal("Held() false after a drain command")
 	}
+	if m, _ := p.member(a.Name()); !m.Meta.Held {
+		t.Fatal("the proxy sees the agent draining without the Held flag: a restart would come back undrained")
+	}
 	probes := rep.requests.Load()
 	eventually(t, 5*time.Second, "probes to go on while held", func() bool { return rep.requests.Load() >= probes+5 })
 	if s := a.State(); s != balancer.StateDraining {
@@ -54,6 +57,9 @@ func TestAdminDrainCommand(t *testing.T) {
 	eventually(t, 10*time.Second, "the proxy to see the agent ready again", seen(balancer.StateReady))
 	if a.Held() {
 		t.Fatal("Held() true after undrain")
+	}
+	if m, _ := p.member(a.Name()); m.Meta.Held {
+		t.Fatal("the Held flag is still advertised after undrain")
 	}
 	want := []string{"starting>ready", "ready>draining", "draining>ready"}
 	got := transitions(a.logs)

@@ -135,3 +135,62 @@ func TestDrainOnOneProxyStopsTrafficFromAnother(t *testing.T) {
 	}
 	t.Logf("undrain: every key back on its owner through B")
 }
+
+// An operator drain outlives the replica's agent: the agent crashes and
+// comes back under the same name, and the proxies drain the new
+// incarnation again — it gets no request — until an undrain.
+func TestOperatorDrainSurvivesAgentRestart(t *testing.T) {
+	skipShort(t)
+	t.Setenv("KEYWAY_ADMIN_TOKEN", "s3cret")
+	a, reps := cluster(t, 3)
+	b := StartProxy(t, "proxy-b", []string{a.Gossip}, 3)
+	b.WaitRotation(t, 3, 30*time.Second)
+	victim := reps[2]
+	path := fmt.Sprintf("/v1/replica_sets/orders/replicas/%s/", victim.Name)
+	if code, body := adminPost(t, a.Admin, path+"drain", "s3cret"); code != 202 {
+		t.Fatalf("drain: %d %v", code, body)
+	}
+	for _, p := range []*ProxyProc{a, b} {
+		p.WaitRotation(t, 2, 15*time.Second)
+	}
+
+	victim.Agent.Kill(t) // a crash: no graceful leave
+	served := Stats(t, victim.Addr)
+	victim.Agent = StartAgent(t, victim.Name, victim.Addr, []string{a.Gossip})
+	// The new incarnation is drained again on both proxies; watch that it
+	// never enters rotation meanwhile.
+	deadline := time.Now().Add(20 * time.Second)
+	for _, p := range []*ProxyProc{a, b} {
+		for {
+			state, _, in, ok := setReplica(t, p.Admin, victim.Name)
+			if in {
+				t.Fatalf("%s put the restarted %s in rotation during its operator drain", p.Name, victim.Name)
+			}
+			if ok && state == "draining" && len(victim.Agent.Logs("admin drain command")) > 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %s not drained again within 20s (state %q)", p.Name, victim.Name, state)
+			}
+			<-time.After(20 * time.Millisecond)
+		}
+	}
+	if n := len(a.Logs("replica restarted during an operator drain: drained again")) + len(b.Logs("replica restarted during an operator drain: drained again")); n == 0 {
+		t.Error("no proxy logged the drain it sent again")
+	}
+	c := NewClient()
+	c.Owners(t, b.Addr, Keys(500), 4)
+	after := Stats(t, victim.Addr)
+	for k, n := range after {
+		if n != served[k] {
+			t.Fatalf("key %s reached the drained %s after its restart", k, victim.Name)
+		}
+	}
+	// Undrain ends it for good.
+	if code, body := adminPost(t, b.Admin, path+"undrain", "s3cret"); code != 202 {
+		t.Fatalf("undrain: %d %v", code, body)
+	}
+	for _, p := range []*ProxyProc{a, b} {
+		p.WaitRotation(t, 3, 15*time.Second)
+	}
+}

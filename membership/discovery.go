@@ -71,11 +71,12 @@ type Discovery struct {
 	// must not hand it an older snapshot after a newer one.
 	feedMu     sync.Mutex
 	mu         sync.Mutex
-	node       *Node
+	send       func(node string, msg []byte) error // the attached Node's Send; a test hook
 	members    []Member
-	mismatched map[string]bool // "peer/set" pairs known to disagree
-	unknown    map[string]bool // sets advertised that this proxy does not serve
-	sets       map[string]bool // sets fed at least once
+	mismatched map[string]bool     // "peer/set" pairs known to disagree
+	held       map[[2]string]int64 // set/replica → boot of the newest incarnation seen holding an operator drain
+	unknown    map[string]bool     // sets advertised that this proxy does not serve
+	sets       map[string]bool     // sets fed at least once
 }
 
 var _ Sink = (*Discovery)(nil)
@@ -88,6 +89,7 @@ func NewDiscovery(t Target, opts DiscoveryOptions) *Discovery {
 		interval:   opts.ReportInterval,
 		onEvent:    opts.OnEvent,
 		mismatched: map[string]bool{},
+		held:       map[[2]string]int64{},
 		unknown:    map[string]bool{},
 		sets:       map[string]bool{},
 		mismatchTotal: prometheus.NewCounter(prometheus.CounterOpts{
@@ -118,7 +120,7 @@ func NewDiscovery(t Target, opts DiscoveryOptions) *Discovery {
 // Attach sets the gossip node used to send drain reports.
 func (d *Discovery) Attach(n *Node) {
 	d.mu.Lock()
-	d.node = n
+	d.send = n.Send
 	d.mu.Unlock()
 }
 
@@ -136,6 +138,17 @@ func (d *Discovery) feed(ms []Member) {
 	d.mu.Lock()
 	prev := d.members
 	d.members = ms
+	d.trackHeldLocked(ms)
+	// A new incarnation of a replica an operator drained is routed as
+	// draining until it holds the drain itself (report sends it again):
+	// no request reaches it in between.
+	for set, reps := range bySet {
+		for i, r := range reps {
+			if d.awaitingHoldLocked(ms, set, r.Name) && (r.State == balancer.StateReady || r.State == balancer.StateStarting || r.State == balancer.StateRecovering) {
+				reps[i].State = balancer.StateDraining
+			}
+		}
+	}
 	for set := range d.sets {
 		if _, ok := bySet[set]; !ok {
 			bySet[set] = nil // the set's last replica is gone: clear it
@@ -293,7 +306,57 @@ func (d *Discovery) checkFingerprints(ms []Member) {
 	d.mismatchPeers.Set(float64(len(now)))
 }
 
-// Run sends drain reports to the agents of draining replicas until ctx is
+// trackHeldLocked remembers which replicas an operator drained, from the
+// Held flag their alive incarnations advertise: set by a held one, cleared
+// when the same incarnation advertises it no more (an undrain) or the
+// replica leaves for good. A newer incarnation that does not hold it is
+// drained again by report. d.mu is held.
+func (d *Discovery) trackHeldLocked(ms []Member) {
+	// Only the newest alive incarnation of each replica counts: an older
+	// one that gossip has not declared dead yet (a crash moments ago)
+	// still advertises what it held.
+	newest := map[[2]string]Member{}
+	for _, m := range ms {
+		if m.Meta.Role != RoleReplica || m.Status != StatusAlive || m.Meta.Set == "" || m.Meta.Replica == "" {
+			continue
+		}
+		k := [2]string{m.Meta.Set, m.Meta.Replica}
+		if cur, ok := newest[k]; !ok || m.Meta.Boot > cur.Meta.Boot {
+			newest[k] = m
+		}
+	}
+	for k, m := range newest {
+		mark, marked := d.held[k]
+		switch {
+		case m.Meta.Remove:
+			delete(d.held, k)
+		case m.Meta.Held && m.Meta.Boot >= mark:
+			d.held[k] = m.Meta.Boot
+		case marked && !m.Meta.Held && m.Meta.Boot == mark:
+			delete(d.held, k) // the operator undrained it
+		}
+	}
+}
+
+// awaitingHoldLocked reports whether the newest alive incarnation of a
+// replica an operator drained does not hold the drain yet. d.mu is held.
+func (d *Discovery) awaitingHoldLocked(ms []Member, set, replica string) bool {
+	mark, ok := d.held[[2]string{set, replica}]
+	if !ok {
+		return false
+	}
+	var newest *Member
+	for i := range ms {
+		m := &ms[i]
+		if m.Meta.Role == RoleReplica && m.Status == StatusAlive && m.Meta.Set == set && m.Meta.Replica == replica && (newest == nil || m.Meta.Boot > newest.Meta.Boot) {
+			newest = m
+		}
+	}
+	return newest != nil && newest.Meta.Boot > mark && !newest.Meta.Held
+}
+
+// Run sends drain reports to the agents of draining replicas, and drains
+// again new incarnations of replicas an operator drained, until ctx is
 // done.
 func (d *Discovery) Run(ctx context.Context) error {
 	t := time.NewTicker(d.interval)
@@ -310,10 +373,30 @@ func (d *Discovery) Run(ctx context.Context) error {
 
 func (d *Discovery) report() {
 	d.mu.Lock()
-	node, ms := d.node, d.members
+	send, ms := d.send, d.members
 	d.mu.Unlock()
-	if node == nil {
+	if send == nil {
 		return
+	}
+	d.mu.Lock()
+	var redrain []Member
+	for _, m := range ms {
+		if m.Meta.Role == RoleReplica && m.Status == StatusAlive && m.Meta.State != balancer.StateStopped &&
+			!m.Meta.Held && m.Meta.Boot > d.held[[2]string{m.Meta.Set, m.Meta.Replica}] && d.awaitingHoldLocked(ms, m.Meta.Set, m.Meta.Replica) {
+			redrain = append(redrain, m)
+		}
+	}
+	d.mu.Unlock()
+	for _, m := range redrain {
+		// Sent every interval until the agent advertises the hold: a
+		// lost datagram or a busy agent only delays it.
+		cmd := AdminDrain{Set: m.Meta.Set, Replica: m.Meta.Replica, Boot: m.Meta.Boot, Drain: true, By: "keyway (operator drain of an earlier incarnation)"}
+		if err := send(m.Node, cmd.Encode()); err != nil {
+			d.log.Debug("operator drain not re-sent", zap.String("node", m.Node), zap.Error(err))
+		} else {
+			d.log.Info("replica restarted during an operator drain: drained again",
+				zap.String("set", m.Meta.Set), zap.String("replica", m.Meta.Replica), zap.String("node", m.Node))
+		}
 	}
 	for _, m := range ms {
 		if m.Meta.Role != RoleReplica || m.Status != StatusAlive || m.Meta.State != balancer.StateDraining {
@@ -325,7 +408,7 @@ func (d *Discovery) report() {
 			inflight, out = 0, true
 		}
 		rep := DrainReport{Set: m.Meta.Set, Replica: m.Meta.Replica, Boot: m.Meta.Boot, DrainingSeen: out, Inflight: inflight}
-		if err := node.Send(m.Node, rep.Encode()); err != nil {
+		if err := send(m.Node, rep.Encode()); err != nil {
 			d.log.Debug("drain report not sent", zap.String("node", m.Node), zap.Error(err))
 		}
 	}

@@ -124,7 +124,7 @@ func TestDiscoveryFeedsSetsAndChecksFingerprints(t *testing.T) {
 
 func TestMetaRoundTripAndGarbage(t *testing.T) {
 	m := Meta{Role: RoleReplica, Set: "orders", Replica: "orders-0", Addr: "10.0.0.7:9001", State: balancer.StateDraining,
-		Weight: 3, Zone: "eu-1a", Boot: 1764400000123456789, Fingerprint: "orders:0a1b2c3d", Remove: true}
+		Weight: 3, Zone: "eu-1a", Boot: 1764400000123456789, Fingerprint: "orders:0a1b2c3d", Remove: true, Held: true}
 	b, err := m.Encode()
 	if err != nil {
 		t.Fatal(err)
@@ -135,6 +135,12 @@ func TestMetaRoundTripAndGarbage(t *testing.T) {
 	}
 	if len(b) > 80 {
 		t.Errorf("encoded meta is %d bytes; expected a compact encoding", len(b))
+	}
+	for _, f := range []Meta{{Role: RoleReplica, Remove: true}, {Role: RoleReplica, Held: true}, {Role: RoleReplica}} {
+		b, _ := f.Encode()
+		if got, err := DecodeMeta(b); err != nil || got.Remove != f.Remove || got.Held != f.Held {
+			t.Errorf("flags round trip %+v: %+v, %v", f, got, err)
+		}
 	}
 	// Appended fields of a later revision are ignored.
 	if got, err := DecodeMeta(append(b, 1, 2, 3)); err != nil || got != m {
@@ -275,5 +281,135 @@ func TestDiscoveryResyncRacesGossip(t *testing.T) {
 	bt.mu.Unlock()
 	if got != balancer.StateDraining {
 		t.Fatalf("after a Resync raced gossip the proxy has o-0 %v; the newest snapshot says draining", got)
+	}
+}
+
+// sent records what Discovery sends, decoded.
+type sent struct {
+	mu     sync.Mutex
+	drains []AdminDrain
+	to     []string
+}
+
+func (s *sent) send(node string, msg []byte) error {
+	if MessageKind(msg) != "admin_drain" {
+		return nil // drain reports
+	}
+	c, err := DecodeAdminDrain(msg)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.drains = append(s.drains, c)
+	s.to = append(s.to, node)
+	return nil
+}
+
+func (s *sent) take() ([]AdminDrain, []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	d, to := s.drains, s.to
+	s.drains, s.to = nil, nil
+	return d, to
+}
+
+// An operator drain outlives the agent: a new incarnation of a held
+// replica is drained again until it advertises the hold; an undrain (the
+// held incarnation advertising no hold) or a scale-in ends it.
+func TestDiscoveryRedrainsNewIncarnation(t *testing.T) {
+	ft := &fakeTarget{sets: map[string][]balancer.Replica{}, fps: map[string]string{"orders": "fp"}}
+	d := NewDiscovery(ft, DiscoveryOptions{})
+	rec := &sent{}
+	d.send = rec.send
+	held := func(m Member) Member { m.Meta.Held = true; return m }
+
+	d.SetMembers([]Member{rep("orders", "o-0", "a:1", balancer.StateReady, 1, StatusAlive)})
+	d.report()
+	if got, _ := rec.take(); len(got) != 0 {
+		t.Fatalf("drain commands for a replica nobody drained: %+v", got)
+	}
+	// Drained by an operator, then the agent crashes and comes back (boot 2).
+	d.SetMembers([]Member{held(rep("orders", "o-0", "a:1", balancer.StateDraining, 1, StatusAlive))})
+	d.SetMembers([]Member{
+		held(rep("orders", "o-0", "a:1", balancer.StateDraining, 1, StatusDead)),
+		rep("orders", "o-0", "a:1", balancer.StateStarting, 2, StatusAlive),
+	})
+	d.report()
+	got, to := rec.take()
+	if len(got) != 1 || !got[0].Drain || got[0].Boot != 2 || got[0].Replica != "o-0" || to[0] != "o-0.c" {
+		t.Fatalf("after the restart: sent %+v to %v, want one drain of boot 2 to o-0.c", got, to)
+	}
+	// Ready before the command arrives: routed as draining all the same.
+	d.SetMembers([]Member{
+		held(rep("orders", "o-0", "a:1", balancer.StateDraining, 1, StatusDead)),
+		rep("orders", "o-0", "a:1", balancer.StateReady, 2, StatusAlive),
+	})
+	ft.mu.Lock()
+	fed := ft.sets["orders"]
+	ft.mu.Unlock()
+	if len(fed) != 1 || fed[0].State != balancer.StateDraining {
+		t.Fatalf("the new incarnation is fed as %+v before it holds the drain, want draining", fed)
+	}
+	d.report()
+	if got, to = rec.take(); len(got) != 1 || got[0].Boot != 2 {
+		t.Fatalf("next report: sent %+v to %v, want the drain of boot 2 again until it is held", got, to)
+	}
+
+	// The new incarnation holds it: nothing more to send.
+	d.SetMembers([]Member{held(rep("orders", "o-0", "a:1", balancer.StateDraining, 2, StatusAlive))})
+	d.report()
+	if got, _ := rec.take(); len(got) != 0 {
+		t.Fatalf("drain re-sent to an incarnation that holds it: %+v", got)
+	}
+	// Undrained: a later incarnation is left alone.
+	d.SetMembers([]Member{rep("orders", "o-0", "a:1", balancer.StateReady, 2, StatusAlive)})
+	ft.mu.Lock()
+	fed = ft.sets["orders"]
+	ft.mu.Unlock()
+	if len(fed) != 1 || fed[0].State != balancer.StateReady {
+		t.Fatalf("after the undrain o-0 is fed as %+v, want ready", fed)
+	}
+	d.SetMembers([]Member{rep("orders", "o-0", "a:1", balancer.StateStarting, 3, StatusAlive)})
+	d.report()
+	if got, _ := rec.take(); len(got) != 0 {
+		t.Fatalf("drained again after an undrain: %+v", got)
+	}
+	// Held, then removed for good (scale-in): a new replica of that name
+	// starts undrained.
+	d.SetMembers([]Member{held(rep("orders", "o-0", "a:1", balancer.StateDraining, 3, StatusAlive))})
+	removed := held(rep("orders", "o-0", "a:1", balancer.StateStopped, 3, StatusAlive))
+	removed.Meta.Remove = true
+	d.SetMembers([]Member{removed})
+	d.SetMembers([]Member{rep("orders", "o-0", "a:1", balancer.StateStarting, 4, StatusAlive)})
+	d.report()
+	if got, _ := rec.take(); len(got) != 0 {
+		t.Fatalf("drained a replica that was removed for good: %+v", got)
+	}
+}
+
+// An older incarnation that gossip has not declared dead yet (a crash a
+// moment ago) does not bring back a drain the operator ended on the newer
+// one.
+func TestDiscoveryUndrainWithStaleIncarnation(t *testing.T) {
+	ft := &fakeTarget{sets: map[string][]balancer.Replica{}, fps: map[string]string{"orders": "fp"}}
+	d := NewDiscovery(ft, DiscoveryOptions{})
+	rec := &sent{}
+	d.send = rec.send
+	held := func(m Member) Member { m.Meta.Held = true; return m }
+	old := held(rep("orders", "o-0", "a:1", balancer.StateDraining, 1, StatusAlive))
+	d.SetMembers([]Member{old})
+	d.SetMembers([]Member{old, held(rep("orders", "o-0", "a:1", balancer.StateDraining, 2, StatusAlive))})
+	// Undrained on boot 2, while boot 1 still looks alive.
+	d.SetMembers([]Member{rep("orders", "o-0", "a:1", balancer.StateReady, 2, StatusAlive), old})
+	d.report()
+	if got, _ := rec.take(); len(got) != 0 {
+		t.Fatalf("drained again after the undrain: %+v", got)
+	}
+	ft.mu.Lock()
+	fed := ft.sets["orders"]
+	ft.mu.Unlock()
+	if len(fed) != 1 || fed[0].State != balancer.StateReady {
+		t.Fatalf("o-0 fed as %+v after the undrain, want ready", fed)
 	}
 }

@@ -56,6 +56,10 @@ type Meta struct {
 	// Remove is set by a replica leaving for good (scale-in): proxies drop
 	// it from the ring at once instead of waiting for forget_after.
 	Remove bool `json:"remove,omitempty"`
+	// Held is set by an agent holding an operator drain (admin API). Proxies
+	// remember it per replica name, so that a new incarnation of the
+	// replica (an agent restart) is drained again until an undrain.
+	Held bool `json:"held,omitempty"`
 }
 
 // MetaMaxSize is memberlist's limit on node metadata.
@@ -66,7 +70,10 @@ const MetaMaxSize = 512
 // ignored (and counted) instead of misread.
 const metaVersion = 1
 
-const flagRemove = 1
+const (
+	flagRemove = 1 << iota
+	flagHeld
+)
 
 // Errors returned by DecodeMeta.
 var (
@@ -83,6 +90,9 @@ func (m Meta) Encode() ([]byte, error) {
 	var flags byte
 	if m.Remove {
 		flags |= flagRemove
+	}
+	if m.Held {
+		flags |= flagHeld
 	}
 	b = append(b, metaVersion, byte(m.Role), byte(m.State), flags)
 	b = binary.BigEndian.AppendUint16(b, m.Weight)
@@ -122,6 +132,7 @@ func DecodeMeta(b []byte) (Meta, error) {
 		return Meta{}, fmt.Errorf("%w: state %d", ErrMetaFormat, b[2])
 	}
 	m.Remove = b[3]&flagRemove != 0
+	m.Held = b[3]&flagHeld != 0
 	m.Weight = binary.BigEndian.Uint16(b[4:6])
 	rest := b[6:]
 	boot, n := binary.Varint(rest)
