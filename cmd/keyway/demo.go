@@ -2,16 +2,20 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	_ "embed"
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
 
 	"golang.org/x/sync/errgroup"
 
+	"keyway/admin"
 	"keyway/agent"
 	"keyway/config"
 	"keyway/demo"
@@ -39,6 +43,21 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	if !cfg.Gossip.Enabled {
 		return usageError{"the demo runs its replicas behind agents: gossip.enabled must be true"}
+	}
+	// A fresh admin token for this run, unless one is configured, so that
+	// drain, undrain and scale can be tried (the admin API is on loopback).
+	tokenFile := ""
+	if _, ok := os.LookupEnv(admin.TokenEnv); !ok && cfg.Admin.TokenFile == "" && cfg.Admin.Listen != "" {
+		dir, err := os.MkdirTemp("", "keyway-demo-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		tokenFile = filepath.Join(dir, "admin-token")
+		if err := os.WriteFile(tokenFile, []byte(rand.Text()+"\n"), 0o600); err != nil {
+			return err
+		}
+		cfg.Admin.TokenFile = tokenFile
 	}
 	logs, err := logging.New(cfg.Log, stderr, stdout)
 	if err != nil {
@@ -102,7 +121,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	})
 	g.Go(func() error {
 		return serve(gctx, cfg, stdout, stderr, func(proxyAddr, adminAddr string) {
-			printDemoHelp(stdout, cfg, proxyAddr, adminAddr)
+			printDemoHelp(stdout, cfg, proxyAddr, adminAddr, tokenFile)
 		}, func(gossipAddr string) {
 			once.Do(func() {
 				gossipUp <- gossipAddr
@@ -113,7 +132,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	return g.Wait()
 }
 
-func printDemoHelp(w io.Writer, cfg config.Config, proxyAddr, adminAddr string) {
+func printDemoHelp(w io.Writer, cfg config.Config, proxyAddr, adminAddr, tokenFile string) {
 	set := cfg.ReplicaSets[0]
 	var names []string
 	for i := 0; i < set.Replicas; i++ {
@@ -121,7 +140,10 @@ func printDemoHelp(w io.Writer, cfg config.Config, proxyAddr, adminAddr string) 
 	}
 	fmt.Fprintf(w, "keyway demo: proxy on http://%s, replica set %q with %d demo replicas (%s), each behind an agent\n", proxyAddr, set.Name, set.Replicas, strings.Join(names, ", "))
 	if adminAddr != "" {
-		fmt.Fprintf(w, "admin on http://%s (/metrics, /healthz, /readyz)\n", adminAddr)
+		fmt.Fprintf(w, "admin on http://%s (/ui, /v1/, /metrics, /healthz, /readyz)\n", adminAddr)
+		if tokenFile != "" {
+			fmt.Fprintf(w, "admin token for this run (drain, undrain, scale): %s\n", tokenFile)
+		}
 	}
 	fmt.Fprintf(w, `
 Try:
@@ -134,6 +156,17 @@ Try:
 `, proxyAddr)
 	if adminAddr != "" {
 		fmt.Fprintf(w, "  curl -s http://%s/metrics | grep -E '^keyway_(requests_total|rotation_replicas|gossip_members)'\n", adminAddr)
+		flags := ""
+		if adminAddr != defaultAdminAddr {
+			flags = " --admin " + adminAddr
+		}
+		fmt.Fprintf(w, "  go run ./cmd/keyway status%s   # sets, phases, replicas, request rates\n", flags)
+		fmt.Fprintf(w, "  go run ./cmd/keyway route%s --set %s --key order-42   # who owns a key, and why\n", flags, set.Name)
+		if tokenFile != "" {
+			fmt.Fprintf(w, "  go run ./cmd/keyway drain%s --set %s --replica %s --token-file %s\n", flags, set.Name, names[len(names)-1], tokenFile)
+			fmt.Fprintf(w, "  go run ./cmd/keyway undrain%s --set %s --replica %s --token-file %s\n", flags, set.Name, names[len(names)-1], tokenFile)
+		}
+		fmt.Fprintf(w, "and open http://%s/ui for the live dashboard.\n", adminAddr)
 	}
 	fmt.Fprintln(w, "\nPress Ctrl-C to stop.")
 }

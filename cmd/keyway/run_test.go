@@ -110,6 +110,7 @@ func TestValidateReportsEveryProblem(t *testing.T) {
 var (
 	proxyLine = regexp.MustCompile(`proxy on http://(\S+),`)
 	adminLine = regexp.MustCompile(`admin on http://(\S+) `)
+	tokenLine = regexp.MustCompile(`admin token for this run \(drain, undrain, scale\): (\S+)`)
 )
 
 // waitRotation polls the admin /metrics until n replicas of "orders" are
@@ -135,7 +136,7 @@ func waitRotation(t *testing.T, admin string, n int) {
 }
 
 // startDemo runs `keyway demo` in-process and returns the proxy address.
-func startDemo(t *testing.T) (addr string, stop func() error) {
+func startDemo(t *testing.T) (addr, admin, tokenFile string, stop func() error) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	pr, pw := io.Pipe()
@@ -146,31 +147,33 @@ func startDemo(t *testing.T) (addr string, stop func() error) {
 		pw.Close()
 	}()
 	sc := bufio.NewScanner(pr)
-	admin := ""
 	for sc.Scan() {
 		if m := proxyLine.FindStringSubmatch(sc.Text()); m != nil {
 			addr = m[1]
 		}
 		if m := adminLine.FindStringSubmatch(sc.Text()); m != nil {
 			admin = m[1]
+		}
+		if m := tokenLine.FindStringSubmatch(sc.Text()); m != nil {
+			tokenFile = m[1]
 			break
 		}
 	}
-	if addr == "" || admin == "" {
+	if addr == "" || admin == "" || tokenFile == "" {
 		cancel()
-		t.Fatalf("demo printed no proxy or admin address; stderr: %s, err: %v", errb.String(), <-done)
+		t.Fatalf("demo printed no proxy or admin address or token file; stderr: %s, err: %v", errb.String(), <-done)
 	}
 	go io.Copy(io.Discard, pr)
 	waitRotation(t, admin, 3)
 	checkMembers(t, admin)
-	return addr, func() error {
+	return addr, admin, tokenFile, func() error {
 		cancel()
 		return <-done
 	}
 }
 
 func TestDemoRoutesKeysConsistently(t *testing.T) {
-	addr, stop := startDemo(t)
+	addr, admin, tokenFile, stop := startDemo(t)
 	owner := map[string]string{}
 	seen := map[string]bool{}
 	for round := 0; round < 2; round++ {
@@ -211,8 +214,21 @@ func TestDemoRoutesKeysConsistently(t *testing.T) {
 			t.Errorf("%s went to %s, header key went to %s", u, a.Replica, owner["order-Aa"])
 		}
 	}
+	// The run's admin token works for the mutating commands it prints, and
+	// is removed when the demo stops.
+	if out, _, err := keywayCLI(t, "drain", "--admin", admin, "--set", "orders", "--replica", "orders-2", "--token-file", tokenFile); err != nil || !strings.Contains(out, "accepted") {
+		t.Fatalf("drain with the demo's token: %q %v", out, err)
+	}
+	waitRotation(t, admin, 2)
+	if out, _, err := keywayCLI(t, "undrain", "--admin", admin, "--set", "orders", "--replica", "orders-2", "--token-file", tokenFile); err != nil || !strings.Contains(out, "accepted") {
+		t.Fatalf("undrain with the demo's token: %q %v", out, err)
+	}
+	waitRotation(t, admin, 3)
 	if err := stop(); err != nil {
 		t.Fatalf("demo did not stop cleanly: %v", err)
+	}
+	if _, err := os.Stat(tokenFile); !os.IsNotExist(err) {
+		t.Errorf("the demo's token file outlived it: %v", err)
 	}
 }
 
