@@ -1,6 +1,7 @@
-// Package admin serves keyway's admin listener: the read-only JSON API
-// under /v1/ (replica sets, routes, gossip members, audit events, config;
-// see docs/admin.md), Prometheus metrics at /metrics, liveness at
+// Package admin serves keyway's admin listener: the JSON API under /v1/
+// (read: replica sets, routes, gossip members, audit events, config;
+// mutating, with the bearer token: drain, undrain, reload, scale; see
+// docs/admin.md), Prometheus metrics at /metrics, liveness at
 // /healthz, readiness at /readyz and Go profiles at /debug/pprof/. It uses net/http on its own listener (loopback by
 // default), so scrapes never compete with proxied traffic and are never
 // routed or exposed on the ingress port.
