@@ -440,6 +440,12 @@ func (a *Agent) drain() {
 			continue
 		case <-a.members:
 			continue
+		case <-a.holdSignal:
+			// An operator drain or undrain while shutting down changes
+			// no state here, but its Held flag must reach the proxies
+			// (they remember it for the next incarnation).
+			a.onHold()
+			continue
 		case <-timeout.C:
 		}
 		// Timed out: re-read what the proxies last said, for the log.
@@ -454,6 +460,11 @@ func (a *Agent) drain() {
 		a.log.Info("drain quiet period", zap.Duration("quiet", q))
 		t := time.NewTimer(q)
 		<-t.C
+	}
+	select {
+	case <-a.holdSignal: // the last command before stopped carries its flag
+		a.onHold()
+	default:
 	}
 	a.apply(evStop, zap.Duration("drain_took", a.now().Sub(start)))
 }

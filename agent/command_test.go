@@ -1,6 +1,7 @@
 package agent_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -71,4 +72,35 @@ func TestAdminDrainCommand(t *testing.T) {
 			t.Fatalf("transitions %v, want %v", got, want)
 		}
 	}
+}
+
+// A command that arrives while the agent drains on SIGTERM changes no
+// state, but its Held flag still reaches the proxies: they remember it
+// for the replica's next incarnation.
+func TestAdminDrainCommandWhileShuttingDown(t *testing.T) {
+	p := startFakeProxy(t, "p1")
+	rep := startReplica(t, "ok")
+	a := startAgent(t, testConfig(rep.addr, p.GossipAddr()))
+	eventually(t, 10*time.Second, "the proxy to see the agent ready", func() bool {
+		m, ok := p.member(a.Name())
+		return ok && m.Status == membership.StatusAlive && m.Meta.State == balancer.StateReady
+	})
+	p.inflight.Store(2) // the drain waits for this proxy
+	a.cancel()          // SIGTERM
+	eventually(t, 10*time.Second, "the proxy to see the agent draining", func() bool {
+		m, _ := p.member(a.Name())
+		return m.Meta.State == balancer.StateDraining
+	})
+	for _, drain := range []bool{true, false} {
+		cmd := membership.AdminDrain{Set: "orders", Replica: "orders-0", Drain: drain, By: p.Name()}
+		if err := p.Send(a.Name(), cmd.Encode()); err != nil {
+			t.Fatal(err)
+		}
+		_ = p.Members()
+		eventually(t, 10*time.Second, fmt.Sprintf("the proxy to see held=%v during the shutdown", drain), func() bool {
+			m, _ := p.member(a.Name())
+			return m.Meta.Held == drain && m.Meta.State == balancer.StateDraining
+		})
+	}
+	p.inflight.Store(0)
 }

@@ -75,6 +75,7 @@ type Discovery struct {
 	members    []Member
 	mismatched map[string]bool     // "peer/set" pairs known to disagree
 	held       map[[2]string]int64 // set/replica → boot of the newest incarnation seen holding an operator drain
+	redrains   map[string]int      // gossip node → drain commands sent to that incarnation
 	unknown    map[string]bool     // sets advertised that this proxy does not serve
 	sets       map[string]bool     // sets fed at least once
 }
@@ -90,6 +91,7 @@ func NewDiscovery(t Target, opts DiscoveryOptions) *Discovery {
 		onEvent:    opts.OnEvent,
 		mismatched: map[string]bool{},
 		held:       map[[2]string]int64{},
+		redrains:   map[string]int{},
 		unknown:    map[string]bool{},
 		sets:       map[string]bool{},
 		mismatchTotal: prometheus.NewCounter(prometheus.CounterOpts{
@@ -325,6 +327,27 @@ func (d *Discovery) trackHeldLocked(ms []Member) {
 			newest[k] = m
 		}
 	}
+	present := map[[2]string]bool{}
+	for _, m := range ms {
+		present[[2]string{m.Meta.Set, m.Meta.Replica}] = true
+	}
+	for k := range d.held {
+		if !present[k] {
+			delete(d.held, k) // forgotten (gossip.forget_after): a later replica of that name starts afresh
+		}
+	}
+	for node := range d.redrains {
+		found := false
+		for _, m := range ms {
+			if m.Node == node && m.Status == StatusAlive {
+				found = true
+				break
+			}
+		}
+		if !found {
+			delete(d.redrains, node)
+		}
+	}
 	for k, m := range newest {
 		mark, marked := d.held[k]
 		switch {
@@ -336,6 +359,44 @@ func (d *Discovery) trackHeldLocked(ms []Member) {
 			delete(d.held, k) // the operator undrained it
 		}
 	}
+}
+
+// MaxRedrains bounds the drain commands a proxy sends one new incarnation
+// of a held replica (one per report interval: 5 s at the default 200 ms).
+const MaxRedrains = 25
+
+// ForgetHold forgets an operator drain of a replica on this proxy: an
+// undrain asked here, or told by another proxy (HandleMessage). A new
+// incarnation is then routed by what it advertises.
+func (d *Discovery) ForgetHold(set, replica string) {
+	d.mu.Lock()
+	_, had := d.held[[2]string{set, replica}]
+	delete(d.held, [2]string{set, replica})
+	d.mu.Unlock()
+	if had {
+		d.log.Info("operator drain forgotten", zap.String("set", set), zap.String("replica", replica))
+		d.feedMu.Lock()
+		defer d.feedMu.Unlock()
+		d.mu.Lock()
+		ms := d.members
+		d.mu.Unlock()
+		d.feed(ms) // route it by what it advertises now
+	}
+}
+
+// HandleMessage is a proxy's membership.MessageHandler: an undrain that
+// another proxy's admin API received (AdminDrain with Drain false, sent to
+// every proxy) makes this one forget the drain too, so that no proxy
+// drains a later incarnation again.
+func (d *Discovery) HandleMessage(from string, msg []byte) {
+	if MessageKind(msg) != adminDrainKind {
+		return
+	}
+	c, err := DecodeAdminDrain(msg)
+	if err != nil || c.Drain {
+		return
+	}
+	d.ForgetHold(c.Set, c.Replica)
 }
 
 // awaitingHoldLocked reports whether the newest alive incarnation of a
@@ -379,23 +440,38 @@ func (d *Discovery) report() {
 		return
 	}
 	d.mu.Lock()
-	var redrain []Member
+	type redrain struct {
+		m    Member
+		sent int // commands sent to this incarnation before this one
+	}
+	var redrains []redrain
 	for _, m := range ms {
 		if m.Meta.Role == RoleReplica && m.Status == StatusAlive && m.Meta.State != balancer.StateStopped &&
 			!m.Meta.Held && m.Meta.Boot > d.held[[2]string{m.Meta.Set, m.Meta.Replica}] && d.awaitingHoldLocked(ms, m.Meta.Set, m.Meta.Replica) {
-			redrain = append(redrain, m)
+			if n := d.redrains[m.Node]; n <= MaxRedrains {
+				redrains = append(redrains, redrain{m, n})
+				d.redrains[m.Node] = n + 1
+			}
 		}
 	}
 	d.mu.Unlock()
-	for _, m := range redrain {
+	for _, r := range redrains {
+		m := r.m
+		fields := []zap.Field{zap.String("set", m.Meta.Set), zap.String("replica", m.Meta.Replica), zap.String("node", m.Node)}
+		if r.sent == MaxRedrains {
+			// An agent that does not advertise the hold (an older keyway)
+			// or does not get the command: this proxy keeps routing it as
+			// draining, and stops asking.
+			d.log.Warn("replica restarted during an operator drain does not hold it; not asking again, routed as draining until an undrain", fields...)
+			continue
+		}
 		// Sent every interval until the agent advertises the hold: a
 		// lost datagram or a busy agent only delays it.
 		cmd := AdminDrain{Set: m.Meta.Set, Replica: m.Meta.Replica, Boot: m.Meta.Boot, Drain: true, By: "keyway (operator drain of an earlier incarnation)"}
 		if err := send(m.Node, cmd.Encode()); err != nil {
-			d.log.Debug("operator drain not re-sent", zap.String("node", m.Node), zap.Error(err))
-		} else {
-			d.log.Info("replica restarted during an operator drain: drained again",
-				zap.String("set", m.Meta.Set), zap.String("replica", m.Meta.Replica), zap.String("node", m.Node))
+			d.log.Debug("operator drain not re-sent", append(fields, zap.Error(err))...)
+		} else if r.sent == 0 {
+			d.log.Info("replica restarted during an operator drain: draining it again", fields...)
 		}
 	}
 	for _, m := range ms {

@@ -413,3 +413,60 @@ func TestDiscoveryUndrainWithStaleIncarnation(t *testing.T) {
 		t.Fatalf("o-0 fed as %+v after the undrain, want ready", fed)
 	}
 }
+
+// A new incarnation that never holds the drain (an older agent) is asked
+// MaxRedrains times, then no more; an undrain told by another proxy
+// (HandleMessage) ends the drain here too; a mark is forgotten with its
+// replica.
+func TestDiscoveryRedrainBounds(t *testing.T) {
+	ft := &fakeTarget{sets: map[string][]balancer.Replica{}, fps: map[string]string{"orders": "fp"}}
+	d := NewDiscovery(ft, DiscoveryOptions{})
+	rec := &sent{}
+	d.send = rec.send
+	held := func(m Member) Member { m.Meta.Held = true; return m }
+	d.SetMembers([]Member{held(rep("orders", "o-0", "a:1", balancer.StateDraining, 1, StatusAlive))})
+	old := rep("orders", "o-0", "a:1", balancer.StateReady, 2, StatusAlive) // never advertises Held
+	d.SetMembers([]Member{old})
+	total := 0
+	for range MaxRedrains + 10 {
+		d.report()
+		got, _ := rec.take()
+		total += len(got)
+	}
+	if total != MaxRedrains {
+		t.Fatalf("%d drain commands to an incarnation that never holds it, want %d", total, MaxRedrains)
+	}
+	fed := func() balancer.State {
+		ft.mu.Lock()
+		defer ft.mu.Unlock()
+		return ft.sets["orders"][0].State
+	}
+	if fed() != balancer.StateDraining {
+		t.Fatalf("routed as %v after giving up asking, want draining until an undrain", fed())
+	}
+	// Another proxy's admin API undrained it.
+	d.HandleMessage("proxy-b", AdminDrain{Set: "orders", Replica: "o-0", Drain: false, By: "proxy-b"}.Encode())
+	if fed() != balancer.StateReady {
+		t.Fatalf("routed as %v after the undrain, want ready", fed())
+	}
+	d.report()
+	if got, _ := rec.take(); len(got) != 0 {
+		t.Fatalf("drain commands after the undrain: %+v", got)
+	}
+	// A drain command (not an undrain) from a proxy changes nothing here.
+	d.SetMembers([]Member{held(rep("orders", "o-0", "a:1", balancer.StateDraining, 3, StatusAlive))})
+	d.HandleMessage("proxy-b", AdminDrain{Set: "orders", Replica: "o-0", Drain: true}.Encode())
+	d.mu.Lock()
+	_, marked := d.held[[2]string{"orders", "o-0"}]
+	d.mu.Unlock()
+	if !marked {
+		t.Fatal("the mark of a held incarnation is gone")
+	}
+	// Forgotten by gossip (forget_after): the mark goes with it.
+	d.SetMembers([]Member{rep("orders", "o-1", "a:2", balancer.StateReady, 1, StatusAlive)})
+	d.SetMembers([]Member{rep("orders", "o-0", "a:1", balancer.StateReady, 4, StatusAlive)})
+	d.report()
+	if got, _ := rec.take(); len(got) != 0 || fed() != balancer.StateReady {
+		t.Fatalf("a replica forgotten and back under its name is drained again: %+v, %v", got, fed())
+	}
+}

@@ -34,6 +34,7 @@ type adminView struct {
 	audit  *eventlog.Log
 	// node is the gossip node, set once it exists; nil while gossip is off.
 	node atomic.Pointer[membership.Node]
+	disc atomic.Pointer[membership.Discovery]
 	// traffic reads the proxy's counters from the metrics registry; nil
 	// until options names the registry.
 	traffic *trafficSampler
@@ -231,7 +232,10 @@ func (v *adminView) Route(set, key string) (admin.RouteExplain, error) {
 // setNode attaches the gossip node once it exists (serve builds it after
 // the admin server): until then /v1/members answers [] and drain of a
 // gossip replica answers 409.
-func (v *adminView) setNode(n *membership.Node) { v.node.Store(n) }
+func (v *adminView) setNode(n *membership.Node, d *membership.Discovery) {
+	v.disc.Store(d)
+	v.node.Store(n)
+}
 
 func (v *adminView) Members() []admin.MemberInfo {
 	out := []admin.MemberInfo{}
@@ -334,6 +338,18 @@ func (v *adminView) Drain(set, replica string, drain bool) (string, error) {
 		scope = admin.ScopeGossip
 		if !drain {
 			v.p.SetExcluded(set, replica, balancer.ReasonAdmin, false)
+			// Every proxy forgets the drain, so that none drains the
+			// replica's next incarnation again.
+			if d := v.disc.Load(); d != nil {
+				d.ForgetHold(set, replica)
+			}
+			for _, m := range node.Members() {
+				if m.Meta.Role == membership.RoleProxy && m.Status == membership.StatusAlive && !m.Self {
+					// Best effort: a proxy that misses it asks a restarted
+					// replica to drain at most membership.MaxRedrains times.
+					_ = node.Send(m.Node, msg.Encode())
+				}
+			}
 		}
 	}
 	action := "undrain"

@@ -273,7 +273,7 @@ func startGossip(cfg config.Config, p *proxy.Proxy, adminAddr string, log *zap.L
 		Role:        membership.RoleProxy,
 		Addr:        adminAddr,
 		Fingerprint: membership.FingerprintMeta(p.Fingerprints()),
-	}, membership.Options{Logger: log.Named("gossip"), Registerer: reg, Sink: disc})
+	}, membership.Options{Logger: log.Named("gossip"), Registerer: reg, Sink: disc, Messages: disc.HandleMessage})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -372,7 +372,7 @@ func serveFile(ctx context.Context, cfg config.Config, file string, load func() 
 		if err != nil {
 			return err
 		}
-		view.setNode(node)
+		view.setNode(node, disc)
 	}
 	rl.adm, rl.node, rl.disc = adm, node, disc
 
