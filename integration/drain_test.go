@@ -175,7 +175,7 @@ func TestOperatorDrainSurvivesAgentRestart(t *testing.T) {
 			<-time.After(20 * time.Millisecond)
 		}
 	}
-	if n := len(a.Logs("replica restarted during an operator drain: drained again")) + len(b.Logs("replica restarted during an operator drain: drained again")); n == 0 {
+	if n := len(a.Logs("replica restarted during an operator drain: draining it again")) + len(b.Logs("replica restarted during an operator drain: draining it again")); n == 0 {
 		t.Error("no proxy logged the drain it sent again")
 	}
 	c := NewClient()
