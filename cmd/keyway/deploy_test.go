@@ -281,9 +281,13 @@ func TestDeployManifests(t *testing.T) {
 	if !strings.HasPrefix(cfg.Admin.Listen, ":") && !strings.HasPrefix(cfg.Admin.Listen, "0.0.0.0:") {
 		t.Errorf("admin.listen %q: the kubelet probes the pod IP", cfg.Admin.Listen)
 	}
-	if cfg.Admin.TokenFile == "" || !secretMounted(pod, proxyC, cfg.Admin.TokenFile, "keyway-admin-token") {
-		t.Errorf("admin.listen is off loopback: admin.token_file (%q) must be in the keyway-admin-token Secret mount, or keyway refuses to start", cfg.Admin.TokenFile)
+	if cfg.Admin.TokenFile == "" || filepath.Base(cfg.Admin.TokenFile) != "token" || !secretMounted(pod, proxyC, cfg.Admin.TokenFile, "keyway-admin-token") {
+		t.Errorf("admin.listen is off loopback: admin.token_file (%q) must be the key \"token\" of the keyway-admin-token Secret mount (docs/kubernetes.md), or keyway refuses to start", cfg.Admin.TokenFile)
 	}
+	if cfg.Audit.Dir != "" && !writableMount(pod, proxyC, cfg.Audit.Dir) {
+		t.Errorf("audit.dir %q is on no writable volume (the root filesystem is read-only)", cfg.Audit.Dir)
+	}
+	proxyKey := secretEnv(proxyC, "KEYWAY_GOSSIP_KEY")
 	if probePort(proxyC, "readinessProbe") != portOf(t, cfg.Admin.Listen) || str(proxyC, "readinessProbe", "httpGet", "path") != "/readyz" {
 		t.Error("proxy readinessProbe must GET /readyz on the admin port")
 	}
@@ -291,6 +295,13 @@ func TestDeployManifests(t *testing.T) {
 		t.Error("proxy livenessProbe must GET /healthz on the admin port")
 	}
 	preStop := time.Duration(num(proxyC, "lifecycle", "preStop", "sleep", "seconds")) * time.Second
+	if cmd := strs(proxyC, "lifecycle", "preStop", "exec", "command"); len(cmd) == 2 && cmd[0] == "sleep" {
+		n, _ := strconv.Atoi(cmd[1])
+		preStop = time.Duration(n) * time.Second
+	}
+	if preStop == 0 {
+		t.Error("proxy: no preStop pause: endpoints would still send new connections to a closing listener")
+	}
 	if grace := time.Duration(num(pod, "terminationGracePeriodSeconds")) * time.Second; grace <= preStop+cfg.Server.ShutdownTimeout {
 		t.Errorf("proxy terminationGracePeriodSeconds %s <= preStop %s + server.shutdown_timeout %s: the kubelet would kill in-flight requests", grace, preStop, cfg.Server.ShutdownTimeout)
 	}
@@ -306,11 +317,11 @@ func TestDeployManifests(t *testing.T) {
 		if n := num(sts, "spec", "replicas"); n != sc.Replicas {
 			t.Errorf("StatefulSet %s runs %d replicas, the proxies declare %d", sc.Name, n, sc.Replicas)
 		}
-		checkReplicaPod(t, m, sc.Name, mapOf(sts, "spec", "template", "spec"), gossipJoin, cfg.Gossip)
+		checkReplicaPod(t, m, sc.Name, mapOf(sts, "spec", "template", "spec"), gossipJoin, cfg.Gossip, proxyKey)
 	}
 }
 
-func checkReplicaPod(t *testing.T, m *manifests, set string, pod obj, gossipJoin string, proxyGossip config.Gossip) {
+func checkReplicaPod(t *testing.T, m *manifests, set string, pod obj, gossipJoin string, proxyGossip config.Gossip, proxyKey string) {
 	t.Helper()
 	cs := containers(pod)
 	ag, rep := cs["keyway-agent"], cs["replica"]
@@ -340,16 +351,23 @@ func checkReplicaPod(t *testing.T, m *manifests, set string, pod obj, gossipJoin
 	if acfg.Gossip.Profile != proxyGossip.Profile || acfg.Gossip.Label != proxyGossip.Label {
 		t.Errorf("%s agent gossip profile %q, label %q; the proxies use %q, %q: they must agree", set, acfg.Gossip.Profile, acfg.Gossip.Label, proxyGossip.Profile, proxyGossip.Label)
 	}
-	// The replica's preStop waits for the agent's /healthz on its listen port.
+	if key := secretEnv(ag, "KEYWAY_GOSSIP_KEY"); key != proxyKey {
+		t.Errorf("%s agent takes KEYWAY_GOSSIP_KEY from %q, the proxies from %q: they could not talk", set, key, proxyKey)
+	}
+	// The replica's preStop loops while the agent's /healthz answers.
 	hook := strings.Join(strs(rep, "lifecycle", "preStop", "exec", "command"), " ")
-	if !strings.Contains(hook, fmt.Sprintf("127.0.0.1:%d/healthz", portOf(t, acfg.Listen))) {
-		t.Errorf("%s replica preStop %q must wait for the agent's /healthz on port %d", set, hook, portOf(t, acfg.Listen))
+	want := regexp.MustCompile(fmt.Sprintf(`^sh -c while wget -q (-T \d+ )?-O /dev/null http://127\.0\.0\.1:%d/healthz; do sleep 1; done$`, portOf(t, acfg.Listen)))
+	if !want.MatchString(hook) {
+		t.Errorf("%s replica preStop %q must loop while the agent's /healthz on port %d answers", set, hook, portOf(t, acfg.Listen))
 	}
 	if mapOf(ag, "lifecycle", "preStop") != nil {
 		t.Errorf("%s agent has a preStop hook: SIGTERM itself starts its drain", set)
 	}
-	if grace, need := time.Duration(num(pod, "terminationGracePeriodSeconds"))*time.Second, acfg.Drain.Timeout+acfg.Drain.Quiet+5*time.Second; grace < need {
-		t.Errorf("%s terminationGracePeriodSeconds %s < drain.timeout + drain.quiet + 5s = %s", set, grace, need)
+	// After the drain the agent waits up to 2s for its stopped broadcast, 2s
+	// to leave gossip and 5s for its HTTP server; the replica then needs
+	// its own shutdown: 15s on top of the drain.
+	if grace, need := time.Duration(num(pod, "terminationGracePeriodSeconds"))*time.Second, acfg.Drain.Timeout+acfg.Drain.Quiet+15*time.Second; grace < need {
+		t.Errorf("%s terminationGracePeriodSeconds %s < drain.timeout + drain.quiet + 15s = %s", set, grace, need)
 	}
 	if rargs := strs(rep, "args"); len(rargs) > 0 && rargs[0] == "replica" {
 		i := slices.Index(rargs, "--listen")
@@ -373,6 +391,33 @@ func checkAgent(t *testing.T, set string, c agent.Config, gossipJoin string) {
 	if !strings.HasPrefix(c.Listen, ":") {
 		t.Errorf("agent listen %q: the kubelet probes the pod IP", c.Listen)
 	}
+}
+
+// secretEnv names the Secret and key an env var of a container comes from.
+func secretEnv(c obj, name string) string {
+	for _, e := range list(c, "env") {
+		if str(e, "name") == name {
+			return str(e, "valueFrom", "secretKeyRef", "name") + "/" + str(e, "valueFrom", "secretKeyRef", "key")
+		}
+	}
+	return ""
+}
+
+// writableMount reports whether path lies in a mounted volume that is not
+// a ConfigMap or Secret, mounted read-write.
+func writableMount(pod, c obj, path string) bool {
+	for _, vm := range list(c, "volumeMounts") {
+		dir := filepath.Clean(str(vm, "mountPath"))
+		if dig(vm, "readOnly") == true || (path != dir && !strings.HasPrefix(path, dir+"/")) {
+			continue
+		}
+		for _, v := range list(pod, "volumes") {
+			if str(v, "name") == str(vm, "name") && mapOf(v, "configMap") == nil && mapOf(v, "secret") == nil {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // checkServices: every Service selects some pod template, and its named
@@ -419,6 +464,23 @@ func checkServices(t *testing.T, m *manifests) {
 		}
 		if !matched {
 			t.Errorf("Service %s selects no pod template", name)
+		}
+	}
+	for _, pdb := range m.objs {
+		if str(pdb, "kind") != "PodDisruptionBudget" {
+			continue
+		}
+		sel := mapOf(pdb, "spec", "selector", "matchLabels")
+		ok := false
+		for _, w := range m.objs {
+			if k := str(w, "kind"); k == "Deployment" || k == "StatefulSet" {
+				if fmt.Sprint(mapOf(w, "spec", "selector", "matchLabels")) == fmt.Sprint(sel) {
+					ok = true
+				}
+			}
+		}
+		if !ok {
+			t.Errorf("PodDisruptionBudget %s selects no workload", str(pdb, "metadata", "name"))
 		}
 	}
 }
