@@ -467,6 +467,36 @@ func (a *Agent) drain() {
 	default:
 	}
 	a.apply(evStop, zap.Duration("drain_took", a.now().Sub(start)))
+	if a.cfg.Drain.Remove {
+		a.awaitStoppedSeen()
+	}
+}
+
+// awaitStoppedSeen waits, at most metaTimeout, until every live proxy has
+// reported that it sees this replica stopped. Leaving for good (remove)
+// relies on proxies seeing stopped+remove before the leave: one that
+// missed it would take the leave for a crash and keep the replica's
+// partitions for gossip.forget_after. A restart needs no such wait (a
+// crash and a restart look the same to the ring).
+func (a *Agent) awaitStoppedSeen() {
+	start := a.now()
+	deadline := time.NewTimer(metaTimeout)
+	defer deadline.Stop()
+	for {
+		pending := pendingStopped(a.node.Members(), a.book.snapshot())
+		if len(pending) == 0 {
+			a.log.Info("every proxy sees the replica stopped", zap.Duration("took", a.now().Sub(start)))
+			return
+		}
+		select {
+		case <-a.book.changed:
+		case <-a.members:
+		case <-deadline.C:
+			a.log.Warn("leaving before every proxy confirmed the stopped state; those may keep the replica's partitions until gossip.forget_after",
+				zap.Strings("pending", pending), zap.Duration("waited", metaTimeout))
+			return
+		}
+	}
 }
 
 // liveProxies counts alive proxy members.

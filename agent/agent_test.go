@@ -164,6 +164,13 @@ func TestDrainWaitsForProxies(t *testing.T) {
 			if len(drained) != 1 || drained[0].ContextMap()["proxies"] != int64(2) {
 				t.Fatalf("drained log: %+v", drained)
 			}
+			// Leaving for good waits for every proxy to see stopped; a
+			// restart does not.
+			confirmed := len(a.logs.FilterMessage("every proxy sees the replica stopped").All())
+			unconfirmed := len(a.logs.FilterMessage("leaving before every proxy confirmed the stopped state; those may keep the replica's partitions until gossip.forget_after").All())
+			if want := map[bool]int{true: 1, false: 0}[remove]; confirmed != want || unconfirmed != 0 {
+				t.Fatalf("remove=%v: stopped confirmed %d times, unconfirmed %d; want %d and 0", remove, confirmed, unconfirmed, want)
+			}
 			for _, p := range []*fakeProxy{p1, p2} {
 				eventually(t, 10*time.Second, "proxies to see the agent leave", func() bool {
 					m, ok := p.member(a.Name())

@@ -96,6 +96,23 @@ func pendingProxies(members []membership.Member, latest map[string]membership.Dr
 	return out
 }
 
+// pendingStopped returns, sorted, the live proxies whose latest report does
+// not say they see this replica stopped. It is a pure function.
+func pendingStopped(members []membership.Member, latest map[string]membership.DrainReport) []string {
+	var out []string
+	for _, m := range members {
+		if m.Self || m.Meta.Role != membership.RoleProxy || m.Status != membership.StatusAlive {
+			continue
+		}
+		if r, ok := latest[m.Node]; ok && r.StoppedSeen {
+			continue
+		}
+		out = append(out, m.Node)
+	}
+	slices.Sort(out)
+	return out
+}
+
 // describePending says, for each pending proxy, what it last reported:
 // "proxy-a.x1=3 in flight", "proxy-b.x2=no report" or
 // "proxy-c.x3=draining not seen yet". For the drain timeout's log line.

@@ -120,3 +120,25 @@ func TestReportBook(t *testing.T) {
 		t.Fatal("snapshot shares its map with the book")
 	}
 }
+
+func TestPendingStopped(t *testing.T) {
+	px := func(name string, st membership.Status) membership.Member {
+		return membership.Member{Node: name, Meta: membership.Meta{Role: membership.RoleProxy}, Status: st}
+	}
+	members := []membership.Member{
+		px("b", membership.StatusAlive), px("a", membership.StatusAlive), px("dead", membership.StatusDead),
+		{Node: "self", Meta: membership.Meta{Role: membership.RoleReplica}, Status: membership.StatusAlive, Self: true},
+	}
+	latest := map[string]membership.DrainReport{
+		"a":    {DrainingSeen: true, StoppedSeen: true},
+		"b":    {DrainingSeen: true}, // still draining in its view
+		"dead": {},
+	}
+	if got := pendingStopped(members, latest); !slices.Equal(got, []string{"b"}) {
+		t.Fatalf("pending %v, want [b]", got)
+	}
+	delete(latest, "a")
+	if got := pendingStopped(members, latest); !slices.Equal(got, []string{"a", "b"}) {
+		t.Fatalf("pending %v, want [a b] (no report counts as not seen)", got)
+	}
+}

@@ -289,7 +289,7 @@ func startFakeProxy(t *testing.T, name string, join ...string) *fakeProxy {
 		defer close(done)
 		tick := time.NewTicker(50 * time.Millisecond)
 		defer tick.Stop()
-		finished := map[string]bool{}
+		finished, stopped := map[string]bool{}, map[string]bool{}
 		for {
 			select {
 			case <-ctx.Done():
@@ -300,7 +300,19 @@ func startFakeProxy(t *testing.T, name string, join ...string) *fakeProxy {
 				continue
 			}
 			for _, m := range p.Members() {
-				if m.Meta.Role != membership.RoleReplica || m.Status != membership.StatusAlive || m.Meta.State != balancer.StateDraining || finished[m.Node] {
+				if m.Meta.Role != membership.RoleReplica || m.Status != membership.StatusAlive {
+					continue
+				}
+				if m.Meta.State == balancer.StateStopped && !stopped[m.Node] {
+					// One confirmation that it sees the replica stopped.
+					rep := membership.DrainReport{Set: m.Meta.Set, Replica: m.Meta.Replica, Boot: m.Meta.Boot, DrainingSeen: true, StoppedSeen: true}
+					if p.Send(m.Node, rep.Encode()) == nil {
+						stopped[m.Node] = true
+					}
+					_ = p.Members()
+					continue
+				}
+				if m.Meta.State != balancer.StateDraining || finished[m.Node] {
 					continue
 				}
 				rep := membership.DrainReport{Set: m.Meta.Set, Replica: m.Meta.Replica, Boot: m.Meta.Boot, DrainingSeen: true, Inflight: p.inflight.Load()}

@@ -194,3 +194,38 @@ func TestOperatorDrainSurvivesAgentRestart(t *testing.T) {
 		p.WaitRotation(t, 3, 15*time.Second)
 	}
 }
+
+// Scale-in with drain.remove: the leaving agent waits until every proxy
+// sees it stopped, so both proxies drop it from the ring at once (not
+// after forget_after) and agree on every key again.
+func TestScaleInRemoveReachesEveryProxy(t *testing.T) {
+	skipShort(t)
+	a, _ := cluster(t, 3)
+	b := StartProxy(t, "proxy-b", []string{a.Gossip}, 3)
+	b.WaitRotation(t, 3, 30*time.Second)
+	t.Setenv("KEYWAY_AGENT_DRAIN_REMOVE", "true") // inherited by the next agent only
+	extra := StartReplica(t, "orders-3", []string{a.Gossip})
+	ring := func(p *ProxyProc) float64 {
+		return Metric(p.Admin, "keyway_ring_replicas", map[string]string{"set": "orders"})
+	}
+	for _, p := range []*ProxyProc{a, b} {
+		Eventually(t, 20*time.Second, p.Name+" to put orders-3 on the ring", func() bool { return ring(p) == 4 })
+	}
+	start := time.Now()
+	extra.Agent.Term(t, 20*time.Second)
+	for _, p := range []*ProxyProc{a, b} {
+		Eventually(t, 10*time.Second, p.Name+" to drop orders-3 from the ring", func() bool { return ring(p) == 3 })
+	}
+	t.Logf("SIGTERM to both proxies dropping orders-3 from the ring: %s (forget_after is 1m)", time.Since(start))
+	if len(extra.Agent.Logs("every proxy sees the replica stopped")) != 1 {
+		t.Error("the leaving agent did not see every proxy confirm its stopped state")
+	}
+	keys := Keys(2000)
+	c := NewClient()
+	oa, ob := c.Owners(t, a.Addr, keys, 4), c.Owners(t, b.Addr, keys, 4)
+	for _, k := range keys {
+		if oa[k] != ob[k] || oa[k] == "orders-3" {
+			t.Fatalf("key %s: proxy A → %s, proxy B → %s after the scale-in", k, oa[k], ob[k])
+		}
+	}
+}

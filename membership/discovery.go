@@ -416,7 +416,8 @@ func (d *Discovery) awaitingHoldLocked(ms []Member, set, replica string) bool {
 	return newest != nil && newest.Meta.Boot > mark && !newest.Meta.Held
 }
 
-// Run sends drain reports to the agents of draining replicas, and drains
+// Run sends drain reports to the agents of draining (and stopped, not yet
+// gone) replicas, and drains
 // again new incarnations of replicas an operator drained, until ctx is
 // done.
 func (d *Discovery) Run(ctx context.Context) error {
@@ -475,7 +476,7 @@ func (d *Discovery) report() {
 		}
 	}
 	for _, m := range ms {
-		if m.Meta.Role != RoleReplica || m.Status != StatusAlive || m.Meta.State != balancer.StateDraining {
+		if m.Meta.Role != RoleReplica || m.Status != StatusAlive || (m.Meta.State != balancer.StateDraining && m.Meta.State != balancer.StateStopped) {
 			continue
 		}
 		inflight, out, ok := d.target.ReplicaLoad(m.Meta.Set, m.Meta.Replica)
@@ -483,7 +484,8 @@ func (d *Discovery) report() {
 			// Not on our ring: we send it nothing.
 			inflight, out = 0, true
 		}
-		rep := DrainReport{Set: m.Meta.Set, Replica: m.Meta.Replica, Boot: m.Meta.Boot, DrainingSeen: out, Inflight: inflight}
+		rep := DrainReport{Set: m.Meta.Set, Replica: m.Meta.Replica, Boot: m.Meta.Boot, DrainingSeen: out, Inflight: inflight,
+			StoppedSeen: m.Meta.State == balancer.StateStopped}
 		if err := send(m.Node, rep.Encode()); err != nil {
 			d.log.Debug("drain report not sent", zap.String("node", m.Node), zap.Error(err))
 		}

@@ -470,3 +470,29 @@ func TestDiscoveryRedrainBounds(t *testing.T) {
 		t.Fatalf("a replica forgotten and back under its name is drained again: %+v, %v", got, fed())
 	}
 }
+
+// A proxy reports to draining replicas and, with StoppedSeen, to stopped
+// ones still alive: an agent leaving for good waits for that.
+func TestDiscoveryReportsStoppedSeen(t *testing.T) {
+	ft := &fakeTarget{sets: map[string][]balancer.Replica{}, fps: map[string]string{"orders": "fp"}}
+	d := NewDiscovery(ft, DiscoveryOptions{})
+	var reports []DrainReport
+	d.send = func(node string, msg []byte) error {
+		if r, err := DecodeDrainReport(msg); err == nil {
+			reports = append(reports, r)
+		}
+		return nil
+	}
+	stopped := rep("orders", "o-1", "a:2", balancer.StateStopped, 1, StatusAlive)
+	stopped.Meta.Remove = true
+	d.SetMembers([]Member{
+		rep("orders", "o-0", "a:1", balancer.StateDraining, 1, StatusAlive),
+		stopped,
+		rep("orders", "o-2", "a:3", balancer.StateReady, 1, StatusAlive),
+		rep("orders", "o-3", "a:4", balancer.StateStopped, 1, StatusLeft),
+	})
+	d.report()
+	if len(reports) != 2 || reports[0].Replica != "o-0" || reports[0].StoppedSeen || reports[1].Replica != "o-1" || !reports[1].StoppedSeen {
+		t.Fatalf("reports %+v, want o-0 (draining) and o-1 (stopped, seen)", reports)
+	}
+}

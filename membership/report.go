@@ -23,6 +23,10 @@ type DrainReport struct {
 	// Inflight is the number of the proxy's requests to the replica that
 	// have not finished.
 	Inflight int64 `json:"inflight"`
+	// StoppedSeen says the proxy sees the replica advertising stopped (with
+	// its remove flag, if set): an agent leaving for good waits for it, so
+	// that no proxy takes its leave for a crash.
+	StoppedSeen bool `json:"stopped_seen,omitempty"`
 }
 
 const drainReportKind = "drain_report"
