@@ -92,8 +92,10 @@ func TestDrainOnOneProxyStopsTrafficFromAnother(t *testing.T) {
 		p.WaitRotation(t, 2, 15*time.Second)
 	}
 	t.Logf("drain on A: out of rotation on A and B after %s", time.Since(start))
-	_, reason, _, _ := setReplica(t, b.Admin, victim)
-	t.Logf("B's reason for %s: %q", victim, reason)
+	Eventually(t, 10*time.Second, "B to name the operator drain", func() bool {
+		_, reason, _, _ := setReplica(t, b.Admin, victim)
+		return reason == "state draining (operator drain)"
+	})
 
 	during := c.Owners(t, b.Addr, keys, 8)
 	moved := 0

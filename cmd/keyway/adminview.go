@@ -136,6 +136,7 @@ func (v *adminView) set(name string, rd *trafficReading) (admin.SetStatus, bool)
 	if v.phases != nil {
 		st.Phase = string(v.phases.Phase(name))
 	}
+	held := v.operatorHeld(name)
 	for _, m := range t.Members() {
 		if m.State == balancer.StateReady && !m.Down {
 			st.Ready++
@@ -146,6 +147,9 @@ func (v *adminView) set(name string, rd *trafficReading) (admin.SetStatus, bool)
 		}
 		if !m.InRotation {
 			rs.Reason = outReason(m)
+			if held[m.Name] && m.State == balancer.StateDraining {
+				rs.Reason = strings.Replace(rs.Reason, "state draining", "state draining (operator drain)", 1)
+			}
 		}
 		if n := t.Partitions(); n > 0 {
 			rs.Share = float64(m.Partitions) / float64(n)
@@ -162,6 +166,28 @@ func (v *adminView) set(name string, rd *trafficReading) (admin.SetStatus, bool)
 		st.Traffic = rd.set(name, st.Replicas)
 	}
 	return st, true
+}
+
+// operatorHeld names the replicas of a set whose newest alive gossip
+// incarnation holds an operator drain (Meta.Held).
+func (v *adminView) operatorHeld(set string) map[string]bool {
+	n := v.node.Load()
+	if n == nil {
+		return nil
+	}
+	newest := map[string]membership.Member{}
+	for _, m := range n.Members() {
+		if m.Meta.Role == membership.RoleReplica && m.Meta.Set == set && m.Status == membership.StatusAlive {
+			if cur, ok := newest[m.Meta.Replica]; !ok || m.Meta.Boot > cur.Meta.Boot {
+				newest[m.Meta.Replica] = m
+			}
+		}
+	}
+	out := map[string]bool{}
+	for name, m := range newest {
+		out[name] = m.Meta.Held
+	}
+	return out
 }
 
 // outReason says why a replica is out of rotation: its own state, gossip's
