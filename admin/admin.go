@@ -75,13 +75,9 @@ func New(cfg Config, opts Options) (*Server, error) {
 	if opts.Gatherer == nil {
 		return nil, errors.New("admin: a metrics gatherer is required")
 	}
-	token, err := loadToken(cfg, opts.Env)
+	token, err := checkToken(cfg, opts.Env)
 	if err != nil {
-		return nil, fmt.Errorf("admin config: %w", err)
-	}
-	if cfg.Listen != "" && token == "" && !loopback(cfg.Listen) {
-		return nil, fmt.Errorf("admin.listen %q is not a loopback address and no admin token is configured: "+
-			"set admin.token_file (or %s) so the mutating endpoints need a token, or listen on loopback (e.g. \"127.0.0.1:9901\")", cfg.Listen, TokenEnv)
+		return nil, err
 	}
 	s := &Server{cfg: cfg, opts: opts, log: cmp.Or(opts.Logger, zap.NewNop())}
 	s.token.Store(&token)
@@ -119,6 +115,27 @@ func New(cfg Config, opts Options) (*Server, error) {
 		ErrorLog:          zap.NewStdLog(s.log),
 	}
 	return s, nil
+}
+
+// CheckToken applies New's token rules to cfg without building a server:
+// the token file must be readable and not empty, and a listener off
+// loopback needs a token. lookup finds KEYWAY_ADMIN_TOKEN; nil means
+// os.LookupEnv. keyway validate uses it.
+func CheckToken(cfg Config, lookup func(string) (string, bool)) error {
+	_, err := checkToken(cfg, lookup)
+	return err
+}
+
+func checkToken(cfg Config, lookup func(string) (string, bool)) (string, error) {
+	token, err := loadToken(cfg, lookup)
+	if err != nil {
+		return "", fmt.Errorf("admin config: %w", err)
+	}
+	if cfg.Listen != "" && token == "" && !loopback(cfg.Listen) {
+		return "", fmt.Errorf("admin.listen %q is not a loopback address and no admin token is configured: "+
+			"set admin.token_file (or %s) so the mutating endpoints need a token, or listen on loopback (e.g. \"127.0.0.1:9901\")", cfg.Listen, TokenEnv)
+	}
+	return token, nil
 }
 
 // ReloadToken reads the admin token again (KEYWAY_ADMIN_TOKEN, else

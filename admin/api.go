@@ -71,8 +71,12 @@ func (s *Server) listSets(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) getSet(w http.ResponseWriter, r *http.Request) {
 	if st, ok := s.lookupSet(w, r.PathValue("set")); ok {
-		st.Replicas = nonNil(st.Replicas)
-		s.reply(w, st)
+		// "replicas": [] for a set without any: the field's omitempty is
+		// for the list endpoint, which leaves it out.
+		s.reply(w, struct {
+			SetStatus
+			Replicas []ReplicaStatus `json:"replicas"`
+		}{st, nonNil(st.Replicas)})
 	}
 }
 

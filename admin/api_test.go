@@ -144,7 +144,11 @@ func TestAPIReplicaSets(t *testing.T) {
 	if r0["name"] != "orders-0" || r0["reason"] != "state draining" || r0["share"] != 0.5 || r0["in_rotation"] != false {
 		t.Fatalf("replica: %v", r0)
 	}
-	// A set without replicas lists [] (not null).
+	// A set without replicas lists [] (not null, not left out), in both views.
+	code, body = call(t, "GET", base+"/v1/replica_sets/billing")
+	if l, ok := body["replicas"].([]any); code != 200 || !ok || len(l) != 0 || body["name"] != "billing" {
+		t.Fatalf("an empty set: %d %v", code, body)
+	}
 	code, body = call(t, "GET", base+"/v1/replica_sets/billing/replicas")
 	if l, ok := body["replicas"].([]any); code != 200 || !ok || len(l) != 0 || body["set"] != "billing" {
 		t.Fatalf("replicas of an empty set: %d %v", code, body)

@@ -78,8 +78,8 @@ type SetStatus struct {
 	// Traffic is what this proxy sent the set's replicas: totals and recent
 	// rates. Only the one-set endpoint carries it (nil in the list).
 	Traffic *SetTraffic `json:"traffic,omitempty"`
-	// Replicas lists every known replica sorted by name. The list endpoint
-	// leaves it out.
+	// Replicas lists every known replica sorted by name ([] when none). The
+	// list endpoint leaves it out (nil).
 	Replicas []ReplicaStatus `json:"replicas,omitempty"`
 }
 
@@ -207,7 +207,7 @@ type MemberInfo struct {
 	Gossip string `json:"gossip"`
 	// Role is "proxy" or "replica".
 	Role string `json:"role"`
-	// Status is the gossip status ("alive", "suspect", "dead", "left").
+	// Status is the gossip status ("alive", "dead", "left").
 	Status string    `json:"status"`
 	Since  time.Time `json:"since"`
 	Self   bool      `json:"self,omitempty"`

@@ -242,6 +242,11 @@ func runValidate(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// What keyway proxy would refuse at start beyond the file's own rules:
+	// the admin token (read from its file or the environment).
+	if err := admin.CheckToken(cfg.Admin, nil); err != nil {
+		return usageError{err.Error()}
+	}
 	fmt.Fprintln(stdout, config.Summary(cfg))
 	return nil
 }

@@ -357,3 +357,21 @@ func checkMembers(t *testing.T, admin string) {
 		t.Fatalf("/v1/members: %d ready replicas and %d proxies, want 3 and 1: %+v", replicas, proxies, out.Members)
 	}
 }
+
+// validate refuses what keyway proxy would refuse at start: an admin
+// listener off loopback without a token.
+func TestValidateAdminToken(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "k.yaml")
+	if err := os.WriteFile(file, []byte("admin: {listen: \"0.0.0.0:9901\"}\nreplica_sets:\n  - name: orders\n    static: [{name: o0, addr: \"127.0.0.1:9001\"}]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("KEYWAY_ADMIN_TOKEN", "")
+	_, _, err := keywayCLI(t, "validate", "-c", file)
+	if err == nil || exitCode(err) != exitConfig || !strings.Contains(err.Error(), "not a loopback address") {
+		t.Fatalf("validate off loopback without a token: %v", err)
+	}
+	t.Setenv("KEYWAY_ADMIN_TOKEN", "t")
+	if out, _, err := keywayCLI(t, "validate", "-c", file); err != nil || !strings.HasPrefix(out, "ok:") {
+		t.Fatalf("validate with a token: %q %v", out, err)
+	}
+}
