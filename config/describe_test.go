@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"keyway/admin"
 )
 
 var update = flag.Bool("update", false, "rewrite the reference tables in docs/configuration.md from Describe()")
@@ -183,8 +185,8 @@ func TestDocs(t *testing.T) {
 			t.Errorf("%s does not mention `%s`", docsPath, f.Path)
 		}
 	}
-	// Read by membership directly (a secret: never a config key).
-	envs := map[string]bool{"KEYWAY_GOSSIP_KEY": true}
+	// Secrets, read by membership and admin directly: never config keys.
+	envs := map[string]bool{"KEYWAY_GOSSIP_KEY": true, admin.TokenEnv: true}
 	for _, f := range Describe() {
 		envs[f.Env] = true
 	}
