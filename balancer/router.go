@@ -101,14 +101,8 @@ var ErrBadRouterConfig = errors.New("balancer: bad router config")
 // NewRouter returns a Router with an empty table (generation 1) published.
 // It starts no goroutine: with Coalesce > 0 the caller runs [Router.Run].
 func NewRouter[B any](cfg RouterConfig, hooks Hooks[B]) (*Router[B], error) {
-	if cfg.Candidates == 0 {
-		cfg.Candidates = 3
-	}
-	if cfg.Candidates < 1 || cfg.Candidates > maxOrder {
-		return nil, fmt.Errorf("%w: candidates must be between 1 and %d, got %d", ErrBadRouterConfig, maxOrder, cfg.Candidates)
-	}
-	if err := cfg.Hash.Validate(); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrBadRouterConfig, err)
+	if err := checkRouterConfig(&cfg); err != nil {
+		return nil, err
 	}
 	r := &Router[B]{
 		cfg:       cfg,
@@ -147,14 +141,8 @@ func (r *Router[B]) Config() RouterConfig {
 // change of what backends are made from. A pending coalesced change is
 // applied in the same table. Safe for concurrent use.
 func (r *Router[B]) Reconfigure(cfg RouterConfig, renew bool) error {
-	if cfg.Candidates == 0 {
-		cfg.Candidates = 3
-	}
-	if cfg.Candidates < 1 || cfg.Candidates > maxOrder {
-		return fmt.Errorf("%w: candidates must be between 1 and %d, got %d", ErrBadRouterConfig, maxOrder, cfg.Candidates)
-	}
-	if err := cfg.Hash.Validate(); err != nil {
-		return fmt.Errorf("%w: %w", ErrBadRouterConfig, err)
+	if err := checkRouterConfig(&cfg); err != nil {
+		return err
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -168,15 +156,9 @@ func (r *Router[B]) Reconfigure(cfg RouterConfig, renew bool) error {
 	r.renew = r.renew || renew
 	r.cfg = cfg
 	cause := "config"
-	switch {
-	case r.pendingMembers && r.pendingHealth:
-		cause = "config+replicas+health"
-	case r.pendingMembers:
-		cause = "config+replicas"
-	case r.pendingHealth:
-		cause = "config+health"
+	if pending := r.takePending(); pending != "" {
+		cause += "+" + pending
 	}
-	r.pendingMembers, r.pendingHealth = false, false
 	r.rebuild(cause)
 	return nil
 }
@@ -265,6 +247,14 @@ func (r *Router[B]) Flush() {
 }
 
 func (r *Router[B]) flushLocked() {
+	if cause := r.takePending(); cause != "" {
+		r.rebuild(cause)
+	}
+}
+
+// takePending clears the pending changes and names them: "replicas",
+// "health", "replicas+health", or "" for none. r.mu is held.
+func (r *Router[B]) takePending() string {
 	cause := ""
 	switch {
 	case r.pendingMembers && r.pendingHealth:
@@ -273,11 +263,23 @@ func (r *Router[B]) flushLocked() {
 		cause = "replicas"
 	case r.pendingHealth:
 		cause = "health"
-	default:
-		return
 	}
 	r.pendingMembers, r.pendingHealth = false, false
-	r.rebuild(cause)
+	return cause
+}
+
+// checkRouterConfig fills Candidates' default and validates cfg.
+func checkRouterConfig(cfg *RouterConfig) error {
+	if cfg.Candidates == 0 {
+		cfg.Candidates = 3
+	}
+	if cfg.Candidates < 1 || cfg.Candidates > maxOrder {
+		return fmt.Errorf("%w: candidates must be between 1 and %d, got %d", ErrBadRouterConfig, maxOrder, cfg.Candidates)
+	}
+	if err := cfg.Hash.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrBadRouterConfig, err)
+	}
+	return nil
 }
 
 // Run applies coalesced changes until ctx is done, then returns nil. It is
