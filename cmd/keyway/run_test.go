@@ -135,18 +135,11 @@ func waitRotation(t *testing.T, admin string, n int) {
 	}
 }
 
-// startDemo runs `keyway demo` in-process and returns the proxy address.
-func startDemo(t *testing.T) (addr, admin, tokenFile string, stop func() error) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	pr, pw := io.Pipe()
-	errb := &syncBuffer{}
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, []string{"demo", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--gossip-bind-port", "0", "--log-level", "warn"}, pw, errb)
-		pw.Close()
-	}()
-	sc := bufio.NewScanner(pr)
+// scanDemoBanner reads the demo's banner up to its token line and returns
+// the addresses and token file it names ("" for a line not seen); the rest
+// of r is drained in the background.
+func scanDemoBanner(r io.Reader) (addr, admin, tokenFile string) {
+	sc := bufio.NewScanner(r)
 	for sc.Scan() {
 		if m := proxyLine.FindStringSubmatch(sc.Text()); m != nil {
 			addr = m[1]
@@ -159,11 +152,27 @@ func startDemo(t *testing.T) (addr, admin, tokenFile string, stop func() error) 
 			break
 		}
 	}
+	go io.Copy(io.Discard, r)
+	return addr, admin, tokenFile
+}
+
+// startDemo runs `keyway demo` in-process, waits until its three replicas
+// are in rotation and returns its addresses and the run's token file.
+func startDemo(t *testing.T) (addr, admin, tokenFile string, stop func() error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	pr, pw := io.Pipe()
+	errb := &syncBuffer{}
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"demo", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--gossip-bind-port", "0", "--log-level", "warn"}, pw, errb)
+		pw.Close()
+	}()
+	addr, admin, tokenFile = scanDemoBanner(pr)
 	if addr == "" || admin == "" || tokenFile == "" {
 		cancel()
 		t.Fatalf("demo printed no proxy or admin address or token file; stderr: %s, err: %v", errb.String(), <-done)
 	}
-	go io.Copy(io.Discard, pr)
 	waitRotation(t, admin, 3)
 	checkMembers(t, admin)
 	return addr, admin, tokenFile, func() error {
@@ -250,18 +259,7 @@ func TestBinaryDemo(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cmd.Process.Kill()
-	sc := bufio.NewScanner(stdout)
-	addr, admin := "", ""
-	for sc.Scan() {
-		if m := proxyLine.FindStringSubmatch(sc.Text()); m != nil {
-			addr = m[1]
-		}
-		if m := adminLine.FindStringSubmatch(sc.Text()); m != nil {
-			admin = m[1]
-			break
-		}
-	}
-	go io.Copy(io.Discard, stdout)
+	addr, admin, _ := scanDemoBanner(stdout)
 	if addr == "" || admin == "" {
 		t.Fatalf("no proxy or admin address printed; stderr:\n%s", stderr.String())
 	}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -19,41 +18,6 @@ import (
 // installs it.
 const chromiumPath = "/usr/bin/chromium"
 
-// startDemoAdmin runs `keyway demo` in-process like startDemo, waits until
-// all three replicas are in rotation and returns the proxy and admin
-// addresses.
-func startDemoAdmin(t *testing.T) (proxy, admin string, stop func() error) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	pr, pw := io.Pipe()
-	errb := &syncBuffer{}
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, []string{"demo", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--gossip-bind-port", "0", "--log-level", "warn"}, pw, errb)
-		pw.Close()
-	}()
-	sc := bufio.NewScanner(pr)
-	for sc.Scan() {
-		if m := proxyLine.FindStringSubmatch(sc.Text()); m != nil {
-			proxy = m[1]
-		}
-		if m := adminLine.FindStringSubmatch(sc.Text()); m != nil {
-			admin = m[1]
-			break
-		}
-	}
-	if proxy == "" || admin == "" {
-		cancel()
-		t.Fatalf("demo printed no proxy or admin address; stderr: %s, err: %v", errb.String(), <-done)
-	}
-	go io.Copy(io.Discard, pr)
-	waitRotation(t, admin, 3)
-	return proxy, admin, func() error {
-		cancel()
-		return <-done
-	}
-}
-
 // TestDashboardInBrowser drives the real /ui page of a running demo in
 // headless Chromium: the set's phase and its three replicas appear, a key
 // lookup names a replica, and a full-page screenshot is saved.
@@ -64,7 +28,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	if testing.Short() {
 		t.Skip("browser test skipped in -short mode")
 	}
-	proxy, admin, stop := startDemoAdmin(t)
+	proxy, admin, _, stop := startDemo(t)
 	defer func() {
 		if err := stop(); err != nil {
 			t.Errorf("demo: %v", err)
@@ -188,8 +152,11 @@ func TestDashboardInBrowser(t *testing.T) {
 	if err := os.WriteFile(shot, png, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("screenshot: %s (%d bytes; copied to /tmp/keyway-ui.png) after %v", shot, len(png), time.Since(start).Round(time.Millisecond))
-	if err := os.WriteFile("/tmp/keyway-ui.png", png, 0o644); err != nil {
-		t.Logf("copying the screenshot to /tmp/keyway-ui.png: %v", err)
+	t.Logf("screenshot: %s (%d bytes) after %v", shot, len(png), time.Since(start).Round(time.Millisecond))
+	// To look at it after the test: KEYWAY_UI_SCREENSHOT=/some/file.png.
+	if dst := os.Getenv("KEYWAY_UI_SCREENSHOT"); dst != "" {
+		if err := os.WriteFile(dst, png, 0o644); err != nil {
+			t.Errorf("copying the screenshot to %s: %v", dst, err)
+		}
 	}
 }
