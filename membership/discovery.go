@@ -336,16 +336,15 @@ func (d *Discovery) trackHeldLocked(ms []Member) {
 			delete(d.held, k) // forgotten (gossip.forget_after): a later replica of that name starts afresh
 		}
 	}
-	for node := range d.redrains {
-		found := false
+	if len(d.redrains) > 0 {
+		alive := map[string]bool{}
 		for _, m := range ms {
-			if m.Node == node && m.Status == StatusAlive {
-				found = true
-				break
-			}
+			alive[m.Node] = m.Status == StatusAlive
 		}
-		if !found {
-			delete(d.redrains, node)
+		for node := range d.redrains {
+			if !alive[node] {
+				delete(d.redrains, node) // that incarnation is gone
+			}
 		}
 	}
 	for k, m := range newest {

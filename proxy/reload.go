@@ -155,29 +155,20 @@ func (p *Proxy) removeSet(st *setState) {
 	p.log.Info("replica set removed", zap.String("set", st.name))
 }
 
-// startOnlyDiffs names each scalar key of a start-only section whose value
-// differs, as "section.key: running with A, the file says B".
+// startOnlyDiffs names each key of a flat start-only section (server)
+// whose value differs, as "section.key: running with A, the file says B".
 func startOnlyDiffs(path string, running, file reflect.Value) []error {
 	var errs []error
 	t := running.Type()
 	for i := range t.NumField() {
 		key, _, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ",")
-		a, b := running.Field(i), file.Field(i)
-		if a.Kind() == reflect.Struct && !isScalarStruct(a) {
-			errs = append(errs, startOnlyDiffs(path+"."+key, a, b)...)
-			continue
-		}
-		if !reflect.DeepEqual(a.Interface(), b.Interface()) {
+		a, b := running.Field(i).Interface(), file.Field(i).Interface()
+		if a != b {
 			errs = append(errs, fmt.Errorf("%s.%s: running with %v, the file says %v: it takes effect only at start; restart keyway to change it",
-				path, key, a.Interface(), b.Interface()))
+				path, key, a, b))
 		}
 	}
 	return errs
-}
-
-func isScalarStruct(v reflect.Value) bool {
-	_, ok := v.Interface().(fmt.Stringer)
-	return ok
 }
 
 // ErrUnknownSet is returned (wrapped) for a replica set the proxy does not
