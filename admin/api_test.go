@@ -2,10 +2,7 @@ package admin
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -90,21 +87,7 @@ func startAPI(t *testing.T, opts Options) string {
 // failing unless the content type is JSON.
 func call(t *testing.T, method, url string) (int, map[string]any) {
 	t.Helper()
-	req, _ := http.NewRequest(method, url, nil)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
-		t.Fatalf("%s %s: content type %q, body %q", method, url, ct, b)
-	}
-	var v map[string]any
-	if err := json.Unmarshal(b, &v); err != nil {
-		t.Fatalf("%s %s: not a JSON object: %v: %q", method, url, err, b)
-	}
-	return resp.StatusCode, v
+	return do(t, method, url, "")
 }
 
 func testView() *fakeView {

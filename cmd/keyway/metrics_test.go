@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"net"
@@ -486,25 +485,7 @@ func TestMetricsForgottenReplica(t *testing.T) {
 	rep := startTestReplica(t, "users-0")
 	st := startMetricsStack(t, "  - {name: users, replicas: 1}\n")
 
-	cfg := membership.DefaultConfig()
-	cfg.BindAddr, cfg.BindPort, cfg.Profile = "127.0.0.1", 0, "fast"
-	cfg.Join = []string{st.gossip}
-	node, err := membership.New(cfg, membership.Meta{
-		Role: membership.RoleReplica, Set: "users", Replica: "users-0", Addr: rep.addr, State: balancer.StateReady,
-	}, membership.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- node.Run(ctx) }()
-	leave := sync.OnceFunc(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("replica gossip: %v", err)
-		}
-	})
-	t.Cleanup(leave)
+	node, leave := startGossipReplica(t, st.gossip, membership.Meta{Set: "users", Replica: "users-0", Addr: rep.addr, State: balancer.StateReady})
 
 	st.waitMetric(t, `keyway_replica_in_rotation{replica="users-0",set="users"} 1`)
 	if code, body := st.send(t, "/ingest", "k"); code != 200 || body != "users-0" {

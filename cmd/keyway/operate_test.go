@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -267,19 +266,7 @@ replica_sets:
 	}
 	stk := startStack(t, cfg, stackOpts{file: file, load: load, gossip: true})
 
-	gcfg := membership.DefaultConfig()
-	gcfg.BindAddr, gcfg.BindPort, gcfg.Profile = "127.0.0.1", 0, "fast"
-	gcfg.Join = []string{stk.gossip}
-	node, err := membership.New(gcfg, membership.Meta{
-		Role: membership.RoleReplica, Set: "events", Replica: "events-0", Addr: events.addr, State: balancer.StateReady,
-	}, membership.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- node.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	startGossipReplica(t, stk.gossip, membership.Meta{Set: "events", Replica: "events-0", Addr: events.addr, State: balancer.StateReady})
 	// The proxy sees the replica of a set it does not serve yet.
 	integration.Eventually(t, 10*time.Second, "the unknown set counted", func() bool {
 		return integration.Metric(stk.admin, "keyway_gossip_unknown_set_replicas_total", nil) == 1

@@ -8,6 +8,7 @@ import (
 
 	"keyway/config"
 	"keyway/demo"
+	"keyway/membership"
 )
 
 // stack is a keyway proxy run in-process by serveFile, until its test ends.
@@ -80,4 +81,30 @@ func startDemoReplica(t *testing.T, name string) (addr string, stop func()) {
 	stop = sync.OnceFunc(func() { cancel(); <-done })
 	t.Cleanup(stop)
 	return r.Addr(), stop
+}
+
+// startGossipReplica joins a replica's gossip member (no agent: its
+// metadata is fixed) to a proxy's gossip address, until the test ends or
+// leave (idempotent) is called.
+func startGossipReplica(t *testing.T, join string, meta membership.Meta) (node *membership.Node, leave func()) {
+	t.Helper()
+	cfg := membership.DefaultConfig()
+	cfg.BindAddr, cfg.BindPort, cfg.Profile = "127.0.0.1", 0, "fast"
+	cfg.Join = []string{join}
+	meta.Role = membership.RoleReplica
+	node, err := membership.New(cfg, meta, membership.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- node.Run(ctx) }()
+	leave = sync.OnceFunc(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("replica gossip: %v", err)
+		}
+	})
+	t.Cleanup(leave)
+	return node, leave
 }
