@@ -66,7 +66,7 @@ func (s *Server) listSets(w http.ResponseWriter, r *http.Request) {
 	for i := range sets {
 		sets[i].Replicas = nil
 	}
-	s.reply(w, map[string]any{"replica_sets": nonNil(sets)})
+	s.reply(w, SetList{ReplicaSets: nonNil(sets)})
 }
 
 func (s *Server) getSet(w http.ResponseWriter, r *http.Request) {
@@ -82,7 +82,7 @@ func (s *Server) getSet(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) getReplicas(w http.ResponseWriter, r *http.Request) {
 	if st, ok := s.lookupSet(w, r.PathValue("set")); ok {
-		s.reply(w, map[string]any{"set": st.Name, "replicas": nonNil(st.Replicas)})
+		s.reply(w, ReplicaList{Set: st.Name, Replicas: nonNil(st.Replicas)})
 	}
 }
 
@@ -139,7 +139,7 @@ func (s *Server) listMembers(w http.ResponseWriter, r *http.Request) {
 		s.unavailable(w, "gossip members")
 		return
 	}
-	s.reply(w, map[string]any{"members": nonNil(s.opts.Members.Members())})
+	s.reply(w, MemberList{Members: nonNil(s.opts.Members.Members())})
 }
 
 func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {
@@ -172,7 +172,7 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {
 		}
 		limit = n
 	}
-	s.reply(w, map[string]any{"events": nonNil(s.opts.Events.Events(since, kinds, limit))})
+	s.reply(w, EventList{Events: nonNil(s.opts.Events.Events(since, kinds, limit))})
 }
 
 func (s *Server) getConfig(w http.ResponseWriter, r *http.Request) {
@@ -200,7 +200,7 @@ func (s *Server) unavailable(w http.ResponseWriter, what string) {
 }
 
 func (s *Server) fail(w http.ResponseWriter, status int, msg string) {
-	s.write(w, status, map[string]string{"error": msg})
+	s.write(w, status, ErrorBody{Error: msg})
 }
 
 func (s *Server) write(w http.ResponseWriter, status int, v any) {

@@ -27,12 +27,6 @@ type Drainer interface {
 	Drain(set, replica string, drain bool) (scope string, err error)
 }
 
-// Scopes of a drain.
-const (
-	ScopeGossip    = "gossip"
-	ScopeThisProxy = "this proxy"
-)
-
 var (
 	// ErrUnknownReplica is returned (wrapped) for a replica the set does
 	// not have; the API answers 404.
@@ -41,16 +35,6 @@ var (
 	// static nor reachable by gossip; the API answers 409.
 	ErrUnreachable = errors.New("replica not reachable by gossip")
 )
-
-// DrainResult is the 202 answer of drain and undrain.
-type DrainResult struct {
-	Set     string `json:"set"`
-	Replica string `json:"replica"`
-	// Action is "drain" or "undrain".
-	Action string `json:"action"`
-	// Scope is "gossip" or "this proxy".
-	Scope string `json:"scope"`
-}
 
 var mutatingRoutes = []string{
 	"/v1/replica_sets/{set}/replicas/{replica}/drain",

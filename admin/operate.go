@@ -25,22 +25,6 @@ type Reloader interface {
 	Reload(source string) (ReloadResult, error)
 }
 
-// ReloadResult is the answer of a successful reload.
-type ReloadResult struct {
-	// Result is "success".
-	Result string `json:"result"`
-	// File is the configuration file read.
-	File string `json:"file"`
-	// Added, Removed and Changed name replica sets; RingChanged the
-	// changed sets whose hash changed (their keys move).
-	Added       []string `json:"added"`
-	Removed     []string `json:"removed"`
-	Changed     []string `json:"changed"`
-	RingChanged []string `json:"ring_changed"`
-	// Keys lists every key whose value changed, as YAML paths.
-	Keys []string `json:"keys"`
-}
-
 // ReloadError is a refused reload: every problem found. The API answers
 // 422 with {error, problems}.
 type ReloadError struct {
@@ -58,15 +42,6 @@ type Scaler interface {
 	// SetDeclared returns the previous count. Errors wrap ErrUnknownSet
 	// for a set this proxy does not serve.
 	SetDeclared(set string, replicas int) (prev int, err error)
-}
-
-// ScaleResult is the answer of PATCH /v1/replica_sets/{set}.
-type ScaleResult struct {
-	Set      string `json:"set"`
-	Replicas int    `json:"replicas"`
-	Previous int    `json:"previous"`
-	// Scope is "this proxy": other proxies keep their own count.
-	Scope string `json:"scope"`
 }
 
 // scaleRequest is the PATCH body.
@@ -92,9 +67,9 @@ func (s *Server) reload(w http.ResponseWriter, r *http.Request) {
 	var re *ReloadError
 	switch {
 	case errors.As(err, &re):
-		s.write(w, http.StatusUnprocessableEntity, map[string]any{
-			"error":    fmt.Sprintf("configuration %s not applied; the running configuration stays", re.File),
-			"problems": re.Problems,
+		s.write(w, http.StatusUnprocessableEntity, ReloadRefused{
+			Error:    fmt.Sprintf("configuration %s not applied; the running configuration stays", re.File),
+			Problems: re.Problems,
 		})
 	case err != nil:
 		s.fail(w, http.StatusInternalServerError, "reload: "+err.Error())

@@ -100,6 +100,9 @@ func (r *Replica) Keys() map[string]int64 {
 	return out
 }
 
+// Close closes the listener of a replica that will never Run.
+func (r *Replica) Close() error { return r.ln.Close() }
+
 // Run serves until ctx is done.
 func (r *Replica) Run(ctx context.Context) error {
 	errc := make(chan error, 1)

@@ -8,13 +8,9 @@ import (
 	"io"
 	"strings"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"go.uber.org/zap"
-
 	"keyway/agent"
 	"keyway/config"
-	"keyway/logging"
+	"keyway/server"
 )
 
 const agentUsage = `Usage: keyway agent [-c FILE] [flags]
@@ -147,23 +143,9 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 // serveAgent runs one agent until ctx is done and it has drained.
 func serveAgent(ctx context.Context, cfg agent.Config, stdout, stderr io.Writer) error {
-	logs, err := logging.New(cfg.Log, stderr, stdout)
+	node, err := server.NewAgent(cfg, server.Options{Stdout: stdout, Stderr: stderr, Version: versionString()})
 	if err != nil {
 		return err
 	}
-	defer logs.Close()
-	log := logs.App
-
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	a, err := agent.New(cfg, agent.Options{Logger: log.Named("agent"), Registerer: reg, Gatherer: reg})
-	if err != nil {
-		return err
-	}
-	log.Info("keyway agent starting", zap.String("version", versionString()), zap.String("config", config.AgentSummary(cfg)))
-	if err := a.Run(ctx); err != nil {
-		log.Error("keyway agent stopped with an error", zap.Error(err))
-		return err
-	}
-	return nil
+	return node.Run(ctx)
 }

@@ -6,8 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net/http"
-	"net/url"
 	"os"
 	"strings"
 	"text/tabwriter"
@@ -16,7 +14,7 @@ import (
 	"keyway/admin"
 )
 
-// The CLI clients of the admin read API (issue 5, item 2): keyway status,
+// The CLI clients of the admin API: keyway status,
 // members and route. Each talks to one proxy's admin listener, named by
 // --admin or KEYWAY_ADMIN, and prints a compact aligned table (or the raw
 // JSON with --json). drain and undrain call the API's mutating endpoints
@@ -63,59 +61,18 @@ func parseCLIFlags(fs *flag.FlagSet, args []string, stderr io.Writer, usage stri
 	return nil
 }
 
-// baseURL turns --admin into a base URL.
-func (cf *cliFlags) baseURL() (string, error) {
-	a := strings.TrimSpace(cf.admin)
-	if a == "" {
-		return "", usageError{"empty --admin: pass the admin API address, e.g. --admin " + defaultAdminAddr}
-	}
-	if !strings.Contains(a, "://") {
-		a = "http://" + a
-	}
-	u, err := url.Parse(a)
-	if err != nil || u.Host == "" {
-		return "", usageError{fmt.Sprintf("bad --admin %q: want host:port or http://host:port", cf.admin)}
-	}
-	return strings.TrimRight(u.String(), "/"), nil
+// client returns the admin API client of --admin, with token for the
+// mutating commands.
+func (cf *cliFlags) client(token string) *admin.Client {
+	return &admin.Client{Addr: cf.admin, Token: token, Timeout: cliTimeout}
 }
 
-// get fetches path from the admin API into v and returns the raw body.
-func (cf *cliFlags) get(path string, v any) ([]byte, error) {
-	base, err := cf.baseURL()
-	if err != nil {
-		return nil, err
+// checkAddr rejects an --admin that is not an address.
+func (cf *cliFlags) checkAddr() error {
+	if _, err := cf.client("").BaseURL(); err != nil {
+		return usageError{"--admin: " + err.Error()}
 	}
-	client := &http.Client{Timeout: cliTimeout}
-	resp, err := client.Get(base + path)
-	if err != nil {
-		return nil, fmt.Errorf("cannot reach the keyway admin API at %s: %v\n(is the proxy running with admin.listen there? pass --admin ADDR or set KEYWAY_ADMIN)", cf.admin, unwrapURLError(err))
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
-	if err != nil {
-		return nil, fmt.Errorf("reading the answer of %s%s: %w", base, path, err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		var e struct {
-			Error string `json:"error"`
-		}
-		if json.Unmarshal(body, &e) == nil && e.Error != "" {
-			return nil, fmt.Errorf("admin API at %s: %s (HTTP %d)", cf.admin, e.Error, resp.StatusCode)
-		}
-		return nil, fmt.Errorf("admin API at %s: GET %s answered HTTP %d; is %s a keyway admin listener? (--admin, KEYWAY_ADMIN)", cf.admin, path, resp.StatusCode, cf.admin)
-	}
-	if err := json.Unmarshal(body, v); err != nil {
-		return nil, fmt.Errorf("admin API at %s: GET %s: not a keyway answer: %v", cf.admin, path, err)
-	}
-	return body, nil
-}
-
-func unwrapURLError(err error) error {
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		return ue.Err
-	}
-	return err
+	return nil
 }
 
 const statusUsage = `Usage: keyway status [--admin ADDR] [--json]
@@ -136,17 +93,18 @@ func runStatus(args []string, stdout, stderr io.Writer) error {
 	if err := parseCLIFlags(fs, args, stderr, statusUsage); err != nil {
 		return err
 	}
-	var list struct {
-		ReplicaSets []admin.SetStatus `json:"replica_sets"`
+	if err := cf.checkAddr(); err != nil {
+		return err
 	}
-	raw, err := cf.get("/v1/replica_sets", &list)
+	c := cf.client("")
+	list, raw, err := c.Sets()
 	if err != nil {
 		return err
 	}
-	sets := make([]admin.SetStatus, 0, len(list.ReplicaSets))
-	for _, s := range list.ReplicaSets {
-		var one admin.SetStatus
-		if _, err := cf.get("/v1/replica_sets/"+url.PathEscape(s.Name), &one); err != nil {
+	sets := make([]admin.SetStatus, 0, len(list))
+	for _, s := range list {
+		one, _, err := c.Set(s.Name)
+		if err != nil {
 			return err
 		}
 		sets = append(sets, one)
@@ -246,10 +204,10 @@ func runMembers(args []string, stdout, stderr io.Writer) error {
 	if err := parseCLIFlags(fs, args, stderr, membersUsage); err != nil {
 		return err
 	}
-	var out struct {
-		Members []admin.MemberInfo `json:"members"`
+	if err := cf.checkAddr(); err != nil {
+		return err
 	}
-	raw, err := cf.get("/v1/members", &out)
+	members, raw, err := cf.client("").Members()
 	if err != nil {
 		return err
 	}
@@ -257,13 +215,13 @@ func runMembers(args []string, stdout, stderr io.Writer) error {
 		_, err := stdout.Write(raw)
 		return err
 	}
-	if len(out.Members) == 0 {
+	if len(members) == 0 {
 		fmt.Fprintln(stdout, "no gossip members (gossip is off on this proxy)")
 		return nil
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tROLE\tSTATUS\tSET\tREPLICA\tSTATE\tADDR\tGOSSIP\tSINCE")
-	for _, m := range out.Members {
+	for _, m := range members {
 		node := m.Node
 		if m.Self {
 			node += " *"
@@ -301,8 +259,10 @@ func runRoute(args []string, stdout, stderr io.Writer) error {
 	case *key == "":
 		return usageError{"missing --key: keyway route --set SET --key KEY"}
 	}
-	var ex admin.RouteExplain
-	raw, err := cf.get("/v1/route?"+url.Values{"set": {*set}, "key": {*key}}.Encode(), &ex)
+	if err := cf.checkAddr(); err != nil {
+		return err
+	}
+	ex, raw, err := cf.client("").Route(*set, *key)
 	if err != nil {
 		return err
 	}
@@ -391,17 +351,12 @@ func runDrain(args []string, drain bool, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	path := "/v1/replica_sets/" + url.PathEscape(set) + "/replicas/" + url.PathEscape(replica) + "/" + action
-	status, body, err := cf.mutate(http.MethodPost, path, token, nil, cliTimeout)
-	if err != nil {
+	if err := cf.checkAddr(); err != nil {
 		return err
 	}
-	if status != http.StatusAccepted {
-		return cf.apiError(http.MethodPost, path, status, body)
-	}
-	var res admin.DrainResult
-	if err := json.Unmarshal(body, &res); err != nil {
-		return fmt.Errorf("admin API at %s: POST %s: not a keyway answer: %v", cf.admin, path, err)
+	res, body, err := cf.client(token).Drain(set, replica, drain)
+	if err != nil {
+		return err
 	}
 	if cf.rawJSON {
 		_, err := stdout.Write(body)

@@ -1,17 +1,11 @@
 package main
 
 import (
-	"bytes"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
-	"net/http"
-	"net/url"
 	"os"
-	"strconv"
 	"strings"
-	"time"
 
 	"keyway/admin"
 )
@@ -33,42 +27,6 @@ func cliToken(tokenFile, command string) (string, error) {
 		return "", usageError{fmt.Sprintf("keyway %s needs the admin token: pass --token-file FILE or set %s", command, admin.TokenEnv)}
 	}
 	return token, nil
-}
-
-// mutate sends an authorized request to the admin API and returns the
-// answer's status and body; a transport failure is an error naming the
-// address.
-func (cf *cliFlags) mutate(method, path, token string, body []byte, timeout time.Duration) (int, []byte, error) {
-	base, err := cf.baseURL()
-	if err != nil {
-		return 0, nil, err
-	}
-	req, err := http.NewRequest(method, base+path, bytes.NewReader(body))
-	if err != nil {
-		return 0, nil, err
-	}
-	req.Header.Set("Authorization", "Bearer "+token)
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := (&http.Client{Timeout: timeout}).Do(req)
-	if err != nil {
-		return 0, nil, fmt.Errorf("cannot reach the keyway admin API at %s: %v\n(is the proxy running with admin.listen there? pass --admin ADDR or set KEYWAY_ADMIN)", cf.admin, unwrapURLError(err))
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	return resp.StatusCode, b, nil
-}
-
-// apiError turns an error answer into an error naming the address.
-func (cf *cliFlags) apiError(method, path string, status int, body []byte) error {
-	var e struct {
-		Error string `json:"error"`
-	}
-	if json.Unmarshal(body, &e) == nil && e.Error != "" {
-		return fmt.Errorf("admin API at %s: %s (HTTP %d)", cf.admin, e.Error, status)
-	}
-	return fmt.Errorf("admin API at %s: %s %s answered HTTP %d", cf.admin, method, path, status)
 }
 
 const reloadUsage = `Usage: keyway reload [--admin ADDR] [--token-file FILE] [--json]
@@ -93,37 +51,20 @@ func runReload(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	// A reload waits for gossip to carry new ring fingerprints (up to 2s)
-	// on top of reading and applying the file.
-	status, body, err := cf.mutate(http.MethodPost, "/v1/reload", token, nil, 30*time.Second)
+	if err := cf.checkAddr(); err != nil {
+		return err
+	}
+	res, body, err := cf.client(token).Reload()
+	if cf.rawJSON && body != nil && (err == nil || strings.Contains(string(body), `"problems"`)) {
+		if _, werr := stdout.Write(body); werr != nil {
+			return werr
+		}
+	}
 	if err != nil {
 		return err
 	}
-	if cf.rawJSON && (status == http.StatusOK || status == http.StatusUnprocessableEntity) {
-		if _, err := stdout.Write(body); err != nil {
-			return err
-		}
-	}
-	switch status {
-	case http.StatusOK:
-	case http.StatusUnprocessableEntity:
-		var e struct {
-			Error    string   `json:"error"`
-			Problems []string `json:"problems"`
-		}
-		if err := json.Unmarshal(body, &e); err != nil {
-			return cf.apiError(http.MethodPost, "/v1/reload", status, body)
-		}
-		return fmt.Errorf("%s:\n  %s", e.Error, strings.Join(e.Problems, "\n  "))
-	default:
-		return cf.apiError(http.MethodPost, "/v1/reload", status, body)
-	}
 	if cf.rawJSON {
 		return nil
-	}
-	var res admin.ReloadResult
-	if err := json.Unmarshal(body, &res); err != nil {
-		return fmt.Errorf("admin API at %s: POST /v1/reload: not a keyway answer: %v", cf.admin, err)
 	}
 	if len(res.Keys) == 0 {
 		fmt.Fprintf(stdout, "reloaded %s: no change\n", res.File)
@@ -178,21 +119,16 @@ func runScale(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	path := "/v1/replica_sets/" + url.PathEscape(set)
-	status, body, err := cf.mutate(http.MethodPatch, path, token, []byte(`{"replicas": `+strconv.Itoa(replicas)+`}`), cliTimeout)
-	if err != nil {
+	if err := cf.checkAddr(); err != nil {
 		return err
 	}
-	if status != http.StatusOK {
-		return cf.apiError(http.MethodPatch, path, status, body)
+	res, body, err := cf.client(token).Scale(set, replicas)
+	if err != nil {
+		return err
 	}
 	if cf.rawJSON {
 		_, err := stdout.Write(body)
 		return err
-	}
-	var res admin.ScaleResult
-	if err := json.Unmarshal(body, &res); err != nil {
-		return fmt.Errorf("admin API at %s: PATCH %s: not a keyway answer: %v", cf.admin, path, err)
 	}
 	fmt.Fprintf(stdout, "scale %s: declared %d (was %d), scope %s\n", res.Set, res.Replicas, res.Previous, res.Scope)
 	return nil

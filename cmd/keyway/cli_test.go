@@ -11,68 +11,9 @@ import (
 	"strings"
 	"testing"
 
-	"keyway/config"
-	"keyway/demo"
+	"keyway/internal/stacktest"
 	"keyway/internal/testnet"
 )
-
-// cliStack is a proxy run by serve in-process, with three static demo
-// replicas of "orders", gossip on (port 0, no peers) and active and passive
-// health checks on.
-type cliStack struct {
-	proxy, admin string
-	stopReplica  map[string]func()
-}
-
-func startCLIStack(t *testing.T) *cliStack {
-	t.Helper()
-	var static strings.Builder
-	st := &cliStack{stopReplica: map[string]func(){}}
-	for i := range 3 {
-		name := fmt.Sprintf("orders-%d", i)
-		addr, stop := startDemoReplica(t, name)
-		st.stopReplica[name] = stop
-		fmt.Fprintf(&static, "      - {name: %s, addr: %q}\n", name, addr)
-	}
-	yml := `listen: 127.0.0.1:0
-admin: {listen: 127.0.0.1:0}
-log: {level: warn}
-gossip: {enabled: true, bind_addr: 127.0.0.1, bind_port: 0, profile: fast}
-health:
-  active: {enabled: true, path: /healthz, interval: 2s, timeout: 1s} # generous: a loaded CI machine must not fail healthy replicas
-  passive: {enabled: true, consecutive_failures: 1, count: [connect, 5xx]}
-replica_sets:
-  - name: orders
-    replicas: 3
-    retries: {attempts: 2}
-    static:
-` + static.String()
-	cfg, err := config.LoadBytes("test.yaml", []byte(yml))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := startStack(t, cfg, stackOpts{})
-	st.proxy, st.admin = s.proxy, s.admin
-	waitRotation(t, st.admin, 3)
-	return st
-}
-
-// send posts one request with an X-Key and returns the replica that answered.
-func (st *cliStack) send(t *testing.T, key string) string {
-	t.Helper()
-	req, _ := http.NewRequest("POST", "http://"+st.proxy+"/ingest", strings.NewReader("x"))
-	req.Header.Set("X-Key", key)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var a demo.Answer
-	if err := json.NewDecoder(resp.Body).Decode(&a); err != nil || a.Key != key {
-		t.Fatalf("key %q: status %d, answer %+v, %v", key, resp.StatusCode, a, err)
-	}
-	return a.Replica
-}
 
 // keyway runs the CLI in-process and returns stdout and the error.
 func keywayCLI(t *testing.T, args ...string) (string, string, error) {
@@ -83,9 +24,9 @@ func keywayCLI(t *testing.T, args ...string) (string, string, error) {
 }
 
 func TestCLIStatusMembersRoute(t *testing.T) {
-	st := startCLIStack(t)
+	st := stacktest.StartOrders(t)
 
-	out, _, err := keywayCLI(t, "status", "--admin", st.admin)
+	out, _, err := keywayCLI(t, "status", "--admin", st.Admin)
 	if err != nil {
 		t.Fatalf("status: %v", err)
 	}
@@ -120,7 +61,7 @@ func TestCLIStatusMembersRoute(t *testing.T) {
 	}
 
 	// KEYWAY_ADMIN stands in for --admin.
-	t.Setenv("KEYWAY_ADMIN", st.admin)
+	t.Setenv("KEYWAY_ADMIN", st.Admin)
 	out, _, err = keywayCLI(t, "members")
 	if err != nil {
 		t.Fatalf("members: %v", err)
@@ -142,7 +83,7 @@ func TestCLIStatusMembersRoute(t *testing.T) {
 		if pick == "" || routeField(out, "owner:") != pick || !strings.Contains(out, "PICKED") {
 			t.Fatalf("route %s:\n%s", key, out)
 		}
-		if got := st.send(t, key); got != pick {
+		if got := st.Send(t, key); got != pick {
 			t.Errorf("key %s: keyway route says %s, the proxy sent it to %s", key, pick, got)
 		}
 		picks[pick] = true
@@ -164,8 +105,8 @@ func TestCLIStatusMembersRoute(t *testing.T) {
 			key = k
 		}
 	}
-	st.stopReplica["orders-0"]()
-	got := st.send(t, key)
+	st.StopReplica["orders-0"]()
+	got := st.Send(t, key)
 	out, _, err = keywayCLI(t, "route", "--set", "orders", "--key", key)
 	if err != nil {
 		t.Fatal(err)
@@ -207,6 +148,14 @@ func TestCLIStatusMembersRoute(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), `unknown replica set "nope"`) || exitCode(err) != exitRuntime {
 		t.Errorf("unknown set: %v", err)
 	}
+}
+
+// fl reads a rate: -1 for null.
+func fl(p *float64) float64 {
+	if p == nil {
+		return -1
+	}
+	return *p
 }
 
 func TestFmtRate(t *testing.T) {

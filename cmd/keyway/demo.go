@@ -10,25 +10,17 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
-	"time"
-
-	"golang.org/x/sync/errgroup"
 
 	"keyway/admin"
-	"keyway/agent"
 	"keyway/config"
 	"keyway/demo"
-	"keyway/logging"
+	"keyway/server"
 )
-
-//go:embed demo.yaml
-var demoYAML []byte
 
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	cf := newConfigFlags(fs)
-	if err := parseFlags(fs, args, stderr, "Usage: keyway demo [flags]\n\nRuns a proxy and, for each replica set, as many built-in demo replicas as it\ndeclares (orders-0..2), each behind its own agent, all on loopback and found\nby gossip, from an embedded configuration (cmd/keyway/demo.yaml). Each demo\nreplica answers with its name, the key and how often it saw that key.\n\n"); err != nil {
+	if err := parseFlags(fs, args, stderr, "Usage: keyway demo [flags]\n\nRuns a proxy and, for each replica set, as many built-in demo replicas as it\ndeclares (orders-0..2), each behind its own agent, all on loopback and found\nby gossip, from an embedded configuration (demo/demo.yaml). Each demo\nreplica answers with its name, the key and how often it saw that key.\n\n"); err != nil {
 		return err
 	}
 	var cfg config.Config
@@ -36,7 +28,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if cf.file != "" {
 		cfg, err = config.Load(cf.file, cf.options(fs)...)
 	} else {
-		cfg, err = config.LoadBytes("demo.yaml (embedded)", demoYAML, cf.options(fs)...)
+		cfg, err = config.LoadBytes(demo.ConfigName, demo.ConfigYAML, cf.options(fs)...)
 	}
 	if err != nil {
 		return err
@@ -59,77 +51,22 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		cfg.Admin.TokenFile = tokenFile
 	}
-	logs, err := logging.New(cfg.Log, stderr, stdout)
+	d, err := server.NewDemo(cfg, server.Options{Stdout: stdout, Stderr: stderr, Version: versionString()})
 	if err != nil {
 		return err
 	}
-	defer logs.Close()
-
-	g, gctx := errgroup.WithContext(ctx)
-	type demoReplica struct {
-		set  string
-		r    *demo.Replica
-		addr string
-	}
-	var reps []demoReplica
-	for _, set := range cfg.ReplicaSets {
-		keyHdr := ""
-		for _, k := range set.Key {
-			if k.Header != "" {
-				keyHdr = k.Header
-				break
-			}
-		}
-		for i := 0; i < set.Replicas; i++ {
-			r, err := demo.Listen(fmt.Sprintf("%s-%d", set.Name, i), "127.0.0.1:0", keyHdr)
-			if err != nil {
-				return err
-			}
-			reps = append(reps, demoReplica{set: set.Name, r: r, addr: r.Addr()})
-			g.Go(func() error { return r.Run(gctx) })
-		}
-	}
-
-	// Once the proxy's gossip member is up, start one agent per demo
-	// replica, joined to it.
-	var once sync.Once
-	gossipUp := make(chan string, 1)
-	g.Go(func() error {
-		var proxyGossip string
+	printDemoHelp(stdout, cfg, d.Proxy.ProxyAddr(), d.Proxy.AdminAddr(), tokenFile)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
 		select {
-		case proxyGossip = <-gossipUp:
-		case <-gctx.Done():
-			return nil
+		case <-d.Proxy.GossipStarted():
+			g := d.Proxy.GossipAddr()
+			fmt.Fprintf(stdout, "gossip on %s: a second proxy can join it and will route every key the same way:\n  go run ./cmd/keyway proxy -c examples/second-proxy.yaml --join %s\n\n", g, g)
+		case <-ctx.Done():
 		}
-		for _, dr := range reps {
-			acfg := agent.DefaultConfig()
-			acfg.Replica.Set, acfg.Replica.Name, acfg.Replica.Addr = dr.set, dr.r.Name(), dr.addr
-			acfg.Probe.Interval = 200 * time.Millisecond
-			acfg.Drain.Timeout = 5 * time.Second
-			acfg.Listen = "" // the demo's agents need no HTTP listener of their own
-			acfg.Log = cfg.Log
-			acfg.Gossip = cfg.Gossip.Config
-			acfg.Gossip.BindPort = 0
-			acfg.Gossip.Join = []string{proxyGossip}
-			a, err := agent.New(acfg, agent.Options{Logger: logs.App.Named("agent")})
-			if err != nil {
-				return err
-			}
-			g.Go(func() error { return a.Run(gctx) })
-		}
-		return nil
-	})
-	g.Go(func() error {
-		return serve(gctx, cfg, stdout, stderr, func(proxyAddr, adminAddr string) {
-			printDemoHelp(stdout, cfg, proxyAddr, adminAddr, tokenFile)
-		}, func(gossipAddr string) {
-			once.Do(func() {
-				gossipUp <- gossipAddr
-				fmt.Fprintf(stdout, "gossip on %s: a second proxy can join it and will route every key the same way:\n  go run ./cmd/keyway proxy -c examples/second-proxy.yaml --join %s\n\n", gossipAddr, gossipAddr)
-			})
-		})
-	})
-	return g.Wait()
+	}()
+	return d.Run(ctx)
 }
 
 func printDemoHelp(w io.Writer, cfg config.Config, proxyAddr, adminAddr, tokenFile string) {

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"keyway/admin"
+	"keyway/internal/stacktest"
 )
 
 // keyway drain and undrain against a proxy with static replicas: the drain
@@ -16,22 +17,22 @@ import (
 // with reason admin, and its keys go elsewhere; undrain brings it back.
 func TestCLIDrainUndrainStatic(t *testing.T) {
 	t.Setenv(admin.TokenEnv, "s3cret")
-	st := startCLIStack(t)
+	st := stacktest.StartOrders(t)
 
 	// Without a token (an empty env and no file) the CLI refuses.
 	t.Setenv(admin.TokenEnv, "")
-	if _, _, err := keywayCLI(t, "drain", "--admin", st.admin, "--set", "orders", "--replica", "orders-1"); err == nil || !strings.Contains(err.Error(), "--token-file") {
+	if _, _, err := keywayCLI(t, "drain", "--admin", st.Admin, "--set", "orders", "--replica", "orders-1"); err == nil || !strings.Contains(err.Error(), "--token-file") {
 		t.Fatalf("drain without a token: %v", err)
 	}
 	// A wrong token is the API's 401.
 	bad := filepath.Join(t.TempDir(), "bad")
 	_ = os.WriteFile(bad, []byte("nope\n"), 0o600)
-	if _, _, err := keywayCLI(t, "drain", "--admin", st.admin, "--set", "orders", "--replica", "orders-1", "--token-file", bad); err == nil || !strings.Contains(err.Error(), "HTTP 401") {
+	if _, _, err := keywayCLI(t, "drain", "--admin", st.Admin, "--set", "orders", "--replica", "orders-1", "--token-file", bad); err == nil || !strings.Contains(err.Error(), "HTTP 401") {
 		t.Fatalf("drain with a wrong token: %v", err)
 	}
 	// Unknown replica: the API's 404.
 	t.Setenv(admin.TokenEnv, "s3cret")
-	if _, _, err := keywayCLI(t, "drain", "--admin", st.admin, "--set", "orders", "--replica", "orders-9"); err == nil || !strings.Contains(err.Error(), "HTTP 404") {
+	if _, _, err := keywayCLI(t, "drain", "--admin", st.Admin, "--set", "orders", "--replica", "orders-9"); err == nil || !strings.Contains(err.Error(), "HTTP 404") {
 		t.Fatalf("drain of an unknown replica: %v", err)
 	}
 
@@ -39,20 +40,20 @@ func TestCLIDrainUndrainStatic(t *testing.T) {
 	for i := range 200 {
 		keys = append(keys, "k"+strings.Repeat("x", i%7)+string(rune('a'+i%26))+string(rune('a'+i/26)))
 	}
-	out, _, err := keywayCLI(t, "drain", "--admin", st.admin, "--set", "orders", "--replica", "orders-1")
+	out, _, err := keywayCLI(t, "drain", "--admin", st.Admin, "--set", "orders", "--replica", "orders-1")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(out, "drain orders/orders-1: accepted, scope this proxy only") {
 		t.Fatalf("drain output %q", out)
 	}
-	waitRotation(t, st.admin, 2)
-	rs := replicaStatus(t, st.admin, "orders-1")
+	stacktest.WaitRotation(t, st.Admin, "orders", 2)
+	rs := replicaStatus(t, st.Admin, "orders-1")
 	if rs.InRotation || !strings.Contains(rs.Reason, "admin") {
 		t.Fatalf("after drain: %+v", rs)
 	}
 	for _, k := range keys {
-		if got := st.send(t, k); got == "orders-1" {
+		if got := st.Send(t, k); got == "orders-1" {
 			t.Fatalf("key %s went to the drained replica", k)
 		}
 	}
@@ -60,7 +61,7 @@ func TestCLIDrainUndrainStatic(t *testing.T) {
 	tok := filepath.Join(t.TempDir(), "token")
 	_ = os.WriteFile(tok, []byte("s3cret\n"), 0o600)
 	t.Setenv(admin.TokenEnv, "")
-	out, _, err = keywayCLI(t, "undrain", "--admin", st.admin, "--set", "orders", "--replica", "orders-1", "--token-file", tok, "--json")
+	out, _, err = keywayCLI(t, "undrain", "--admin", st.Admin, "--set", "orders", "--replica", "orders-1", "--token-file", tok, "--json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,17 +69,17 @@ func TestCLIDrainUndrainStatic(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &res); err != nil || res != (admin.DrainResult{Set: "orders", Replica: "orders-1", Action: "undrain", Scope: "this proxy"}) {
 		t.Fatalf("undrain --json: %q %v", out, err)
 	}
-	waitRotation(t, st.admin, 3)
+	stacktest.WaitRotation(t, st.Admin, "orders", 3)
 	seen := false
 	for _, k := range keys {
-		seen = seen || st.send(t, k) == "orders-1"
+		seen = seen || st.Send(t, k) == "orders-1"
 	}
 	if !seen {
 		t.Fatal("no key went to orders-1 after undrain")
 	}
 
 	// The audit trail has both actions.
-	resp, err := http.Get("http://" + st.admin + "/v1/events?kind=admin_action")
+	resp, err := http.Get("http://" + st.Admin + "/v1/events?kind=admin_action")
 	if err != nil {
 		t.Fatal(err)
 	}

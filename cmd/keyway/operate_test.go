@@ -14,6 +14,7 @@ import (
 	"keyway/balancer"
 	"keyway/config"
 	"keyway/integration"
+	"keyway/internal/stacktest"
 	"keyway/membership"
 )
 
@@ -55,7 +56,7 @@ func startOperateStack(t *testing.T) *operateStack {
 	}
 	for i := range 2 {
 		name := fmt.Sprintf("orders-%d", i)
-		addr, _ := startDemoReplica(t, name)
+		addr, _ := stacktest.StartDemoReplica(t, name)
 		st.replicas = append(st.replicas, name+" "+addr)
 	}
 	st.write(t, "")
@@ -66,9 +67,9 @@ func startOperateStack(t *testing.T) *operateStack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stk := startStack(t, cfg, stackOpts{file: st.file, load: load})
-	st.proxy, st.admin = stk.proxy, stk.admin
-	waitRotation(t, st.admin, 2)
+	stk := stacktest.StartProxy(t, cfg, stacktest.Opts{File: st.file, Load: load})
+	st.proxy, st.admin = stk.Proxy, stk.Admin
+	stacktest.WaitRotation(t, st.admin, "orders", 2)
 	return st
 }
 
@@ -102,7 +103,7 @@ func TestReloadAndScaleCLI(t *testing.T) {
 		t.Fatalf("events after reload: %d", resp.StatusCode)
 	}
 	var cfgView map[string]any
-	getJSON(t, "http://"+st.admin+"/v1/config", &cfgView)
+	stacktest.GetJSON(t, "http://"+st.admin+"/v1/config", &cfgView)
 	if b, _ := json.Marshal(cfgView); !strings.Contains(string(b), `"events"`) {
 		t.Fatalf("/v1/config does not show the reloaded set: %s", b)
 	}
@@ -138,14 +139,14 @@ func TestReloadAndScaleCLI(t *testing.T) {
 		Phase    string `json:"phase"`
 		Declared int    `json:"declared"`
 	}
-	getJSON(t, "http://"+st.admin+"/v1/replica_sets/orders", &set)
+	stacktest.GetJSON(t, "http://"+st.admin+"/v1/replica_sets/orders", &set)
 	if set.Declared != 4 || set.Phase != "Degraded" {
 		t.Fatalf("after scale: %+v, want declared 4 and Degraded", set)
 	}
 	if out, err := cli("reload"); err != nil || !strings.Contains(out, "no change") {
 		t.Fatalf("reload after scale: %q %v", out, err)
 	}
-	getJSON(t, "http://"+st.admin+"/v1/replica_sets/orders", &set)
+	stacktest.GetJSON(t, "http://"+st.admin+"/v1/replica_sets/orders", &set)
 	if set.Declared != 4 {
 		t.Fatalf("declared after an unrelated reload: %d, want 4", set.Declared)
 	}
@@ -159,7 +160,7 @@ func TestReloadAndScaleCLI(t *testing.T) {
 	if _, err := cli("reload"); err != nil {
 		t.Fatal(err)
 	}
-	getJSON(t, "http://"+st.admin+"/v1/replica_sets/orders", &set)
+	stacktest.GetJSON(t, "http://"+st.admin+"/v1/replica_sets/orders", &set)
 	if set.Declared != 3 || set.Phase != "Degraded" {
 		t.Fatalf("after the file changed replicas: %+v, want declared 3, Degraded", set)
 	}
@@ -208,7 +209,7 @@ func mustRead(t *testing.T, path string) []byte {
 func TestReloadWithEnvToken(t *testing.T) {
 	t.Setenv("KEYWAY_ADMIN_TOKEN", "env-tok")
 	dir := t.TempDir()
-	addr, _ := startDemoReplica(t, "orders-0")
+	addr, _ := stacktest.StartDemoReplica(t, "orders-0")
 	file := filepath.Join(dir, "keyway.yaml")
 	yml := `listen: 127.0.0.1:0
 admin: {listen: 127.0.0.1:0, token_file: "` + filepath.Join(dir, "missing-token") + `"}
@@ -225,8 +226,8 @@ replica_sets:
 	if err != nil {
 		t.Fatal(err)
 	}
-	stk := startStack(t, cfg, stackOpts{file: file, load: load})
-	if out, _, err := keywayCLI(t, "reload", "--admin", stk.admin); err != nil || !strings.Contains(out, "no change") {
+	stk := stacktest.StartProxy(t, cfg, stacktest.Opts{File: file, Load: load})
+	if out, _, err := keywayCLI(t, "reload", "--admin", stk.Admin); err != nil || !strings.Contains(out, "no change") {
 		t.Fatalf("reload of the unchanged file with the token from the environment: %q %v", out, err)
 	}
 }
@@ -235,7 +236,7 @@ replica_sets:
 // first request as soon as the reload has answered.
 func TestReloadAddsGossipSet(t *testing.T) {
 	dir := t.TempDir()
-	orders, events := startTestReplica(t, "orders-0"), startTestReplica(t, "events-0")
+	orders, events := stacktest.StartReplica(t, "orders-0"), stacktest.StartReplica(t, "events-0")
 	file := filepath.Join(dir, "keyway.yaml")
 	token := filepath.Join(dir, "token")
 	if err := os.WriteFile(token, []byte("tok\n"), 0o600); err != nil {
@@ -249,7 +250,7 @@ gossip: {enabled: true, bind_addr: 127.0.0.1, bind_port: 0, profile: fast}
 replica_sets:
   - name: orders
     static:
-      - {name: orders-0, addr: "` + orders.addr + `"}
+      - {name: orders-0, addr: "` + orders.Addr + `"}
 ` + extra
 		if err := os.WriteFile(file+".tmp", []byte(yml), 0o644); err != nil {
 			t.Fatal(err)
@@ -264,19 +265,19 @@ replica_sets:
 	if err != nil {
 		t.Fatal(err)
 	}
-	stk := startStack(t, cfg, stackOpts{file: file, load: load, gossip: true})
+	stk := stacktest.StartProxy(t, cfg, stacktest.Opts{File: file, Load: load, Gossip: true})
 
-	startGossipReplica(t, stk.gossip, membership.Meta{Set: "events", Replica: "events-0", Addr: events.addr, State: balancer.StateReady})
+	stacktest.StartGossipReplica(t, stk.Gossip, membership.Meta{Set: "events", Replica: "events-0", Addr: events.Addr, State: balancer.StateReady})
 	// The proxy sees the replica of a set it does not serve yet.
 	integration.Eventually(t, 10*time.Second, "the unknown set counted", func() bool {
-		return integration.Metric(stk.admin, "keyway_gossip_unknown_set_replicas_total", nil) == 1
+		return integration.Metric(stk.Admin, "keyway_gossip_unknown_set_replicas_total", nil) == 1
 	})
 
 	write("  - name: events\n    match: {path_prefix: /events}\n")
-	if out, _, err := keywayCLI(t, "reload", "--admin", stk.admin, "--token-file", token); err != nil || !strings.Contains(out, "added sets:   events") {
+	if out, _, err := keywayCLI(t, "reload", "--admin", stk.Admin, "--token-file", token); err != nil || !strings.Contains(out, "added sets:   events") {
 		t.Fatalf("reload: %q %v", out, err)
 	}
-	resp, err := http.Post("http://"+stk.proxy+"/events/x", "text/plain", strings.NewReader("e"))
+	resp, err := http.Post("http://"+stk.Proxy+"/events/x", "text/plain", strings.NewReader("e"))
 	if err != nil {
 		t.Fatal(err)
 	}

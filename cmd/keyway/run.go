@@ -13,18 +13,9 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"go.uber.org/zap"
-	"golang.org/x/sync/errgroup"
-
 	"keyway/admin"
 	"keyway/config"
-	"keyway/eventlog"
-	"keyway/health"
-	"keyway/logging"
-	"keyway/membership"
-	"keyway/proxy"
+	"keyway/server"
 )
 
 // Exit codes: 0 success, 1 runtime failure, 2 bad usage or bad configuration.
@@ -257,182 +248,34 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := parseFlags(fs, args, stderr, "Usage: keyway proxy -c FILE [flags]\n\nRuns the proxy until SIGINT or SIGTERM, then drains in-flight requests.\nSIGHUP re-reads FILE (with the same flags and environment) and applies\nthe replica sets, log.level and admin.token_file without dropping a\nconnection; a file changing any other key is refused whole and logged.\n\n"); err != nil {
 		return err
 	}
+	// First, so that a SIGHUP during startup waits for the node instead of
+	// killing the process (its default action).
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+
 	cfg, err := loadConfig(cf, fs)
 	if err != nil {
 		return err
 	}
-	return serveFile(ctx, cfg, cf.file, func() (config.Config, error) { return loadConfig(cf, fs) }, stdout, stderr, nil, nil)
-}
-
-// started is told the bound addresses once every listener is open.
-type started func(proxyAddr, adminAddr string)
-
-// gossipStarted is told the gossip address once the gossip node is bound.
-type gossipStarted func(gossipAddr string)
-
-// startGossip builds the proxy's gossip member and its discovery, which
-// feeds the proxy's routers with the replicas agents advertise.
-func startGossip(cfg config.Config, p *proxy.Proxy, adminAddr string, log *zap.Logger, reg prometheus.Registerer, audit *eventlog.Log) (*membership.Node, *membership.Discovery, error) {
-	disc := membership.NewDiscovery(p, membership.DiscoveryOptions{Logger: log.Named("discovery"), Registerer: reg, OnEvent: auditMember(audit)})
-	node, err := membership.New(cfg.Gossip.Config, membership.Meta{
-		Role:        membership.RoleProxy,
-		Addr:        adminAddr,
-		Fingerprint: membership.FingerprintMeta(p.Fingerprints()),
-	}, membership.Options{Logger: log.Named("gossip"), Registerer: reg, Sink: disc, Messages: disc.HandleMessage})
-	if err != nil {
-		return nil, nil, err
-	}
-	disc.Attach(node)
-	return node, disc, nil
-}
-
-// serve builds and runs the components of one proxy process whose
-// configuration does not come from a file (no reload).
-func serve(ctx context.Context, cfg config.Config, stdout, stderr io.Writer, onStart started, onGossip gossipStarted) error {
-	return serveFile(ctx, cfg, "", nil, stdout, stderr, onStart, onGossip)
-}
-
-// serveFile is serve for a configuration read from file by load: SIGHUP
-// and POST /v1/reload call load again and apply what may change.
-func serveFile(ctx context.Context, cfg config.Config, file string, load func() (config.Config, error), stdout, stderr io.Writer, onStart started, onGossip gossipStarted) error {
-	var hup chan os.Signal
-	if load != nil {
-		// First, so that a SIGHUP during startup waits for the reloader
-		// instead of killing the process (its default action).
-		hup = make(chan os.Signal, 1)
-		signal.Notify(hup, syscall.SIGHUP)
-		defer signal.Stop(hup)
-	}
-	logs, err := logging.New(cfg.Log, stderr, stdout)
-	if err != nil {
-		return err
-	}
-	defer logs.Close()
-	log := logs.App
-
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-
-	audit, err := eventlog.New(cfg.Audit, auditNode(cfg), eventlog.Options{Logger: log.Named("audit"), Registerer: reg})
-	if err != nil {
-		return err
-	}
-	sink := &lateSink{}
-	hc, err := health.NewChecker(cfg.Health, sink, health.Options{Logger: log.Named("health"), Registerer: reg, OnEvent: auditHealth(audit)})
-	if err != nil {
-		return err
-	}
-	phases, err := health.NewPhaseTracker(reg, auditPhase(audit, log.Named("phase")))
-	if err != nil {
-		return err
-	}
-	popts := proxy.Options{
-		Logger:     log.Named("proxy"),
-		AccessLog:  logs.Access,
-		Registerer: reg,
-		Tables:     []proxy.TableObserver{healthTargets{hc}, phaseObserver{phases}, tableAudit{audit}},
-		FailOpen:   cfg.Health.FailOpen(),
-	}
-	if cfg.Health.Passive.Enabled {
-		popts.Observer = hc
-	}
-	p, err := proxy.New(cfg.Config, popts)
-	if err != nil {
-		return err
-	}
-	sink.p.Store(p)
-	if err := p.Listen(); err != nil {
-		return err
-	}
-	rl := newReloader(file, load, cfg, p, logs, reg)
-	rl.audit = audit
-	var adm *admin.Server
-	view := newAdminView(cfg, p, hc, phases, audit)
-	rl.onApplied = view.setConfig
-	adminAddr := ""
-	if cfg.Admin.Listen != "" {
-		aopts := admin.Options{Gatherer: reg, Ready: p, Logger: log.Named("admin"), Scaler: scaler{p, audit}}
-		if load != nil {
-			aopts.Reloader = rl
-		}
-		adm, err = admin.New(cfg.Admin, view.options(aopts))
-		if err != nil {
-			return err
-		}
-		if err := adm.Listen(); err != nil {
-			return err
-		}
-		adminAddr = adm.Addr().String()
-	}
-	log.Info("keyway starting", zap.String("version", versionString()), zap.String("config", config.Summary(cfg)))
-	if onStart != nil {
-		onStart(p.Addr().String(), adminAddr)
-	}
-
-	// Everything that can fail is built before anything runs.
-	var node *membership.Node
-	var disc *membership.Discovery
-	if cfg.Gossip.Enabled {
-		node, disc, err = startGossip(cfg, p, adminAddr, log, reg, audit)
-		if err != nil {
-			return err
-		}
-		view.setNode(node, disc)
-	}
-	rl.adm, rl.node, rl.disc = adm, node, disc
-
-	// Shutdown in stages. The proxy drains its in-flight requests first;
-	// meanwhile gossip keeps this proxy alive to the agents (so a draining
-	// replica waits for our drain reports) and health checks keep ending
-	// ejections. Only when the proxy has stopped do gossip and health stop.
-	// The audit trail outlives them all by a moment, so that their last
-	// events (a graceful leave, a final rebuild) are written.
-	g, gctx := errgroup.WithContext(ctx)
-	late, stopLate := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopLate()
-	actx, stopAudit := context.WithCancel(context.Background())
-	auditDone := make(chan error, 1)
-	go func() { auditDone <- audit.Run(actx) }()
-	defer func() { stopAudit(); <-auditDone }()
-	g.Go(func() error {
-		err := p.Run(gctx)
-		stopLate()
-		return err
+	node, err := server.NewProxy(cfg, server.Options{
+		Stdout: stdout, Stderr: stderr, Version: versionString(),
+		File: cf.file, Load: func() (config.Config, error) { return loadConfig(cf, fs) },
 	})
-	g.Go(func() error { return hc.Run(late) })
-	g.Go(func() error { return view.Run(late) })
-	if adm != nil {
-		g.Go(func() error { return adm.Run(gctx) })
-	}
-	if load != nil {
-		g.Go(func() error {
-			for {
-				select {
-				case <-gctx.Done():
-					return nil
-				case <-hup:
-					_, _ = rl.Reload("SIGHUP") // logged, counted and audited inside
-				}
-			}
-		})
-	}
-	if node != nil {
-		g.Go(func() error { return node.Run(late) })
-		g.Go(func() error { return disc.Run(late) })
-		if onGossip != nil {
-			g.Go(func() error {
-				select {
-				case <-node.Started():
-					onGossip(node.GossipAddr())
-				case <-late.Done():
-				}
-				return nil
-			})
-		}
-	}
-	err = g.Wait()
 	if err != nil {
-		log.Error("keyway stopped with an error", zap.Error(err))
+		return err
 	}
-	return err
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				_, _ = node.Reload("SIGHUP") // logged, counted and audited inside
+			}
+		}
+	}()
+	return node.Run(ctx)
 }

@@ -14,32 +14,14 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"keyway/config"
 	"keyway/demo"
+	"keyway/internal/stacktest"
 )
-
-// syncBuffer is a bytes.Buffer safe for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 func TestVersionAndUsage(t *testing.T) {
 	var out, errb bytes.Buffer
@@ -65,7 +47,7 @@ func TestValidateExamples(t *testing.T) {
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no examples found: %v", err)
 	}
-	files = append(files, "demo.yaml")
+	files = append(files, "../../demo/demo.yaml")
 	for _, f := range files {
 		if strings.HasPrefix(filepath.Base(f), "agent") {
 			continue // an agent file: agent_test.go checks it
@@ -162,7 +144,7 @@ func startDemo(t *testing.T) (addr, admin, tokenFile string, stop func() error) 
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	pr, pw := io.Pipe()
-	errb := &syncBuffer{}
+	errb := &stacktest.SyncBuffer{}
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, []string{"demo", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--gossip-bind-port", "0", "--log-level", "warn"}, pw, errb)
@@ -173,7 +155,7 @@ func startDemo(t *testing.T) (addr, admin, tokenFile string, stop func() error) 
 		cancel()
 		t.Fatalf("demo printed no proxy or admin address or token file; stderr: %s, err: %v", errb.String(), <-done)
 	}
-	waitRotation(t, admin, 3)
+	stacktest.WaitRotation(t, admin, "orders", 3)
 	checkMembers(t, admin)
 	return addr, admin, tokenFile, func() error {
 		cancel()
@@ -228,11 +210,11 @@ func TestDemoRoutesKeysConsistently(t *testing.T) {
 	if out, _, err := keywayCLI(t, "drain", "--admin", admin, "--set", "orders", "--replica", "orders-2", "--token-file", tokenFile); err != nil || !strings.Contains(out, "accepted") {
 		t.Fatalf("drain with the demo's token: %q %v", out, err)
 	}
-	waitRotation(t, admin, 2)
+	stacktest.WaitRotation(t, admin, "orders", 2)
 	if out, _, err := keywayCLI(t, "undrain", "--admin", admin, "--set", "orders", "--replica", "orders-2", "--token-file", tokenFile); err != nil || !strings.Contains(out, "accepted") {
 		t.Fatalf("undrain with the demo's token: %q %v", out, err)
 	}
-	waitRotation(t, admin, 3)
+	stacktest.WaitRotation(t, admin, "orders", 3)
 	if err := stop(); err != nil {
 		t.Fatalf("demo did not stop cleanly: %v", err)
 	}
@@ -253,7 +235,7 @@ func TestBinaryDemo(t *testing.T) {
 	}
 	cmd := exec.Command(bin, "demo", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--gossip-bind-port", "0")
 	stdout, _ := cmd.StdoutPipe()
-	stderr := &syncBuffer{}
+	stderr := &stacktest.SyncBuffer{}
 	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -263,7 +245,7 @@ func TestBinaryDemo(t *testing.T) {
 	if addr == "" || admin == "" {
 		t.Fatalf("no proxy or admin address printed; stderr:\n%s", stderr.String())
 	}
-	waitRotation(t, admin, 3)
+	stacktest.WaitRotation(t, admin, "orders", 3)
 	req, _ := http.NewRequest("POST", "http://"+addr+"/ingest", strings.NewReader("hello"))
 	req.Header.Set("X-Key", "order-42")
 	resp, err := http.DefaultClient.Do(req)

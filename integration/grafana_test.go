@@ -1,4 +1,4 @@
-package main
+package integration
 
 import (
 	"bufio"
@@ -13,15 +13,17 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"keyway/balancer"
 	"keyway/config"
 	"keyway/eventlog"
 	"keyway/health"
+	"keyway/internal/stacktest"
 	"keyway/membership"
 	"keyway/proxy"
 )
 
 // dashboardPath is the Grafana dashboard issue 5 ships.
-const dashboardPath = "../../deploy/grafana/keyway.json"
+const dashboardPath = "../deploy/grafana/keyway.json"
 
 var (
 	exprMetric = regexp.MustCompile(`keyway_[a-z_]+`)
@@ -58,22 +60,22 @@ func (r registeredMetrics) known(m string) bool {
 // it and collects the # HELP / # TYPE names of /metrics.
 func scrapeMetrics(t *testing.T) registeredMetrics {
 	t.Helper()
-	st := startCLIStack(t)
+	st := stacktest.StartOrders(t)
 	owned := ""
 	for i := range 40 {
 		key := fmt.Sprintf("k-%d", i)
-		if st.send(t, key) == "orders-0" && owned == "" {
+		if st.Send(t, key) == "orders-0" && owned == "" {
 			owned = key
 		}
 	}
 	// A stopped replica: upstream errors, an ejection, a rotation change.
-	st.stopReplica["orders-0"]()
+	st.StopReplica["orders-0"]()
 	if owned != "" {
-		st.send(t, owned)
+		st.Send(t, owned)
 	}
-	waitRotation(t, st.admin, 2)
+	stacktest.WaitRotation(t, st.Admin, "orders", 2)
 
-	resp, err := http.Get("http://" + st.admin + "/metrics")
+	resp, err := http.Get("http://" + st.Admin + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +140,7 @@ replica_sets:
 	if _, err := eventlog.New(cfg.Audit, "describe", eventlog.Options{Registerer: rec}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := health.NewChecker(cfg.Health, &lateSink{}, health.Options{Registerer: rec}); err != nil {
+	if _, err := health.NewChecker(cfg.Health, noSink{}, health.Options{Registerer: rec}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := health.NewPhaseTracker(rec, nil); err != nil {
@@ -154,6 +156,11 @@ replica_sets:
 	}
 	return rec.names
 }
+
+// noSink is a health.Sink that drops what it is told.
+type noSink struct{}
+
+func (noSink) SetExcluded(string, string, balancer.Reason, bool) {}
 
 // dashboardExprs returns every PromQL expression of the dashboard: panel
 // targets (rows' nested panels included) and template variable queries,

@@ -1,4 +1,4 @@
-package main
+package integration
 
 import (
 	"bytes"
@@ -69,7 +69,7 @@ func (m *manifests) find(kind, name string) obj {
 
 func loadManifests(t *testing.T) *manifests {
 	t.Helper()
-	dir := filepath.Join("..", "..", "deploy", "kubernetes")
+	dir := filepath.Join("..", "deploy", "kubernetes")
 	var k obj
 	b, err := os.ReadFile(filepath.Join(dir, "kustomization.yaml"))
 	if err != nil {

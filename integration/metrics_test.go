@@ -1,70 +1,25 @@
-package main
+package integration
 
 import (
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"slices"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	dto "github.com/prometheus/client_model/go"
-	"github.com/valyala/fasthttp"
 
 	"keyway/admin"
 	"keyway/balancer"
 	"keyway/config"
+	"keyway/internal/stacktest"
 	"keyway/membership"
 )
-
-// testReplica is a fasthttp server standing in for a pipeline replica: it
-// answers 200 with its name, or 500 while failing; /healthz always
-// answers 200; a request with X-Hang waits until the test releases it.
-type testReplica struct {
-	name    string
-	addr    string
-	failing atomic.Bool
-	release chan struct{}
-	once    sync.Once
-}
-
-func startTestReplica(t *testing.T, name string) *testReplica {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := &testReplica{name: name, addr: ln.Addr().String(), release: make(chan struct{})}
-	srv := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
-		switch {
-		case string(ctx.Path()) == "/healthz":
-		case len(ctx.Request.Header.Peek("X-Hang")) > 0:
-			<-r.release
-		case r.failing.Load():
-			ctx.SetStatusCode(fasthttp.StatusInternalServerError)
-		}
-		ctx.SetBodyString(r.name)
-	}}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ln) }()
-	t.Cleanup(func() {
-		if err := srv.Shutdown(); err != nil {
-			t.Errorf("replica %s: %v", name, err)
-		}
-		<-done
-	})
-	t.Cleanup(r.unblock) // runs before Shutdown
-	return r
-}
-
-func (r *testReplica) unblock() { r.once.Do(func() { close(r.release) }) }
 
 // metricsStack is a proxy run by serve in-process with gossip (port 0),
 // active and passive health checks and the audit trail on.
@@ -91,8 +46,8 @@ replica_sets:
 	if err != nil {
 		t.Fatal(err)
 	}
-	stk := startStack(t, cfg, stackOpts{gossip: true})
-	st := &metricsStack{proxy: stk.proxy, admin: stk.admin, gossip: stk.gossip}
+	stk := stacktest.StartProxy(t, cfg, stacktest.Opts{Gossip: true})
+	st := &metricsStack{proxy: stk.Proxy, admin: stk.Admin, gossip: stk.Gossip}
 	return st
 }
 
@@ -124,7 +79,7 @@ func (st *metricsStack) keyOwnedBy(t *testing.T, set, replica string) string {
 	for i := range 1000 {
 		key := fmt.Sprintf("k-%d", i)
 		var ex admin.RouteExplain
-		getJSON(t, "http://"+st.admin+"/v1/route?set="+set+"&key="+url.QueryEscape(key), &ex)
+		stacktest.GetJSON(t, "http://"+st.admin+"/v1/route?set="+set+"&key="+url.QueryEscape(key), &ex)
 		if ex.Owner == replica {
 			return key
 		}
@@ -392,17 +347,17 @@ func lintExposition(t *testing.T, body string) map[string]bool {
 // shows and (b) compares the exposition of the deterministic families
 // with the expected one.
 func TestMetricsScenarioAndLint(t *testing.T) {
-	r0, r1 := startTestReplica(t, "orders-0"), startTestReplica(t, "orders-1")
+	r0, r1 := stacktest.StartReplica(t, "orders-0"), stacktest.StartReplica(t, "orders-1")
 	st := startMetricsStack(t, fmt.Sprintf(`  - name: orders
     replicas: 2
     timeouts: {connect: 200ms, request: 300ms}
     static:
       - {name: orders-0, addr: %q}
       - {name: orders-1, addr: %q}
-`, r0.addr, r1.addr))
+`, r0.Addr, r1.Addr))
 	st.waitMetric(t, `keyway_rotation_replicas{set="orders"} 2`)
 	var set admin.SetStatus
-	getJSON(t, "http://"+st.admin+"/v1/replica_sets/orders", &set)
+	stacktest.GetJSON(t, "http://"+st.admin+"/v1/replica_sets/orders", &set)
 	// Keys whose owners the router names, not guesses.
 	keyA, keyB := st.keyOwnedBy(t, "orders", "orders-0"), st.keyOwnedBy(t, "orders", "orders-1")
 	expect := func(key string, wantCode int, wantBody string, hdr ...string) {
@@ -419,8 +374,8 @@ func TestMetricsScenarioAndLint(t *testing.T) {
 		expect(keyB, 200, "orders-1")
 	}
 	expect(keyA, 504, "", "X-Hang", "1") // orders-0 holds it past timeouts.request
-	r0.unblock()
-	r1.failing.Store(true)
+	r0.Unblock()
+	r1.Failing.Store(true)
 	for range 3 {
 		expect(keyB, 500, "orders-1") // relayed, never retried
 	}
@@ -482,10 +437,10 @@ func TestMetricsScenarioAndLint(t *testing.T) {
 // TestMetricsForgottenReplica: a gossip replica's series, on every family
 // that has a replica label, are deleted when it leaves for good.
 func TestMetricsForgottenReplica(t *testing.T) {
-	rep := startTestReplica(t, "users-0")
+	rep := stacktest.StartReplica(t, "users-0")
 	st := startMetricsStack(t, "  - {name: users, replicas: 1}\n")
 
-	node, leave := startGossipReplica(t, st.gossip, membership.Meta{Set: "users", Replica: "users-0", Addr: rep.addr, State: balancer.StateReady})
+	node, leave := stacktest.StartGossipReplica(t, st.gossip, membership.Meta{Set: "users", Replica: "users-0", Addr: rep.Addr, State: balancer.StateReady})
 
 	st.waitMetric(t, `keyway_replica_in_rotation{replica="users-0",set="users"} 1`)
 	if code, body := st.send(t, "/ingest", "k"); code != 200 || body != "users-0" {

@@ -1,4 +1,4 @@
-package main
+package integration
 
 import (
 	"context"
@@ -10,6 +10,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"keyway/config"
+	"keyway/demo"
+	"keyway/internal/stacktest"
 
 	"github.com/chromedp/chromedp"
 )
@@ -28,12 +32,13 @@ func TestDashboardInBrowser(t *testing.T) {
 	if testing.Short() {
 		t.Skip("browser test skipped in -short mode")
 	}
-	proxy, admin, _, stop := startDemo(t)
-	defer func() {
-		if err := stop(); err != nil {
-			t.Errorf("demo: %v", err)
-		}
-	}()
+	cfg, err := config.LoadBytes(demo.ConfigName, demo.ConfigYAML, config.WithSet("listen", "127.0.0.1:0"),
+		config.WithSet("admin.listen", "127.0.0.1:0"), config.WithSet("gossip.bind_port", "0"), config.WithSet("log.level", "warn"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := stacktest.StartDemo(t, cfg, "orders", 3)
+	proxy, admin := d.Proxy, d.Admin
 
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(chromiumPath),

@@ -1,0 +1,172 @@
+package admin
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Client calls one proxy's admin API: the keyway CLI's status, members,
+// route, drain, undrain, reload and scale. Every method returns the decoded
+// answer and the raw JSON body (for --json), or an error that names the
+// address and says what to check. Safe for concurrent use.
+type Client struct {
+	// Addr is the admin API as the user wrote it: host:port or a URL.
+	Addr string
+	// Token is the bearer token of the mutating calls.
+	Token string
+	// Timeout bounds one call; 0 means 5 s. Reload uses at least 30 s: it
+	// waits for gossip to carry new ring fingerprints.
+	Timeout time.Duration
+}
+
+// ErrBadAddr is returned (wrapped) for an Addr that is not host:port or a
+// URL.
+var ErrBadAddr = errors.New("bad admin address")
+
+// BaseURL turns Addr into the API's base URL ("http://host:port").
+func (c *Client) BaseURL() (string, error) {
+	a := strings.TrimSpace(c.Addr)
+	if a == "" {
+		return "", fmt.Errorf("%w: empty: pass the admin API address, e.g. 127.0.0.1:9901", ErrBadAddr)
+	}
+	if !strings.Contains(a, "://") {
+		a = "http://" + a
+	}
+	u, err := url.Parse(a)
+	if err != nil || u.Host == "" {
+		return "", fmt.Errorf("%w %q: want host:port or http://host:port", ErrBadAddr, c.Addr)
+	}
+	return strings.TrimRight(u.String(), "/"), nil
+}
+
+// Sets lists the replica sets (GET /v1/replica_sets).
+func (c *Client) Sets() ([]SetStatus, []byte, error) {
+	var out SetList
+	raw, err := c.get("/v1/replica_sets", &out)
+	return out.ReplicaSets, raw, err
+}
+
+// Set returns one replica set with its replicas and traffic (GET
+// /v1/replica_sets/{set}).
+func (c *Client) Set(name string) (SetStatus, []byte, error) {
+	var out SetStatus
+	raw, err := c.get("/v1/replica_sets/"+url.PathEscape(name), &out)
+	return out, raw, err
+}
+
+// Members lists the gossip members (GET /v1/members).
+func (c *Client) Members() ([]MemberInfo, []byte, error) {
+	var out MemberList
+	raw, err := c.get("/v1/members", &out)
+	return out.Members, raw, err
+}
+
+// Route explains where a key goes (GET /v1/route).
+func (c *Client) Route(set, key string) (RouteExplain, []byte, error) {
+	var out RouteExplain
+	raw, err := c.get("/v1/route?"+url.Values{"set": {set}, "key": {key}}.Encode(), &out)
+	return out, raw, err
+}
+
+// Drain drains (drain true) or undrains a replica (POST
+// /v1/replica_sets/{set}/replicas/{replica}/drain|undrain).
+func (c *Client) Drain(set, replica string, drain bool) (DrainResult, []byte, error) {
+	action := "undrain"
+	if drain {
+		action = "drain"
+	}
+	path := "/v1/replica_sets/" + url.PathEscape(set) + "/replicas/" + url.PathEscape(replica) + "/" + action
+	var out DrainResult
+	raw, err := c.call(http.MethodPost, path, nil, http.StatusAccepted, &out, c.timeout())
+	return out, raw, err
+}
+
+// Reload makes the proxy re-read its configuration file (POST /v1/reload).
+// A refused file is an error listing every problem.
+func (c *Client) Reload() (ReloadResult, []byte, error) {
+	var out ReloadResult
+	raw, err := c.call(http.MethodPost, "/v1/reload", nil, http.StatusOK, &out, max(c.timeout(), 30*time.Second))
+	return out, raw, err
+}
+
+// Scale changes a set's declared replica count on the proxy (PATCH
+// /v1/replica_sets/{set}).
+func (c *Client) Scale(set string, replicas int) (ScaleResult, []byte, error) {
+	var out ScaleResult
+	body := []byte(`{"replicas": ` + strconv.Itoa(replicas) + `}`)
+	raw, err := c.call(http.MethodPatch, "/v1/replica_sets/"+url.PathEscape(set), body, http.StatusOK, &out, c.timeout())
+	return out, raw, err
+}
+
+func (c *Client) timeout() time.Duration {
+	if c.Timeout <= 0 {
+		return 5 * time.Second
+	}
+	return c.Timeout
+}
+
+func (c *Client) get(path string, v any) ([]byte, error) {
+	return c.call(http.MethodGet, path, nil, http.StatusOK, v, c.timeout())
+}
+
+// call sends one request and decodes a `want` answer into v.
+func (c *Client) call(method, path string, body []byte, want int, v any, timeout time.Duration) ([]byte, error) {
+	base, err := c.BaseURL()
+	if err != nil {
+		return nil, err
+	}
+	req, err := http.NewRequest(method, base+path, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	if method != http.MethodGet {
+		req.Header.Set("Authorization", "Bearer "+c.Token)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := (&http.Client{Timeout: timeout}).Do(req)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return nil, fmt.Errorf("cannot reach the keyway admin API at %s: %v\n(is the proxy running with admin.listen there? pass --admin ADDR or set KEYWAY_ADMIN)", c.Addr, err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return nil, fmt.Errorf("reading the answer of %s%s: %w", base, path, err)
+	}
+	if resp.StatusCode != want {
+		return raw, c.apiError(method, path, resp.StatusCode, raw)
+	}
+	if err := json.Unmarshal(raw, v); err != nil {
+		return raw, fmt.Errorf("admin API at %s: %s %s: not a keyway answer: %v", c.Addr, method, path, err)
+	}
+	return raw, nil
+}
+
+// apiError turns an error answer into an error naming the address; a
+// refused reload becomes a *ReloadError.
+func (c *Client) apiError(method, path string, status int, body []byte) error {
+	var e ReloadRefused // an ErrorBody with problems
+	if json.Unmarshal(body, &e) == nil && e.Error != "" {
+		if status == http.StatusUnprocessableEntity && len(e.Problems) > 0 {
+			return fmt.Errorf("%s:\n  %s", e.Error, strings.Join(e.Problems, "\n  "))
+		}
+		return fmt.Errorf("admin API at %s: %s (HTTP %d)", c.Addr, e.Error, status)
+	}
+	if method == http.MethodGet {
+		return fmt.Errorf("admin API at %s: GET %s answered HTTP %d; is %s a keyway admin listener? (--admin, KEYWAY_ADMIN)", c.Addr, path, status, c.Addr)
+	}
+	return fmt.Errorf("admin API at %s: %s %s answered HTTP %d", c.Addr, method, path, status)
+}

@@ -1,0 +1,254 @@
+package admin
+
+import "time"
+
+// The wire types of the admin API: every JSON answer under /v1/ is one of
+// these values, documented field by field in docs/admin.md. They are plain
+// values: the server fills them from the components' views, the CLI
+// (Client) decodes them. A field added here is added to docs/admin.md.
+
+// ErrorBody is every error answer: {"error": "..."}, with a message that
+// says what to do.
+type ErrorBody struct {
+	Error string `json:"error"`
+}
+
+// SetList is the answer of GET /v1/replica_sets: every set without its
+// replicas and traffic.
+type SetList struct {
+	ReplicaSets []SetStatus `json:"replica_sets"`
+}
+
+// ReplicaList is the answer of GET /v1/replica_sets/{set}/replicas.
+type ReplicaList struct {
+	Set      string          `json:"set"`
+	Replicas []ReplicaStatus `json:"replicas"`
+}
+
+// MemberList is the answer of GET /v1/members.
+type MemberList struct {
+	Members []MemberInfo `json:"members"`
+}
+
+// EventList is the answer of GET /v1/events: audit events, newest first,
+// each as the audit trail writes it (docs/audit.md).
+type EventList struct {
+	Events []any `json:"events"`
+}
+
+// ReloadRefused is the 422 answer of POST /v1/reload: the file was not
+// applied, for every reason in Problems ("FILE:LINE: PATH: message").
+type ReloadRefused struct {
+	Error    string   `json:"error"`
+	Problems []string `json:"problems"`
+}
+
+// SetStatus is one replica set as this proxy routes it. A plain value.
+type SetStatus struct {
+	Name string `json:"name"`
+	// Phase is the set's lifecycle phase ("Created", "Running", ...).
+	Phase string `json:"phase"`
+	// Declared is the configured replica count.
+	Declared int `json:"declared"`
+	// Ready counts replicas that advertise ready and are not down,
+	// whether or not this proxy holds them out of rotation.
+	Ready int `json:"ready"`
+	// InRotation counts replicas that may receive new requests now.
+	InRotation int `json:"in_rotation"`
+	// RingSize counts ring members (replicas that were ready once).
+	RingSize int `json:"ring_size"`
+	// Partitions is the ring's fixed partition count.
+	Partitions int `json:"partitions"`
+	// Failover is "next" or "strict".
+	Failover string `json:"failover"`
+	// Fingerprint identifies the ring's shape; proxies that agree on it and
+	// on the ring members route every key the same way.
+	Fingerprint string `json:"fingerprint"`
+	// Generation increases with every routing table the set publishes.
+	Generation uint64 `json:"generation"`
+	// Traffic is what this proxy sent the set's replicas: totals and recent
+	// rates. Only the one-set endpoint carries it (nil in the list).
+	Traffic *SetTraffic `json:"traffic,omitempty"`
+	// Replicas lists every known replica sorted by name ([] when none). The
+	// list endpoint leaves it out (nil).
+	Replicas []ReplicaStatus `json:"replicas,omitempty"`
+}
+
+// SetTraffic sums the traffic figures of a set's replicas (the rows of
+// Replicas) and adds the requests this proxy answered itself for the set
+// (no replica in rotation, no key, unreachable replicas: 4xx and 5xx
+// answers with replica "none" in keyway_requests_total). A plain value.
+//
+// Rates are measured over WindowSeconds, the span between a fresh reading
+// of the proxy's counters and an earlier stored one (about 10 s when the
+// set is read often enough, between 1 s and 60 s otherwise). When no
+// earlier reading is known yet the rates and WindowSeconds are null and
+// RateNote says why; a rate is never reported as 0 without a measurement.
+type SetTraffic struct {
+	WindowSeconds         *float64 `json:"window_seconds"`
+	RequestsPerSecond     *float64 `json:"requests_per_second"`
+	ErrorsPerSecond       *float64 `json:"errors_per_second"`
+	LocalAnswersPerSecond *float64 `json:"local_answers_per_second"`
+	RequestsTotal         uint64   `json:"requests_total"`
+	ErrorsTotal           uint64   `json:"errors_total"`
+	LocalAnswersTotal     uint64   `json:"local_answers_total"`
+	// RateNote explains null rates ("" when they are known).
+	RateNote string `json:"rate_note,omitempty"`
+}
+
+// ReplicaTraffic is what this proxy sent one replica. Totals count since
+// the replica's metric series were created on this proxy (it joined this
+// proxy's ring, or the proxy started); rates are as in [SetTraffic]. A
+// plain value.
+type ReplicaTraffic struct {
+	WindowSeconds *float64 `json:"window_seconds"`
+	// RequestsPerSecond is the rate of requests the replica answered (any
+	// status); ErrorsPerSecond the rate of its 5xx answers plus failed
+	// exchanges with it.
+	RequestsPerSecond *float64 `json:"requests_per_second"`
+	ErrorsPerSecond   *float64 `json:"errors_per_second"`
+	// RequestsTotal counts answers from the replica, any status
+	// (keyway_requests_total).
+	RequestsTotal uint64 `json:"requests_total"`
+	// Responses5xxTotal counts its 5xx answers.
+	Responses5xxTotal uint64 `json:"responses_5xx_total"`
+	// TransportErrorsTotal counts failed exchanges with it, and
+	// TransportErrors splits them by kind (dial, stale_conn, no_free_conns,
+	// timeout, reset, other; only kinds seen), as
+	// keyway_upstream_errors_total does. A failed exchange is not an answer:
+	// the request went to the next candidate or keyway answered it.
+	TransportErrorsTotal uint64            `json:"transport_errors_total"`
+	TransportErrors      map[string]uint64 `json:"transport_errors,omitempty"`
+	// ErrorsTotal is Responses5xxTotal + TransportErrorsTotal.
+	ErrorsTotal uint64 `json:"errors_total"`
+	// Ejections counts passive ejections within the health checker's
+	// supervision window (its snapshot); EjectionsTotal every passive
+	// ejection since the replica's series were created
+	// (keyway_ejections_total).
+	Ejections      int    `json:"ejections"`
+	EjectionsTotal uint64 `json:"ejections_total"`
+}
+
+// ReplicaStatus is one replica of a set. A plain value.
+type ReplicaStatus struct {
+	Name string `json:"name"`
+	Addr string `json:"addr"`
+	// State is the advertised lifecycle state ("ready", "draining", ...).
+	State string `json:"state"`
+	// Source says where the replica came from ("static", "gossip").
+	Source string `json:"source,omitempty"`
+	Zone   string `json:"zone,omitempty"`
+	// Down says gossip finds the replica unreachable.
+	Down bool `json:"down,omitempty"`
+	// Slot is the replica's ring slot, or -1 when it is not on the ring.
+	Slot int `json:"slot"`
+	// InRotation says whether it may receive new requests now.
+	InRotation bool `json:"in_rotation"`
+	// Reason says why it is out of rotation ("" when in): its state, "down",
+	// and the proxy-local exclusions ("excluded: probe+ejected").
+	Reason string `json:"reason,omitempty"`
+	// Partitions is the number of partitions it owns on the ring, and Share
+	// that number divided by the partition count (0..1).
+	Partitions int     `json:"partitions"`
+	Share      float64 `json:"share"`
+	// Traffic is what this proxy sent it: requests, errors, ejections.
+	Traffic *ReplicaTraffic `json:"traffic,omitempty"`
+	// Health is the health checker's view (probe verdict, ejections), or
+	// nil when the checker does not track the replica.
+	Health any `json:"health,omitempty"`
+}
+
+// RouteExplain says where a key goes and why. A plain value.
+type RouteExplain struct {
+	Set string `json:"set"`
+	Key string `json:"key"`
+	// Hash is the key's 64-bit hash in hex (xxhash64, as proxies compute it).
+	Hash      string `json:"hash"`
+	Partition int    `json:"partition"`
+	Failover  string `json:"failover"`
+	// Owner is the ring owner of the key's partition, in rotation or not;
+	// "" when the ring is empty.
+	Owner string `json:"owner"`
+	// Pick is the replica a request with this key goes to now; "" when none
+	// may take it (the proxy answers 503).
+	Pick string `json:"pick"`
+	// Candidates are the ring members failover considers, owner first.
+	Candidates  []RouteCandidate `json:"candidates"`
+	Fingerprint string           `json:"fingerprint"`
+	Generation  uint64           `json:"generation"`
+}
+
+// RouteCandidate is one replica in a key's failover order.
+type RouteCandidate struct {
+	Name       string `json:"name"`
+	Addr       string `json:"addr"`
+	State      string `json:"state"`
+	InRotation bool   `json:"in_rotation"`
+	// Picked marks the replica that takes the key.
+	Picked bool `json:"picked,omitempty"`
+	// Skipped says why this replica does not take the key, when it comes
+	// before the picked one (or there is none).
+	Skipped string `json:"skipped,omitempty"`
+}
+
+// MemberInfo is one gossip member with its metadata. A plain value.
+type MemberInfo struct {
+	// Node is the gossip node name; Gossip its gossip address.
+	Node   string `json:"node"`
+	Gossip string `json:"gossip"`
+	// Role is "proxy" or "replica".
+	Role string `json:"role"`
+	// Status is the gossip status ("alive", "dead", "left").
+	Status string    `json:"status"`
+	Since  time.Time `json:"since"`
+	Self   bool      `json:"self,omitempty"`
+	// Set, Replica and State are a replica's; Addr is a replica's HTTP
+	// address or a proxy's admin address.
+	Set         string `json:"set,omitempty"`
+	Replica     string `json:"replica,omitempty"`
+	Addr        string `json:"addr,omitempty"`
+	State       string `json:"state,omitempty"`
+	Zone        string `json:"zone,omitempty"`
+	Fingerprint string `json:"fingerprint,omitempty"`
+}
+
+// DrainResult is the 202 answer of drain and undrain.
+type DrainResult struct {
+	Set     string `json:"set"`
+	Replica string `json:"replica"`
+	// Action is "drain" or "undrain".
+	Action string `json:"action"`
+	// Scope is "gossip" or "this proxy".
+	Scope string `json:"scope"`
+}
+
+// Scopes of a drain.
+const (
+	ScopeGossip    = "gossip"
+	ScopeThisProxy = "this proxy"
+)
+
+// ReloadResult is the answer of a successful reload.
+type ReloadResult struct {
+	// Result is "success".
+	Result string `json:"result"`
+	// File is the configuration file read.
+	File string `json:"file"`
+	// Added, Removed and Changed name replica sets; RingChanged the
+	// changed sets whose hash changed (their keys move).
+	Added       []string `json:"added"`
+	Removed     []string `json:"removed"`
+	Changed     []string `json:"changed"`
+	RingChanged []string `json:"ring_changed"`
+	// Keys lists every key whose value changed, as YAML paths.
+	Keys []string `json:"keys"`
+}
+
+// ScaleResult is the answer of PATCH /v1/replica_sets/{set}.
+type ScaleResult struct {
+	Set      string `json:"set"`
+	Replicas int    `json:"replicas"`
+	Previous int    `json:"previous"`
+	// Scope is "this proxy": other proxies keep their own count.
+	Scope string `json:"scope"`
+}

@@ -1,0 +1,119 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"keyway/agent"
+	"keyway/config"
+	"keyway/demo"
+	"keyway/logging"
+)
+
+// Demo is keyway's first-try setup: a proxy node and, for every replica
+// set, as many built-in demo replicas as the set declares (orders-0,
+// orders-1, ...), each behind its own agent, all on loopback and found by
+// gossip. Build it with NewDemo and run it once with Run.
+type Demo struct {
+	// Proxy is the demo's proxy node; its addresses are known from NewDemo
+	// on.
+	Proxy *ProxyNode
+
+	cfg      config.Config
+	logs     *logging.Loggers
+	replicas []demoReplica
+}
+
+type demoReplica struct {
+	set string
+	r   *demo.Replica
+}
+
+// NewDemo builds the demo from cfg, which must enable gossip: it opens the
+// demo replicas' listeners (127.0.0.1, any free port) and builds the proxy
+// node (see NewProxy).
+func NewDemo(cfg config.Config, opts Options) (d *Demo, err error) {
+	if !cfg.Gossip.Enabled {
+		return nil, errors.New("the demo runs its replicas behind agents: gossip.enabled must be true")
+	}
+	logs, err := logging.New(cfg.Log, orDiscard(opts.Stderr), orDiscard(opts.Stdout))
+	if err != nil {
+		return nil, err
+	}
+	d = &Demo{cfg: cfg, logs: logs}
+	defer func() {
+		if err != nil {
+			for _, dr := range d.replicas {
+				_ = dr.r.Close()
+			}
+			logs.Close()
+		}
+	}()
+	for _, set := range cfg.ReplicaSets {
+		keyHdr := ""
+		for _, k := range set.Key {
+			if k.Header != "" {
+				keyHdr = k.Header
+				break
+			}
+		}
+		for i := 0; i < set.Replicas; i++ {
+			r, err := demo.Listen(fmt.Sprintf("%s-%d", set.Name, i), "127.0.0.1:0", keyHdr)
+			if err != nil {
+				return nil, err
+			}
+			d.replicas = append(d.replicas, demoReplica{set: set.Name, r: r})
+		}
+	}
+	if d.Proxy, err = NewProxy(cfg, opts); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// Run runs the demo replicas and the proxy node, and once the proxy's
+// gossip node is up, one agent per demo replica joined to it; until ctx is
+// done.
+func (d *Demo) Run(ctx context.Context) error {
+	defer d.logs.Close()
+	g, gctx := errgroup.WithContext(ctx)
+	for _, dr := range d.replicas {
+		g.Go(func() error { return dr.r.Run(gctx) })
+	}
+	g.Go(func() error { return d.Proxy.Run(gctx) })
+	g.Go(func() error {
+		select {
+		case <-d.Proxy.GossipStarted():
+		case <-gctx.Done():
+			return nil
+		}
+		for _, dr := range d.replicas {
+			a, err := agent.New(d.agentConfig(dr, d.Proxy.GossipAddr()), agent.Options{Logger: d.logs.App.Named("agent")})
+			if err != nil {
+				return err
+			}
+			g.Go(func() error { return a.Run(gctx) })
+		}
+		return nil
+	})
+	return g.Wait()
+}
+
+// agentConfig is the configuration of a demo replica's agent: quick
+// probes, a short drain, no HTTP listener, the proxy's gossip settings.
+func (d *Demo) agentConfig(dr demoReplica, join string) agent.Config {
+	c := agent.DefaultConfig()
+	c.Replica.Set, c.Replica.Name, c.Replica.Addr = dr.set, dr.r.Name(), dr.r.Addr()
+	c.Probe.Interval = 200 * time.Millisecond
+	c.Drain.Timeout = 5 * time.Second
+	c.Listen = ""
+	c.Log = d.cfg.Log
+	c.Gossip = d.cfg.Gossip.Config
+	c.Gossip.BindPort = 0
+	c.Gossip.Join = []string{join}
+	return c
+}

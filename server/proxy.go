@@ -1,0 +1,276 @@
+package server
+
+import (
+	"context"
+	"io"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"golang.org/x/sync/errgroup"
+
+	"keyway/admin"
+	"keyway/balancer"
+	"keyway/config"
+	"keyway/eventlog"
+	"keyway/health"
+	"keyway/logging"
+	"keyway/membership"
+	"keyway/proxy"
+)
+
+// Options are what a node needs besides its configuration. The zero value
+// works: logs are discarded, and the configuration cannot be reloaded.
+type Options struct {
+	// Stdout receives the access log and Stderr the application logs.
+	// Nil means io.Discard.
+	Stdout, Stderr io.Writer
+	// File names the configuration file in reload messages.
+	File string
+	// Load reads the configuration again for Reload (with the same flags
+	// and environment as at start). Nil makes Reload refuse: the
+	// configuration did not come from a file.
+	Load func() (config.Config, error)
+	// Version is logged at start.
+	Version string
+}
+
+// ProxyNode is one keyway proxy process: the proxy, its health checks and
+// phases, the admin API, gossip discovery and the audit trail, wired in
+// one place. Build it with NewProxy, run it once with Run; Reload applies a
+// changed configuration file while it runs. Safe for concurrent use.
+type ProxyNode struct {
+	cfg  config.Config
+	logs *logging.Loggers
+	log  *zap.Logger
+
+	// The components, in the order NewProxy builds them. Run starts them
+	// in this order and stops them in reverse.
+	reg    *prometheus.Registry
+	audit  *eventlog.Log
+	hc     *health.Checker
+	phases *health.PhaseTracker
+	p      *proxy.Proxy
+	node   *membership.Node      // nil when gossip is off
+	disc   *membership.Discovery // nil when gossip is off
+	view   *view
+	adm    *admin.Server // nil when admin.listen is empty
+
+	// Reload's state (reload.go).
+	file     string
+	load     func() (config.Config, error) // nil: no reload
+	rlog     *zap.Logger
+	reloads  *reloadMetrics
+	reloadMu sync.Mutex    // serializes reloads; guards cur
+	cur      config.Config // the configuration applied last
+}
+
+// NewProxy builds a proxy node from cfg. It opens the proxy's and the
+// admin API's listeners, so that a taken port fails here and the bound
+// addresses (port 0) are known before Run, but it starts no goroutine and
+// joins no gossip. On error it closes what it opened.
+func NewProxy(cfg config.Config, opts Options) (n *ProxyNode, err error) {
+	logs, err := logging.New(cfg.Log, orDiscard(opts.Stderr), orDiscard(opts.Stdout))
+	if err != nil {
+		return nil, err
+	}
+	n = &ProxyNode{
+		cfg: cfg, cur: cfg, logs: logs, log: logs.App, file: opts.File, load: opts.Load,
+		// A refused file is the operator's mistake, not keyway's: no stack traces.
+		rlog: logs.App.Named("reload").WithOptions(zap.AddStacktrace(zapcore.FatalLevel)),
+	}
+	defer func() {
+		if err != nil {
+			n.close()
+		}
+	}()
+
+	// 1. Metrics and the audit trail: every other component reports to them.
+	n.reg = prometheus.NewRegistry()
+	n.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if n.reloads, err = newReloadMetrics(n.reg); err != nil {
+		return nil, err
+	}
+	n.audit, err = eventlog.New(cfg.Audit, auditNode(cfg), eventlog.Options{Logger: n.log.Named("audit"), Registerer: n.reg})
+	if err != nil {
+		return nil, err
+	}
+
+	// 2. Health and phases. The checker excludes replicas on the proxy
+	// built next, which in turn reports every request's outcome to the
+	// checker: the checker's sink is bound to the proxy right after it
+	// exists, before anything runs (step 3).
+	excl := &exclusions{}
+	n.hc, err = health.NewChecker(cfg.Health, excl, health.Options{Logger: n.log.Named("health"), Registerer: n.reg, OnEvent: auditHealth(n.audit)})
+	if err != nil {
+		return nil, err
+	}
+	n.phases, err = health.NewPhaseTracker(n.reg, auditPhase(n.audit, n.log.Named("phase")))
+	if err != nil {
+		return nil, err
+	}
+
+	// 3. The proxy: routing tables feed the health targets, the phases and
+	// the audit trail.
+	popts := proxy.Options{
+		Logger:     n.log.Named("proxy"),
+		AccessLog:  logs.Access,
+		Registerer: n.reg,
+		Tables:     []proxy.TableObserver{healthTargets{n.hc}, phaseObserver{n.phases}, tableAudit{n.audit}},
+		FailOpen:   cfg.Health.FailOpen(),
+	}
+	if cfg.Health.Passive.Enabled {
+		popts.Observer = n.hc
+	}
+	n.p, err = proxy.New(cfg.Config, popts)
+	if err != nil {
+		return nil, err
+	}
+	excl.p = n.p
+	if err := n.p.Listen(); err != nil {
+		return nil, err
+	}
+
+	// 4. The admin API and what it shows: the view, drains, reload, scale.
+	n.view = newView(n)
+	adminAddr := ""
+	if cfg.Admin.Listen != "" {
+		aopts := admin.Options{
+			Gatherer: n.reg, Ready: n.p, Logger: n.log.Named("admin"),
+			Sets: n.view, Members: n.view, Events: n.view, Config: n.view, Drainer: n.view,
+			Scaler: scaler{n.p, n.audit},
+		}
+		if opts.Load != nil {
+			aopts.Reloader = n
+		}
+		n.adm, err = admin.New(cfg.Admin, aopts)
+		if err != nil {
+			return nil, err
+		}
+		if err := n.adm.Listen(); err != nil {
+			return nil, err
+		}
+		adminAddr = n.adm.Addr().String()
+	}
+
+	// 5. Gossip: the node advertises this proxy (its admin address and
+	// ring fingerprints); discovery feeds the proxy's routers with the
+	// replicas agents advertise.
+	if cfg.Gossip.Enabled {
+		n.disc = membership.NewDiscovery(n.p, membership.DiscoveryOptions{Logger: n.log.Named("discovery"), Registerer: n.reg, OnEvent: auditMember(n.audit)})
+		n.node, err = membership.New(cfg.Gossip.Config, membership.Meta{
+			Role:        membership.RoleProxy,
+			Addr:        adminAddr,
+			Fingerprint: membership.FingerprintMeta(n.p.Fingerprints()),
+		}, membership.Options{Logger: n.log.Named("gossip"), Registerer: n.reg, Sink: n.disc, Messages: n.disc.HandleMessage})
+		if err != nil {
+			return nil, err
+		}
+		n.disc.Attach(n.node)
+	}
+	n.log.Info("keyway starting", zap.String("version", opts.Version), zap.String("config", config.Summary(cfg)))
+	return n, nil
+}
+
+// Run runs the node until ctx is done, then stops it in stages:
+//
+//  1. The proxy stops accepting and lets its in-flight requests finish
+//     (server.shutdown_timeout); the admin API stops with it.
+//  2. Meanwhile gossip keeps this proxy alive to the agents (a draining
+//     replica waits for this proxy's drain reports), and health checks
+//     keep ending ejections. They stop once the proxy has.
+//  3. The audit trail stops last, so that their final events (a graceful
+//     leave, a last rebuild) are written.
+//
+// The first component to fail stops them all; Run returns its error.
+func (n *ProxyNode) Run(ctx context.Context) error {
+	defer n.logs.Close()
+
+	auditCtx, stopAudit := context.WithCancel(context.Background())
+	auditDone := make(chan error, 1)
+	go func() { auditDone <- n.audit.Run(auditCtx) }()
+	defer func() { stopAudit(); <-auditDone }()
+
+	g, front := errgroup.WithContext(ctx)
+	back, stopBack := context.WithCancel(context.WithoutCancel(front))
+	defer stopBack()
+	g.Go(func() error { return n.hc.Run(back) })
+	g.Go(func() error { return n.view.Run(back) })
+	if n.node != nil {
+		g.Go(func() error { return n.node.Run(back) })
+		g.Go(func() error { return n.disc.Run(back) })
+	}
+	g.Go(func() error {
+		err := n.p.Run(front)
+		stopBack()
+		return err
+	})
+	if n.adm != nil {
+		g.Go(func() error { return n.adm.Run(front) })
+	}
+	err := g.Wait()
+	if err != nil {
+		n.log.Error("keyway stopped with an error", zap.Error(err))
+	}
+	return err
+}
+
+// ProxyAddr is the proxy listener's bound address.
+func (n *ProxyNode) ProxyAddr() string { return n.p.Addr().String() }
+
+// AdminAddr is the admin listener's bound address, or "" without one.
+func (n *ProxyNode) AdminAddr() string {
+	if n.adm == nil {
+		return ""
+	}
+	return n.adm.Addr().String()
+}
+
+// GossipStarted is closed once the gossip node is bound (Run started it);
+// nil when gossip is off.
+func (n *ProxyNode) GossipStarted() <-chan struct{} {
+	if n.node == nil {
+		return nil
+	}
+	return n.node.Started()
+}
+
+// GossipAddr is the gossip node's bound address once GossipStarted is
+// closed, else "".
+func (n *ProxyNode) GossipAddr() string {
+	if n.node == nil {
+		return ""
+	}
+	return n.node.GossipAddr()
+}
+
+// close releases what NewProxy opened when it fails half-way.
+func (n *ProxyNode) close() {
+	if n.p != nil {
+		_ = n.p.Close()
+	}
+	if n.adm != nil {
+		_ = n.adm.Close()
+	}
+	n.logs.Close()
+}
+
+func orDiscard(w io.Writer) io.Writer {
+	if w == nil {
+		return io.Discard
+	}
+	return w
+}
+
+// exclusions is the health checker's sink: the reasons the checker holds a
+// replica out of rotation go to the proxy's routers. p is set by NewProxy
+// right after the proxy is built, before any goroutine runs.
+type exclusions struct{ p *proxy.Proxy }
+
+func (e *exclusions) SetExcluded(set, replica string, reason balancer.Reason, excluded bool) {
+	if e.p != nil {
+		e.p.SetExcluded(set, replica, reason, excluded)
+	}
+}
