@@ -2,12 +2,16 @@ package server
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"time"
 
 	"golang.org/x/sync/errgroup"
 
+	"keyway/admin"
 	"keyway/agent"
 	"keyway/config"
 	"keyway/demo"
@@ -22,6 +26,11 @@ type Demo struct {
 	// Proxy is the demo's proxy node; its addresses are known from NewDemo
 	// on.
 	Proxy *ProxyNode
+	// TokenFile holds the admin token NewDemo made for this run, so that
+	// drain, undrain and scale can be tried; "" when the configuration or
+	// the environment names a token, or the admin API is off. Run removes
+	// it when it returns.
+	TokenFile string
 
 	cfg      config.Config
 	logs     *logging.Loggers
@@ -50,9 +59,16 @@ func NewDemo(cfg config.Config, opts Options) (d *Demo, err error) {
 			for _, dr := range d.replicas {
 				_ = dr.r.Close()
 			}
+			d.removeToken()
 			logs.Close()
 		}
 	}()
+	if _, ok := os.LookupEnv(admin.TokenEnv); !ok && cfg.Admin.TokenFile == "" && cfg.Admin.Listen != "" {
+		if d.TokenFile, err = writeToken(); err != nil {
+			return nil, err
+		}
+		cfg.Admin.TokenFile = d.TokenFile
+	}
 	for _, set := range cfg.ReplicaSets {
 		keyHdr := ""
 		for _, k := range set.Key {
@@ -80,6 +96,7 @@ func NewDemo(cfg config.Config, opts Options) (d *Demo, err error) {
 // done.
 func (d *Demo) Run(ctx context.Context) error {
 	defer d.logs.Close()
+	defer d.removeToken()
 	g, gctx := errgroup.WithContext(ctx)
 	for _, dr := range d.replicas {
 		g.Go(func() error { return dr.r.Run(gctx) })
@@ -116,4 +133,25 @@ func (d *Demo) agentConfig(dr demoReplica, join string) agent.Config {
 	c.Gossip.BindPort = 0
 	c.Gossip.Join = []string{join}
 	return c
+}
+
+// writeToken writes a fresh random admin token to a new private
+// directory and returns the file's path.
+func writeToken() (string, error) {
+	dir, err := os.MkdirTemp("", "keyway-demo-")
+	if err != nil {
+		return "", err
+	}
+	file := filepath.Join(dir, "admin-token")
+	if err := os.WriteFile(file, []byte(rand.Text()+"\n"), 0o600); err != nil {
+		os.RemoveAll(dir)
+		return "", err
+	}
+	return file, nil
+}
+
+func (d *Demo) removeToken() {
+	if d.TokenFile != "" {
+		_ = os.RemoveAll(filepath.Dir(d.TokenFile))
+	}
 }

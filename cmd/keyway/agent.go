@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -103,26 +102,18 @@ func printAgentFlags(w io.Writer, fs *flag.FlagSet) {
 // runAgent is `keyway agent`.
 func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	var file string
 	var check bool
 	fs.StringVar(&file, "c", "", "agent configuration `FILE` (YAML); optional")
 	fs.StringVar(&file, "config", "", "same as -c `FILE`")
 	fs.BoolVar(&check, "check", false, "load and validate the configuration, print a one-line summary and exit")
 	keys := agentKeyFlags(fs)
-	fs.Usage = func() {
+	if err := parseArgs(fs, args, stderr, func() {
 		fmt.Fprint(stderr, agentUsage)
 		printAgentFlags(stderr, fs)
 		fmt.Fprint(stderr, agentPrecedence)
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return errHelpShown
-		}
-		return usageError{err.Error()}
-	}
-	if fs.NArg() > 0 {
-		return usageError{fmt.Sprintf("unexpected arguments: %s", strings.Join(fs.Args(), " "))}
+	}); err != nil {
+		return err
 	}
 	var opts []config.Option
 	for _, k := range keys {

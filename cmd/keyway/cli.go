@@ -2,12 +2,10 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -44,21 +42,10 @@ func newCLIFlags(fs *flag.FlagSet) *cliFlags {
 }
 
 func parseCLIFlags(fs *flag.FlagSet, args []string, stderr io.Writer, usage string) error {
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
+	return parseArgs(fs, args, stderr, func() {
 		fmt.Fprint(stderr, usage)
 		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return errHelpShown
-		}
-		return usageError{err.Error()}
-	}
-	if fs.NArg() > 0 {
-		return usageError{fmt.Sprintf("unexpected arguments: %s", strings.Join(fs.Args(), " "))}
-	}
-	return nil
+	})
 }
 
 // client returns the admin API client of --admin, with token for the

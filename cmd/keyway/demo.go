@@ -2,16 +2,12 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
 	_ "embed"
 	"flag"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"strings"
 
-	"keyway/admin"
 	"keyway/config"
 	"keyway/demo"
 	"keyway/server"
@@ -36,26 +32,11 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if !cfg.Gossip.Enabled {
 		return usageError{"the demo runs its replicas behind agents: gossip.enabled must be true"}
 	}
-	// A fresh admin token for this run, unless one is configured, so that
-	// drain, undrain and scale can be tried (the admin API is on loopback).
-	tokenFile := ""
-	if _, ok := os.LookupEnv(admin.TokenEnv); !ok && cfg.Admin.TokenFile == "" && cfg.Admin.Listen != "" {
-		dir, err := os.MkdirTemp("", "keyway-demo-")
-		if err != nil {
-			return err
-		}
-		defer os.RemoveAll(dir)
-		tokenFile = filepath.Join(dir, "admin-token")
-		if err := os.WriteFile(tokenFile, []byte(rand.Text()+"\n"), 0o600); err != nil {
-			return err
-		}
-		cfg.Admin.TokenFile = tokenFile
-	}
 	d, err := server.NewDemo(cfg, server.Options{Stdout: stdout, Stderr: stderr, Version: versionString()})
 	if err != nil {
 		return err
 	}
-	printDemoHelp(stdout, cfg, d.Proxy.ProxyAddr(), d.Proxy.AdminAddr(), tokenFile)
+	printDemoHelp(stdout, cfg, d.Proxy.ProxyAddr(), d.Proxy.AdminAddr(), d.TokenFile)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {

@@ -198,12 +198,18 @@ See docs/configuration.md for every key.
 `
 
 func parseFlags(fs *flag.FlagSet, args []string, stderr io.Writer, usage string) error {
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
+	return parseArgs(fs, args, stderr, func() {
 		fmt.Fprint(stderr, usage)
 		fs.PrintDefaults()
 		fmt.Fprint(stderr, precedenceNote)
-	}
+	})
+}
+
+// parseArgs parses a command's flags, printing usage for --help; no
+// positional arguments are allowed.
+func parseArgs(fs *flag.FlagSet, args []string, stderr io.Writer, usage func()) error {
+	fs.SetOutput(stderr)
+	fs.Usage = usage
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return errHelpShown
