@@ -168,6 +168,7 @@ type replica struct {
 	level       int  // the next ejection lasts BaseEjection << level (capped)
 	probation   bool // readmitted, no success seen yet: a success resets level
 	history     []time.Time
+	ejections   uint64 // every ejection since the target appeared: its keyway_ejections_total series summed
 	failed      bool
 	failedUntil time.Time
 	capped      kind // should be ejected but the share cap holds it in: the kind, else kindNone
@@ -376,6 +377,12 @@ type ReplicaHealth struct {
 	EjectedUntil time.Time `json:"ejected_until,omitzero"`
 	// Ejections is the number of ejections within the supervision window.
 	Ejections int `json:"ejections"`
+	// EjectionsTotal is every passive ejection of the replica, whatever
+	// its reason, since it became a target of this Checker: the sum of its
+	// keyway_ejections_total series, which live exactly as long (created
+	// when the replica becomes a target, deleted when it is forgotten). A
+	// Reset does not lower it.
+	EjectionsTotal uint64 `json:"ejections_total"`
 	// NextEjection is how long the next ejection would last.
 	NextEjection time.Duration `json:"next_ejection_ns"`
 	// FailedUntil is when the current supervision hold ends.
@@ -406,6 +413,7 @@ func (c *Checker) Snapshot(set string) []ReplicaHealth {
 			Probe:               "off",
 			ConsecutiveFailures: r.c.consec.Load(),
 			Ejections:           len(c.windowLocked(r, now)),
+			EjectionsTotal:      r.ejections,
 			NextEjection:        c.ejectionFor(r.level),
 			ShareCapped:         r.capped != kindNone,
 			LastReason:          r.lastKind.String(),

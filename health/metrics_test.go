@@ -1,7 +1,9 @@
 package health
 
 import (
+	"encoding/json"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -89,4 +91,90 @@ keyway_health_probes_total{replica="b",result="timeout",set="s"} 0
 			t.Errorf("%s: %d series after forgetting a, want %d", name, n, want)
 		}
 	}
+}
+
+// The snapshot's ejection total is the replica's keyway_ejections_total
+// series summed over reasons: every ejection, holds included, not only
+// those in the supervision window; a Reset keeps it; it starts again from
+// 0 with the series when the replica is forgotten and comes back.
+func TestSnapshotEjectionsTotal(t *testing.T) {
+	t.Parallel()
+	cfg := supervisionConfig()
+	cfg.Supervision.MaxEjections = 3
+	f := newFixture(t, cfg)
+	f.c.SetTargets("s", targets("s", "a", "b"))
+	f.ejectCycle(t, "a") // a: ejection 1 (5xx), readmitted
+	for range 5 {
+		f.c.Observe("s", "a", 0, syscall.ECONNREFUSED, 0)
+	}
+	f.sweepAfter(time.Second) // a: ejection 2 (connect)
+	f.sweepAfter(time.Minute) // readmitted
+	f.fail("s", "a", 5)
+	f.sweepAfter(time.Second) // a: ejection 3 within the window: a hold
+
+	want := map[string]uint64{"a": 3, "b": 0}
+	check := func(when string) {
+		t.Helper()
+		snap := f.c.Snapshot("s")
+		if len(snap) != 2 {
+			t.Fatalf("%s: snapshot %+v, want a and b", when, snap)
+		}
+		for _, h := range snap {
+			if h.EjectionsTotal != want[h.Replica] {
+				t.Errorf("%s: %s has EjectionsTotal %d, want %d", when, h.Replica, h.EjectionsTotal, want[h.Replica])
+			}
+			if got := ejectionSeries(t, f, h.Replica); got != float64(h.EjectionsTotal) {
+				t.Errorf("%s: %s has EjectionsTotal %d, its keyway_ejections_total series sum to %v", when, h.Replica, h.EjectionsTotal, got)
+			}
+		}
+	}
+	check("after a hold")
+	if h := f.c.Snapshot("s")[0]; h.FailedUntil.IsZero() || h.Ejections != 3 {
+		t.Fatalf("a is not held with 3 ejections in the window: %+v", h)
+	}
+
+	f.c.Reset("s", "a")
+	if h := f.c.Snapshot("s")[0]; h.Ejections != 0 {
+		t.Fatalf("Ejections %d after Reset, want 0 (the window is cleared)", h.Ejections)
+	}
+	check("after Reset")
+
+	f.fail("s", "a", 5)
+	f.sweepAfter(time.Second)
+	want["a"] = 4
+	check("after a fourth ejection")
+
+	b, err := json.Marshal(f.c.Snapshot("s")[0])
+	if err != nil || !strings.Contains(string(b), `"ejections_total":4`) {
+		t.Fatalf("JSON %s (%v), want an ejections_total field", b, err)
+	}
+
+	// Forgotten and back: the series start again from 0, and so does the total.
+	f.c.SetTargets("s", targets("s", "a", "b")[1:])
+	f.c.SetTargets("s", targets("s", "a", "b"))
+	want["a"] = 0
+	check("after a was forgotten and came back")
+}
+
+// ejectionSeries sums the replica's keyway_ejections_total series.
+func ejectionSeries(t *testing.T, f *fixture, replica string) float64 {
+	t.Helper()
+	mfs, err := f.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() != "keyway_ejections_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == "replica" && lp.GetValue() == replica {
+					sum += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return sum
 }

@@ -306,6 +306,7 @@ func (c *Checker) ejectLocked(r *replica, k kind, now time.Time, st *step) {
 	r.lastKind = k
 	r.history = append(c.windowLocked(r, now), now)
 	r.m.ejections[k].Inc()
+	r.ejections++
 	if sup := c.cfg.Supervision; sup.MaxEjections > 0 && len(r.history) >= sup.MaxEjections {
 		c.startHoldLocked(r, k, now, st)
 		return

@@ -1,7 +1,6 @@
 package membership
 
 import (
-	"context"
 	"fmt"
 	"maps"
 	"slices"
@@ -69,10 +68,18 @@ type Discovery struct {
 
 	// feedMu serializes feeding the target: a Resync (another goroutine)
 	// must not hand it an older snapshot after a newer one.
-	feedMu     sync.Mutex
-	mu         sync.Mutex
-	send       func(node string, msg []byte) error // the attached Node's Send; a test hook
+	feedMu sync.Mutex
+	mu     sync.Mutex
+	// node is the attached Node (nil before Attach, and in tests that set
+	// send alone); self is its name, the By of the commands it sends.
+	node *Node
+	self string
+	send func(node string, msg []byte) error // the attached Node's Send; a test hook
+	// members is the last snapshot fed and index its incarnations, built
+	// once per feed: every question about a replica's incarnations is
+	// answered from it.
 	members    []Member
+	index      incarnations
 	mismatched map[string]bool     // "peer/set" pairs known to disagree
 	held       map[[2]string]int64 // set/replica → boot of the newest incarnation seen holding an operator drain
 	redrains   map[string]int      // gossip node → drain commands sent to that incarnation
@@ -119,10 +126,10 @@ func NewDiscovery(t Target, opts DiscoveryOptions) *Discovery {
 	return d
 }
 
-// Attach sets the gossip node used to send drain reports.
+// Attach sets the gossip node that sends drain reports and commands.
 func (d *Discovery) Attach(n *Node) {
 	d.mu.Lock()
-	d.send = n.Send
+	d.node, d.self, d.send = n, n.Name(), n.Send
 	d.mu.Unlock()
 }
 
@@ -136,17 +143,18 @@ func (d *Discovery) SetMembers(ms []Member) {
 // feed turns one snapshot into the target's replica lists; feedMu is
 // held, so that snapshots reach the target in the order they were taken.
 func (d *Discovery) feed(ms []Member) {
-	bySet := ReplicasBySet(ms)
+	idx := indexIncarnations(ms)
+	bySet := idx.replicasBySet()
 	d.mu.Lock()
 	prev := d.members
-	d.members = ms
+	d.members, d.index = ms, idx
 	d.trackHeldLocked(ms)
 	// A new incarnation of a replica an operator drained is routed as
 	// draining until it holds the drain itself (report sends it again):
 	// no request reaches it in between.
 	for set, reps := range bySet {
 		for i, r := range reps {
-			if d.awaitingHoldLocked(ms, set, r.Name) && (r.State == balancer.StateReady || r.State == balancer.StateStarting || r.State == balancer.StateRecovering) {
+			if d.awaitingHoldLocked(set, r.Name) && (r.State == balancer.StateReady || r.State == balancer.StateStarting || r.State == balancer.StateRecovering) {
 				reps[i].State = balancer.StateDraining
 			}
 		}
@@ -218,47 +226,6 @@ func diffMembers(prev, cur []Member, emit func(MemberEvent)) {
 	}
 }
 
-// ReplicasBySet turns gossip members into each set's replica list for the
-// Router. Of several members claiming one replica name, the newest boot
-// wins. A dead member stays listed as Down (on the ring, out of rotation)
-// until membership forgets it; a member that left advertising Remove is
-// dropped at once; one that left without it (a restart) stays listed as
-// stopped until forgotten.
-func ReplicasBySet(ms []Member) map[string][]balancer.Replica {
-	best := map[[2]string]Member{}
-	for _, m := range ms {
-		if m.Meta.Role != RoleReplica || m.Meta.Set == "" || m.Meta.Replica == "" {
-			continue
-		}
-		k := [2]string{m.Meta.Set, m.Meta.Replica}
-		cur, ok := best[k]
-		if !ok || m.Meta.Boot > cur.Meta.Boot || (m.Meta.Boot == cur.Meta.Boot && m.Status == StatusAlive && cur.Status != StatusAlive) {
-			best[k] = m
-		}
-	}
-	out := map[string][]balancer.Replica{}
-	for k, m := range best {
-		r := balancer.Replica{
-			Name: m.Meta.Replica, Addr: m.Meta.Addr, State: m.Meta.State,
-			Weight: int(m.Meta.Weight), Zone: m.Meta.Zone, Source: "gossip",
-		}
-		switch m.Status {
-		case StatusDead:
-			r.Down = true
-		case StatusLeft:
-			if m.Meta.Remove {
-				continue
-			}
-			r.State = balancer.StateStopped
-		}
-		out[k[0]] = append(out[k[0]], r)
-	}
-	for set := range out {
-		slices.SortFunc(out[set], func(a, b balancer.Replica) int { return strings.Compare(a.Name, b.Name) })
-	}
-	return out
-}
-
 // FingerprintMeta compacts per-set fingerprints for a proxy's metadata:
 // "set:8 hex digits of xxhash" joined by ',', sets sorted.
 func FingerprintMeta(fps map[string]string) string {
@@ -306,187 +273,4 @@ func (d *Discovery) checkFingerprints(ms []Member) {
 	}
 	d.mismatched = now
 	d.mismatchPeers.Set(float64(len(now)))
-}
-
-// trackHeldLocked remembers which replicas an operator drained, from the
-// Held flag their alive incarnations advertise: set by a held one, cleared
-// when the same incarnation advertises it no more (an undrain) or the
-// replica leaves for good. A newer incarnation that does not hold it is
-// drained again by report. d.mu is held.
-func (d *Discovery) trackHeldLocked(ms []Member) {
-	// Only the newest alive incarnation of each replica counts: an older
-	// one that gossip has not declared dead yet (a crash moments ago)
-	// still advertises what it held.
-	newest := map[[2]string]Member{}
-	for _, m := range ms {
-		if m.Meta.Role != RoleReplica || m.Status != StatusAlive || m.Meta.Set == "" || m.Meta.Replica == "" {
-			continue
-		}
-		k := [2]string{m.Meta.Set, m.Meta.Replica}
-		if cur, ok := newest[k]; !ok || m.Meta.Boot > cur.Meta.Boot {
-			newest[k] = m
-		}
-	}
-	present := map[[2]string]bool{}
-	for _, m := range ms {
-		present[[2]string{m.Meta.Set, m.Meta.Replica}] = true
-	}
-	for k := range d.held {
-		if !present[k] {
-			delete(d.held, k) // forgotten (gossip.forget_after): a later replica of that name starts afresh
-		}
-	}
-	if len(d.redrains) > 0 {
-		alive := map[string]bool{}
-		for _, m := range ms {
-			alive[m.Node] = m.Status == StatusAlive
-		}
-		for node := range d.redrains {
-			if !alive[node] {
-				delete(d.redrains, node) // that incarnation is gone
-			}
-		}
-	}
-	for k, m := range newest {
-		mark, marked := d.held[k]
-		switch {
-		case m.Meta.Remove:
-			delete(d.held, k)
-		case m.Meta.Held && m.Meta.Boot >= mark:
-			d.held[k] = m.Meta.Boot
-		case marked && !m.Meta.Held && m.Meta.Boot == mark:
-			delete(d.held, k) // the operator undrained it
-		}
-	}
-}
-
-// MaxRedrains bounds the drain commands a proxy sends one new incarnation
-// of a held replica (one per report interval: 5 s at the default 200 ms).
-const MaxRedrains = 25
-
-// ForgetHold forgets an operator drain of a replica on this proxy: an
-// undrain asked here, or told by another proxy (HandleMessage). A new
-// incarnation is then routed by what it advertises.
-func (d *Discovery) ForgetHold(set, replica string) {
-	d.mu.Lock()
-	_, had := d.held[[2]string{set, replica}]
-	delete(d.held, [2]string{set, replica})
-	d.mu.Unlock()
-	if had {
-		d.log.Info("operator drain forgotten", zap.String("set", set), zap.String("replica", replica))
-		d.feedMu.Lock()
-		defer d.feedMu.Unlock()
-		d.mu.Lock()
-		ms := d.members
-		d.mu.Unlock()
-		d.feed(ms) // route it by what it advertises now
-	}
-}
-
-// HandleMessage is a proxy's membership.MessageHandler: an undrain that
-// another proxy's admin API received (AdminDrain with Drain false, sent to
-// every proxy) makes this one forget the drain too, so that no proxy
-// drains a later incarnation again.
-func (d *Discovery) HandleMessage(from string, msg []byte) {
-	if MessageKind(msg) != adminDrainKind {
-		return
-	}
-	c, err := DecodeAdminDrain(msg)
-	if err != nil || c.Drain {
-		return
-	}
-	d.ForgetHold(c.Set, c.Replica)
-}
-
-// awaitingHoldLocked reports whether the newest alive incarnation of a
-// replica an operator drained does not hold the drain yet. d.mu is held.
-func (d *Discovery) awaitingHoldLocked(ms []Member, set, replica string) bool {
-	mark, ok := d.held[[2]string{set, replica}]
-	if !ok {
-		return false
-	}
-	var newest *Member
-	for i := range ms {
-		m := &ms[i]
-		if m.Meta.Role == RoleReplica && m.Status == StatusAlive && m.Meta.Set == set && m.Meta.Replica == replica && (newest == nil || m.Meta.Boot > newest.Meta.Boot) {
-			newest = m
-		}
-	}
-	return newest != nil && newest.Meta.Boot > mark && !newest.Meta.Held
-}
-
-// Run sends drain reports to the agents of draining (and stopped, not yet
-// gone) replicas, and drains
-// again new incarnations of replicas an operator drained, until ctx is
-// done.
-func (d *Discovery) Run(ctx context.Context) error {
-	t := time.NewTicker(d.interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-			d.report()
-		}
-	}
-}
-
-func (d *Discovery) report() {
-	d.mu.Lock()
-	send, ms := d.send, d.members
-	d.mu.Unlock()
-	if send == nil {
-		return
-	}
-	d.mu.Lock()
-	type redrain struct {
-		m    Member
-		sent int // commands sent to this incarnation before this one
-	}
-	var redrains []redrain
-	for _, m := range ms {
-		if m.Meta.Role == RoleReplica && m.Status == StatusAlive && m.Meta.State != balancer.StateStopped &&
-			!m.Meta.Held && m.Meta.Boot > d.held[[2]string{m.Meta.Set, m.Meta.Replica}] && d.awaitingHoldLocked(ms, m.Meta.Set, m.Meta.Replica) {
-			if n := d.redrains[m.Node]; n <= MaxRedrains {
-				redrains = append(redrains, redrain{m, n})
-				d.redrains[m.Node] = n + 1
-			}
-		}
-	}
-	d.mu.Unlock()
-	for _, r := range redrains {
-		m := r.m
-		fields := []zap.Field{zap.String("set", m.Meta.Set), zap.String("replica", m.Meta.Replica), zap.String("node", m.Node)}
-		if r.sent == MaxRedrains {
-			// An agent that does not advertise the hold (an older keyway)
-			// or does not get the command: this proxy keeps routing it as
-			// draining, and stops asking.
-			d.log.Warn("replica restarted during an operator drain does not hold it; not asking again, routed as draining until an undrain", fields...)
-			continue
-		}
-		// Sent every interval until the agent advertises the hold: a
-		// lost datagram or a busy agent only delays it.
-		cmd := AdminDrain{Set: m.Meta.Set, Replica: m.Meta.Replica, Boot: m.Meta.Boot, Drain: true, By: "keyway (operator drain of an earlier incarnation)"}
-		if err := send(m.Node, cmd.Encode()); err != nil {
-			d.log.Debug("operator drain not re-sent", append(fields, zap.Error(err))...)
-		} else if r.sent == 0 {
-			d.log.Info("replica restarted during an operator drain: draining it again", fields...)
-		}
-	}
-	for _, m := range ms {
-		if m.Meta.Role != RoleReplica || m.Status != StatusAlive || (m.Meta.State != balancer.StateDraining && m.Meta.State != balancer.StateStopped) {
-			continue
-		}
-		inflight, out, ok := d.target.ReplicaLoad(m.Meta.Set, m.Meta.Replica)
-		if !ok {
-			// Not on our ring: we send it nothing.
-			inflight, out = 0, true
-		}
-		rep := DrainReport{Set: m.Meta.Set, Replica: m.Meta.Replica, Boot: m.Meta.Boot, DrainingSeen: out, Inflight: inflight,
-			StoppedSeen: m.Meta.State == balancer.StateStopped}
-		if err := send(m.Node, rep.Encode()); err != nil {
-			d.log.Debug("drain report not sent", zap.String("node", m.Node), zap.Error(err))
-		}
-	}
 }
