@@ -7,16 +7,15 @@ import (
 	"keyway/admin"
 	"keyway/balancer"
 	"keyway/eventlog"
-	"keyway/membership"
 	"keyway/proxy"
 )
 
 var _ admin.Drainer = (*view)(nil)
 
 // Drain drains or undrains a replica for the operator (admin API). A
-// replica with an agent is told through gossip (membership.AdminDrain sent
-// to its newest alive incarnation): its advertised draining state takes it
-// out of rotation on every proxy. A static replica has no agent: it is held
+// replica with an agent is told through gossip (membership.Discovery.Drain
+// owns that protocol): its advertised draining state takes it out of
+// rotation on every proxy. A static replica has no agent: it is held
 // out (balancer.ReasonAdmin) on this proxy only. Undrain also ends this
 // proxy's supervision hold or ejection of the replica (health.Checker.Reset)
 // and any local admin hold. Every call that succeeds records an
@@ -41,51 +40,22 @@ func (v *view) Drain(set, replica string, drain bool) (string, error) {
 		scope = admin.ScopeThisProxy
 		v.n.p.SetExcluded(set, replica, balancer.ReasonAdmin, drain)
 	} else {
-		node := v.n.node
-		if node == nil {
+		if v.n.disc == nil {
 			return "", fmt.Errorf("%w: gossip is off on this proxy", admin.ErrUnreachable)
 		}
-		var target *membership.Member
-		for _, m := range node.Members() {
-			if m.Meta.Role != membership.RoleReplica || m.Meta.Set != set || m.Meta.Replica != replica || m.Status != membership.StatusAlive {
-				continue
-			}
-			if target == nil || m.Meta.Boot > target.Meta.Boot {
-				target = &m
-			}
+		if err := v.n.disc.Drain(set, replica, drain); err != nil {
+			return "", fmt.Errorf("%w: %v", admin.ErrUnreachable, err)
 		}
-		if target == nil {
-			return "", fmt.Errorf("%w: no alive gossip member advertises %s/%s", admin.ErrUnreachable, set, replica)
-		}
-		msg := membership.AdminDrain{Set: set, Replica: replica, Boot: target.Meta.Boot, Drain: drain, By: node.Name()}
-		if err := node.Send(target.Node, msg.Encode()); err != nil {
-			return "", fmt.Errorf("%w: sending to %s: %v", admin.ErrUnreachable, target.Node, err)
-		}
-		// Take the node's lock once more: it orders Send's reads before the
-		// gossip update the command triggers (see agent/helpers_test.go).
-		_ = node.Members()
 		scope = admin.ScopeGossip
 		if !drain {
 			v.n.p.SetExcluded(set, replica, balancer.ReasonAdmin, false)
-			// Every proxy forgets the drain, so that none drains the
-			// replica's next incarnation again.
-			if d := v.n.disc; d != nil {
-				d.ForgetHold(set, replica)
-			}
-			for _, m := range node.Members() {
-				if m.Meta.Role == membership.RoleProxy && m.Status == membership.StatusAlive && !m.Self {
-					// Best effort: a proxy that misses it asks a restarted
-					// replica to drain at most membership.MaxRedrains times.
-					_ = node.Send(m.Node, msg.Encode())
-				}
-			}
 		}
 	}
 	action := "undrain"
 	if drain {
 		action = "drain"
 	}
-	if !drain && v.n.hc != nil {
+	if !drain {
 		v.n.hc.Reset(set, replica)
 	}
 	if v.n.audit != nil {

@@ -112,7 +112,6 @@ func (v *view) set(name string, rd *trafficReading) (admin.SetStatus, bool) {
 	if v.n.phases != nil {
 		st.Phase = string(v.n.phases.Phase(name))
 	}
-	held := v.operatorHeld(name)
 	for _, m := range t.Members() {
 		if m.State == balancer.StateReady && !m.Down {
 			st.Ready++
@@ -123,7 +122,7 @@ func (v *view) set(name string, rd *trafficReading) (admin.SetStatus, bool) {
 		}
 		if !m.InRotation {
 			rs.Reason = outReason(m)
-			if held[m.Name] && m.State == balancer.StateDraining {
+			if m.State == balancer.StateDraining && v.n.disc != nil && v.n.disc.OperatorHeld(name, m.Name) {
 				rs.Reason = strings.Replace(rs.Reason, "state draining", "state draining (operator drain)", 1)
 			}
 		}
@@ -142,27 +141,6 @@ func (v *view) set(name string, rd *trafficReading) (admin.SetStatus, bool) {
 		st.Traffic = rd.set(name, st.Replicas)
 	}
 	return st, true
-}
-
-// operatorHeld names the replicas of a set whose newest alive gossip
-// incarnation holds an operator drain (Meta.Held).
-func (v *view) operatorHeld(set string) map[string]bool {
-	if v.n.node == nil {
-		return nil
-	}
-	newest := map[string]membership.Member{}
-	for _, m := range v.n.node.Members() {
-		if m.Meta.Role == membership.RoleReplica && m.Meta.Set == set && m.Status == membership.StatusAlive {
-			if cur, ok := newest[m.Meta.Replica]; !ok || m.Meta.Boot > cur.Meta.Boot {
-				newest[m.Meta.Replica] = m
-			}
-		}
-	}
-	out := map[string]bool{}
-	for name, m := range newest {
-		out[name] = m.Meta.Held
-	}
-	return out
 }
 
 // outReason says why a replica is out of rotation: its own state, gossip's
