@@ -13,7 +13,7 @@ import (
 	"go.uber.org/zap"
 )
 
-// The read half of the admin API (issue 5, item 1): JSON over net/http
+// The read half of the admin API: JSON over net/http
 // ServeMux patterns. Every answer, errors included, is a JSON document;
 // errors are {"error": "..."} with 400 for a bad or missing query
 // parameter, 404 for an unknown set or path, 405 for a wrong method and

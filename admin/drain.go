@@ -11,7 +11,7 @@ import (
 	"go.uber.org/zap"
 )
 
-// The mutating half of the admin API (issue 5, item 1): drain and undrain
+// The mutating half of the admin API: drain and undrain
 // a replica. Both require "Authorization: Bearer TOKEN" (admin.token_file
 // or KEYWAY_ADMIN_TOKEN) and POST; they answer 202 with
 // {set, replica, action, scope}.

@@ -169,9 +169,17 @@ type RouteExplain struct {
 	// Owner is the ring owner of the key's partition, in rotation or not;
 	// "" when the ring is empty.
 	Owner string `json:"owner"`
-	// Pick is the replica a request with this key goes to now; "" when none
-	// may take it (the proxy answers 503).
+	// Pick is the replica a request with this key goes to now (its first
+	// attempt); "" when none may take it and keyway answers itself.
 	Pick string `json:"pick"`
+	// FailOpen says the pick was made by the all-down policy fail_open:
+	// no replica of the set is in rotation, and the key goes to its ring
+	// owner anyway.
+	FailOpen bool `json:"fail_open,omitempty"`
+	// AnswerStatus and Answer are keyway's own answer when Pick is "": the
+	// status code and the error message of its JSON body.
+	AnswerStatus int    `json:"answer_status,omitempty"`
+	Answer       string `json:"answer,omitempty"`
 	// Candidates are the ring members failover considers, owner first.
 	Candidates  []RouteCandidate `json:"candidates"`
 	Fingerprint string           `json:"fingerprint"`
@@ -186,6 +194,10 @@ type RouteCandidate struct {
 	InRotation bool   `json:"in_rotation"`
 	// Picked marks the replica that takes the key.
 	Picked bool `json:"picked,omitempty"`
+	// Attempt is this replica's place in the order a request tries
+	// (1: the pick, 2 and on: the retries, when the request may be
+	// retried); 0 when it is not tried.
+	Attempt int `json:"attempt,omitempty"`
 	// Skipped says why this replica does not take the key, when it comes
 	// before the picked one (or there is none).
 	Skipped string `json:"skipped,omitempty"`

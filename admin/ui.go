@@ -6,7 +6,7 @@ import (
 	"net/http"
 )
 
-// The dashboard (issue 5, item 4): one page embedded in the binary, plain
+// The dashboard: one page embedded in the binary, plain
 // HTML, CSS and JavaScript with no build step and no external assets. It
 // polls the read API under /v1/ every 2 s; see docs/dashboard.md.
 

@@ -8,7 +8,7 @@ import (
 	"keyway/membership"
 )
 
-// Operator drains (issue 5): a proxy's admin API sends the agent a
+// Operator drains: a proxy's admin API sends the agent a
 // membership.AdminDrain. While the agent holds such a drain it advertises
 // draining, whatever its probes say, so every proxy takes the replica out
 // of rotation; it keeps probing, and an undrain advertises the state the

@@ -22,7 +22,7 @@ import (
 	"keyway/proxy"
 )
 
-// dashboardPath is the Grafana dashboard issue 5 ships.
+// dashboardPath is the Grafana dashboard keyway ships.
 const dashboardPath = "../deploy/grafana/keyway.json"
 
 var (

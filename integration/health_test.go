@@ -1,6 +1,6 @@
 package integration
 
-// Whole-system tests of health and rotation (issue 4): passive ejection on
+// Whole-system tests of health and rotation: passive ejection on
 // 500s and on hanging replicas, the share cap, failover strict vs next,
 // the all-down policy, and active probes — each with a real `keyway
 // proxy` process over static demo replicas (no gossip), the failures
