@@ -65,6 +65,9 @@ type Options struct {
 	// dial, if non-nil, replaces net.DialTimeout for connections to
 	// replicas. It is a test hook (in-memory listeners in benchmarks).
 	dial dialFunc
+	// clock, if non-nil, replaces the wall clock of the refused-connection
+	// hold and the traffic sampler. It is a test hook (a fake clock).
+	clock clock
 }
 
 // Proxy is keyway's HTTP front end. Construct it with New, start it with
@@ -75,6 +78,7 @@ type Proxy struct {
 	log     *zap.Logger
 	access  *zap.Logger
 	metrics *metrics
+	clk     clock                  // opts.clock or the wall clock
 	routes  atomic.Pointer[routes] // the replica sets, swapped whole by Reload
 	server  *fasthttp.Server
 
@@ -182,7 +186,11 @@ func New(cfg Config, opts Options) (*Proxy, error) {
 		log:        cmp.Or(opts.Logger, zap.NewNop()),
 		access:     opts.AccessLog,
 		metrics:    m,
+		clk:        opts.clock,
 		lingerTime: defaultLingerTime,
+	}
+	if p.clk == nil {
+		p.clk = wallClock{}
 	}
 	rt, _, err := p.buildRoutes(cfg.ReplicaSets, nil)
 	if err != nil {
