@@ -113,22 +113,22 @@ type routes struct {
 // (router, backends, gossip view, metrics), which a reload keeps. The
 // router and counters are copied from the state for the request path.
 type replicaSet struct {
-	st        *setState
-	cfg       SetConfig
-	name      string
-	host      []byte // lower case, empty matches any
-	prefix    []byte
-	sources   []keySource
-	idem      []byte
-	maxBody   int
-	timeout   time.Duration
-	attempts  int
-	router    *balancer.Router[*Backend]
-	retries   prometheus.Counter
-	allDown   prometheus.Counter // requests that found no replica of the set in rotation
-	local     [localReasons]prometheus.Counter
-	noneReqs  [6]prometheus.Counter
-	sourceMsg string // "header X-Key, path segment 2"
+	st       *setState
+	cfg      SetConfig
+	name     string
+	host     []byte // lower case, empty matches any
+	prefix   []byte
+	sources  []keySource
+	idem     []byte
+	maxBody  int
+	timeout  time.Duration
+	attempts int
+	router   *balancer.Router[*Backend]
+	retries  prometheus.Counter
+	allDown  prometheus.Counter // requests that found no replica of the set in rotation
+	local    [localReasons]prometheus.Counter
+	noneReqs [6]prometheus.Counter
+	noKeyMsg string // the answer to a keyless request with fallback reject
 }
 
 // setState is what a replica set keeps across reloads.
@@ -297,7 +297,7 @@ func newGeneration(st *setState, sc SetConfig) *replicaSet {
 		}
 		descr = append(descr, k.String())
 	}
-	rs.sourceMsg = strings.Join(descr, ", ")
+	rs.noKeyMsg = "the request has no key; tried " + strings.Join(descr, ", ") // "header X-Key, path segment 2"
 	return rs
 }
 
