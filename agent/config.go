@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"keyway/balancer"
 	"keyway/health"
 	"keyway/logging"
 	"keyway/membership"
@@ -125,10 +126,10 @@ func (c Config) Validate() error {
 	r := c.Replica
 	if r.Set == "" {
 		add("replica.set: required: the replica set this replica belongs to, e.g. orders")
-	} else if !validSetName(r.Set) {
+	} else if !balancer.ValidSetName(r.Set) {
 		add("replica.set: %q is not a valid set name: use 1 to 63 lower-case letters, digits, '-' or '_', e.g. orders", r.Set)
 	}
-	if r.Name != "" && !validReplicaName(r.Name) {
+	if r.Name != "" && !balancer.ValidReplicaName(r.Name) {
 		add("replica.name: %q is not a valid replica name: use 1 to 128 bytes without spaces, e.g. orders-0 (empty means the host name)", r.Name)
 	}
 	if r.Addr == "" {
@@ -202,22 +203,9 @@ func leaves(err error) []error {
 	return []error{err}
 }
 
-func validSetName(s string) bool {
-	if s == "" || len(s) > 63 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
-			return false
-		}
-	}
-	return true
-}
-
-func validReplicaName(s string) bool {
-	return s != "" && len(s) <= 128 && !strings.ContainsAny(s, " \t\r\n")
-}
+// validReplicaName is balancer.ValidReplicaName, the one replica-name
+// rule, under the name agent.go checks a host name with.
+func validReplicaName(s string) bool { return balancer.ValidReplicaName(s) }
 
 // validateReplicaAddr checks a host:port that other hosts dial.
 func validateReplicaAddr(addr string) error {

@@ -23,21 +23,29 @@ func (o *countingObserver) Observe(_, _ string, _ int, _ error, _ time.Duration)
 // count includes the replica's server and the HostClient.
 func TestHandlerAllocs(t *testing.T) {
 	cases := map[string]struct {
-		modify func(*Config)
-		uri    string
-		hdrs   []string
+		modify   func(*Config)
+		failOpen bool
+		setup    func(*Proxy) // after the start, before the first request
+		uri      string
+		hdrs     []string
 	}{
-		"keyed POST, header":           {uri: "/ingest", hdrs: []string{"X-Key", "customer-42"}},
-		"keyed POST, path segment":     {modify: keys(balancer.KeySource{PathSegment: 2}), uri: "/ingest/customer%2D42"},
-		"keyed POST, query":            {modify: keys(balancer.KeySource{Query: "key"}), uri: "/ingest?key=customer-42"},
-		"keyless, round robin":         {uri: "/ingest"},
-		"keyless, least inflight":      {modify: fallback(balancer.FallbackLeastInflight), uri: "/ingest"},
-		"keyless, random":              {modify: fallback(balancer.FallbackRandom), uri: "/ingest"},
-		"client XFF, request id, hops": {uri: "/ingest", hdrs: []string{"X-Key", "k", "X-Forwarded-For", "203.0.113.9", "X-Request-Id", "abc", "Connection", "keep-alive, X-Hop", "X-Hop", "1", "Keep-Alive", "timeout=5"}},
+		"keyed POST, header":              {uri: "/ingest", hdrs: []string{"X-Key", "customer-42"}},
+		"keyed POST, path segment":        {modify: keys(balancer.KeySource{PathSegment: 2}), uri: "/ingest/customer%2D42"},
+		"keyed POST, query":               {modify: keys(balancer.KeySource{Query: "key"}), uri: "/ingest?key=customer-42"},
+		"keyless, round robin":            {uri: "/ingest"},
+		"keyless, least inflight":         {modify: fallback(balancer.FallbackLeastInflight), uri: "/ingest"},
+		"keyless, random":                 {modify: fallback(balancer.FallbackRandom), uri: "/ingest"},
+		"client XFF, request id, hops":    {uri: "/ingest", hdrs: []string{"X-Key", "k", "X-Forwarded-For", "203.0.113.9", "X-Request-Id", "abc", "Connection", "keep-alive, X-Hop", "X-Hop", "1", "Keep-Alive", "timeout=5"}},
+		"keyed, owner out, failover next": {setup: excludeOwnerOf("customer-42"), uri: "/ingest", hdrs: []string{"X-Key", "customer-42"}},
+		"keyed, all out, fail open":       {failOpen: true, setup: excludeAll, uri: "/ingest", hdrs: []string{"X-Key", "customer-42"}},
+		"keyless, all out, fail open":     {failOpen: true, setup: excludeAll, uri: "/ingest"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			rig := startMemRig(t, 3, tc.modify)
+			rig := startMemRigOpts(t, 3, tc.modify, Options{FailOpen: tc.failOpen})
+			if tc.setup != nil {
+				tc.setup(rig.p)
+			}
 			obs := &countingObserver{}
 			rig.p.opts.Observer = obs
 
@@ -99,3 +107,64 @@ func keys(src ...balancer.KeySource) func(*Config) {
 func fallback(f balancer.Fallback) func(*Config) {
 	return func(c *Config) { c.ReplicaSets[0].Fallback = f }
 }
+
+// excludeOwnerOf holds a key's ring owner out of rotation.
+func excludeOwnerOf(key string) func(*Proxy) {
+	return func(p *Proxy) {
+		t := p.Router("orders").Table()
+		p.SetExcluded("orders", t.Replica(t.Owner(balancer.HashString(key))).Name, balancer.ReasonProbe, true)
+	}
+}
+
+// excludeAll holds every replica out of rotation by health checks.
+func excludeAll(p *Proxy) {
+	for _, m := range p.Router("orders").Table().Members() {
+		p.SetExcluded("orders", m.Name, balancer.ReasonProbe, true)
+	}
+}
+
+// TestDecideAllocs: the routing decision allocates nothing in any of its
+// outcomes, keyway's own answers included.
+func TestDecideAllocs(t *testing.T) {
+	cases := map[string]struct {
+		modify   func(*Config)
+		failOpen bool
+		setup    func(*Proxy)
+		ks       balancer.KeyStatus
+		answers  bool
+	}{
+		"keyed":                     {ks: balancer.KeyOK},
+		"keyed, failover next":      {setup: excludeOwnerOf("customer-42"), ks: balancer.KeyOK},
+		"keyed, strict, owner out":  {modify: strict, setup: excludeOwnerOf("customer-42"), ks: balancer.KeyOK, answers: true},
+		"keyed, all out":            {setup: excludeAll, ks: balancer.KeyOK, answers: true},
+		"keyed, all out, fail open": {failOpen: true, setup: excludeAll, ks: balancer.KeyOK},
+		"keyed, invalid":            {ks: balancer.KeyInvalid, answers: true},
+		"keyless":                   {ks: balancer.KeyMissing},
+		"keyless, reject":           {modify: fallback(balancer.FallbackReject), ks: balancer.KeyMissing, answers: true},
+		"keyless, all out":          {setup: excludeAll, ks: balancer.KeyMissing, answers: true},
+		"keyless, all out, open":    {failOpen: true, setup: excludeAll, ks: balancer.KeyMissing},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			rig := startMemRigOpts(t, 3, tc.modify, Options{FailOpen: tc.failOpen})
+			if tc.setup != nil {
+				tc.setup(rig.p)
+			}
+			rs := rig.p.routes.Load().byName["orders"]
+			tbl := rs.router.Table()
+			h := balancer.HashString("customer-42")
+			var buf [8]uint16
+			run := func() {
+				cands, d := rig.p.decide(rs, tbl, tc.ks, h, buf[:0])
+				if (len(cands) == 0) != tc.answers || (tc.answers && d.msg == "") {
+					t.Fatalf("decision %v %+v, want answered %v", cands, d, tc.answers)
+				}
+			}
+			if allocs := testing.AllocsPerRun(1000, run); allocs != 0 {
+				t.Fatalf("decide allocated %v times per run, want 0", allocs)
+			}
+		})
+	}
+}
+
+func strict(c *Config) { c.ReplicaSets[0].Failover = balancer.FailoverStrict }

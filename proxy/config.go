@@ -58,7 +58,7 @@ type SetConfig struct {
 	// Match selects the requests that belong to this set.
 	Match MatchConfig `yaml:"match"`
 	// Replicas is the declared replica count, used for the set's phase.
-	// Default 1; allowed 1..1000.
+	// Default 1; allowed 1..1000 (balancer.MaxReplicas).
 	Replicas int `yaml:"replicas"`
 	// Key lists where a request's key is looked for, in order. Default
 	// [{header: X-Key}].
@@ -229,7 +229,7 @@ func (c ServerConfig) Validate() error {
 // Validate reports every problem with one replica set.
 func (s SetConfig) Validate() error {
 	var errs []error
-	if !validName(s.Name) {
+	if !balancer.ValidSetName(s.Name) {
 		errs = append(errs, fmt.Errorf("name: %q is not a valid set name: use 1 to 63 lower-case letters, digits, '-' or '_', e.g. orders", s.Name))
 	}
 	if s.Match.PathPrefix == "" || s.Match.PathPrefix[0] != '/' {
@@ -238,8 +238,8 @@ func (s SetConfig) Validate() error {
 	if strings.ContainsAny(s.Match.Host, "/ \t") {
 		errs = append(errs, fmt.Errorf("match.host: %q is not a host name; write it without scheme or path, e.g. orders.example.com", s.Match.Host))
 	}
-	if s.Replicas < 1 || s.Replicas > 1000 {
-		errs = append(errs, fmt.Errorf("replicas: must be between 1 and 1000, got %d", s.Replicas))
+	if s.Replicas < 1 || s.Replicas > balancer.MaxReplicas {
+		errs = append(errs, fmt.Errorf("replicas: must be between 1 and %d, got %d", balancer.MaxReplicas, s.Replicas))
 	}
 	if len(s.Key) == 0 && s.Fallback != balancer.FallbackRoundRobin && s.Fallback != balancer.FallbackLeastInflight && s.Fallback != balancer.FallbackRandom {
 		errs = append(errs, errors.New("key: no key source is configured and fallback is reject: every request would be rejected; add e.g. [{header: X-Key}]"))
@@ -280,7 +280,7 @@ func (s SetConfig) Validate() error {
 	addrs := map[string]int{}
 	for i, r := range s.Static {
 		p := fmt.Sprintf("static[%d].", i)
-		if r.Name == "" || strings.ContainsAny(r.Name, " \t\r\n") || len(r.Name) > 128 {
+		if !balancer.ValidReplicaName(r.Name) {
 			errs = append(errs, fmt.Errorf("%sname: %q is not a valid replica name: use 1 to 128 bytes without spaces, e.g. orders-0", p, r.Name))
 		} else if j, dup := seen[r.Name]; dup {
 			errs = append(errs, fmt.Errorf("%sname: %q is already used by static[%d]; replica names must be unique in a set", p, r.Name, j))
@@ -299,19 +299,6 @@ func (s SetConfig) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-func validName(s string) bool {
-	if s == "" || len(s) > 63 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
-			return false
-		}
-	}
-	return true
 }
 
 func validateListen(addr string) error {

@@ -69,59 +69,14 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) {
 
 	t := rs.router.Table()
 	hash, status := rs.key(&ctx.Request.Header, path, uri)
-
 	var buf [8]uint16
-	var cands []uint16
-	switch status {
-	case balancer.KeyOK:
-		cands = t.Candidates(hash)
-		if len(cands) == 0 {
-			if len(t.Rotation()) == 0 && t.Len() > 0 {
-				rs.allDown.Inc()
-				if o := t.Owner(hash); p.opts.FailOpen && lifecycleReady(t.Replica(o)) {
-					// Fail open: every replica is out of rotation because
-					// of health checks; route by hash to the ring owner
-					// anyway, if its own lifecycle allows (never to a
-					// draining, stopped or dead replica).
-					buf[0] = uint16(o)
-					p.forward(ctx, rs, t, buf[:1])
-					return
-				}
-			}
-			p.respondNoCandidate(ctx, rs, t, hash)
-			return
-		}
-	case balancer.KeyInvalid:
-		p.respondError(ctx, rs, lrBadKey, fasthttp.StatusBadRequest,
-			"the key is not in canonical form: it contains an encoded '/', '\\', '.' or '%', a backslash, a malformed escape or a dot-segment; send the key unencoded or with other escapes only", "")
+	cands, d := p.decide(rs, t, status, hash, buf[:0])
+	if d.allDown {
+		rs.allDown.Inc()
+	}
+	if len(cands) == 0 {
+		p.respondError(ctx, rs, d.reason, d.status, d.msg, d.replica)
 		return
-	default:
-		cands = p.keyless(rs, t, buf[:0])
-		if cands == nil && len(t.Rotation()) == 0 && t.Len() > 0 && rs.cfg.Fallback != balancer.FallbackReject {
-			rs.allDown.Inc()
-			if p.opts.FailOpen {
-				// Any ring member whose lifecycle allows it, from a random
-				// start.
-				n := t.Len()
-				for i, start := 0, rand.IntN(n); i < n; i++ {
-					if s := (start + i) % n; lifecycleReady(t.Replica(s)) {
-						buf[0] = uint16(s)
-						cands = buf[:1]
-						break
-					}
-				}
-			}
-		}
-		if cands == nil {
-			if rs.cfg.Fallback == balancer.FallbackReject {
-				p.respondError(ctx, rs, lrNoKey, fasthttp.StatusBadRequest,
-					"the request has no key; tried "+rs.sourceMsg, "")
-				return
-			}
-			p.respondError(ctx, rs, lrNoReplica, fasthttp.StatusServiceUnavailable,
-				"no replica of this set is in rotation", "")
-			return
-		}
 	}
 	p.forward(ctx, rs, t, cands)
 }
@@ -288,18 +243,6 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, rs *replicaSet, t *balancer.Ta
 	if ce := p.log.Check(zapcore.DebugLevel, "request failed"); ce != nil {
 		ce.Write(zap.String("set", rs.name), zap.String("replica", last.name), zap.Error(lastErr))
 	}
-}
-
-func (p *Proxy) respondNoCandidate(ctx *fasthttp.RequestCtx, rs *replicaSet, t *balancer.Table[*Backend], hash uint64) {
-	owner := ""
-	if o := t.Owner(hash); o >= 0 {
-		owner = t.Replica(o).Name
-	}
-	msg := "no replica of this set is in rotation"
-	if t.Failover() == balancer.FailoverStrict && len(t.Rotation()) > 0 {
-		msg = "the owner of this key is out of rotation and failover is strict"
-	}
-	p.respondError(ctx, rs, lrNoReplica, fasthttp.StatusServiceUnavailable, msg, owner)
 }
 
 func isIdempotent(m []byte) bool {

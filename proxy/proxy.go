@@ -65,6 +65,9 @@ type Options struct {
 	// dial, if non-nil, replaces net.DialTimeout for connections to
 	// replicas. It is a test hook (in-memory listeners in benchmarks).
 	dial dialFunc
+	// clock, if non-nil, replaces the wall clock of the refused-connection
+	// hold and the traffic sampler. It is a test hook (a fake clock).
+	clock clock
 }
 
 // Proxy is keyway's HTTP front end. Construct it with New, start it with
@@ -75,6 +78,7 @@ type Proxy struct {
 	log     *zap.Logger
 	access  *zap.Logger
 	metrics *metrics
+	clk     clock                  // opts.clock or the wall clock
 	routes  atomic.Pointer[routes] // the replica sets, swapped whole by Reload
 	server  *fasthttp.Server
 
@@ -109,22 +113,22 @@ type routes struct {
 // (router, backends, gossip view, metrics), which a reload keeps. The
 // router and counters are copied from the state for the request path.
 type replicaSet struct {
-	st        *setState
-	cfg       SetConfig
-	name      string
-	host      []byte // lower case, empty matches any
-	prefix    []byte
-	sources   []keySource
-	idem      []byte
-	maxBody   int
-	timeout   time.Duration
-	attempts  int
-	router    *balancer.Router[*Backend]
-	retries   prometheus.Counter
-	allDown   prometheus.Counter // requests that found no replica of the set in rotation
-	local     [localReasons]prometheus.Counter
-	noneReqs  [6]prometheus.Counter
-	sourceMsg string // "header X-Key, path segment 2"
+	st       *setState
+	cfg      SetConfig
+	name     string
+	host     []byte // lower case, empty matches any
+	prefix   []byte
+	sources  []keySource
+	idem     []byte
+	maxBody  int
+	timeout  time.Duration
+	attempts int
+	router   *balancer.Router[*Backend]
+	retries  prometheus.Counter
+	allDown  prometheus.Counter // requests that found no replica of the set in rotation
+	local    [localReasons]prometheus.Counter
+	noneReqs [6]prometheus.Counter
+	noKeyMsg string // the answer to a keyless request with fallback reject
 }
 
 // setState is what a replica set keeps across reloads.
@@ -182,7 +186,11 @@ func New(cfg Config, opts Options) (*Proxy, error) {
 		log:        cmp.Or(opts.Logger, zap.NewNop()),
 		access:     opts.AccessLog,
 		metrics:    m,
+		clk:        opts.clock,
 		lingerTime: defaultLingerTime,
+	}
+	if p.clk == nil {
+		p.clk = wallClock{}
 	}
 	rt, _, err := p.buildRoutes(cfg.ReplicaSets, nil)
 	if err != nil {
@@ -289,7 +297,7 @@ func newGeneration(st *setState, sc SetConfig) *replicaSet {
 		}
 		descr = append(descr, k.String())
 	}
-	rs.sourceMsg = strings.Join(descr, ", ")
+	rs.noKeyMsg = "the request has no key; tried " + strings.Join(descr, ", ") // "header X-Key, path segment 2"
 	return rs
 }
 

@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"go.uber.org/zap"
+
+	"keyway/balancer"
 )
 
 // SetRemover may be implemented by a TableObserver that wants to know when
@@ -181,8 +183,8 @@ var ErrUnknownSet = errors.New("unknown replica set")
 // set's replicas key in the file, or keyway restarts. It returns the
 // previous count.
 func (p *Proxy) SetDeclared(set string, n int) (prev int, err error) {
-	if n < 1 || n > 1000 {
-		return 0, fmt.Errorf("replicas: must be between 1 and 1000, got %d", n)
+	if n < 1 || n > balancer.MaxReplicas {
+		return 0, fmt.Errorf("replicas: must be between 1 and %d, got %d", balancer.MaxReplicas, n)
 	}
 	p.reloadMu.Lock()
 	defer p.reloadMu.Unlock()

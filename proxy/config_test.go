@@ -1,0 +1,59 @@
+package proxy
+
+import (
+	"strings"
+	"testing"
+)
+
+// The set-name, replica-name and replica-count rules come from package
+// balancer; the messages are the proxy's own.
+func TestSetConfigNameAndCountRules(t *testing.T) {
+	cases := map[string]struct {
+		modify func(*SetConfig)
+		want   string // "" for valid
+	}{
+		"valid":              {modify: func(*SetConfig) {}},
+		"upper-case set":     {modify: func(s *SetConfig) { s.Name = "Orders" }, want: `name: "Orders" is not a valid set name: use 1 to 63 lower-case letters, digits, '-' or '_', e.g. orders`},
+		"empty set":          {modify: func(s *SetConfig) { s.Name = "" }, want: `name: "" is not a valid set name`},
+		"64-byte set":        {modify: func(s *SetConfig) { s.Name = strings.Repeat("a", 64) }, want: "is not a valid set name"},
+		"0 replicas":         {modify: func(s *SetConfig) { s.Replicas = 0 }, want: "replicas: must be between 1 and 1000, got 0"},
+		"1001 replicas":      {modify: func(s *SetConfig) { s.Replicas = 1001 }, want: "replicas: must be between 1 and 1000, got 1001"},
+		"1000 replicas":      {modify: func(s *SetConfig) { s.Replicas = 1000 }},
+		"static with space":  {modify: func(s *SetConfig) { s.Static[0].Name = "orders 0" }, want: `static[0].name: "orders 0" is not a valid replica name: use 1 to 128 bytes without spaces, e.g. orders-0`},
+		"static too long":    {modify: func(s *SetConfig) { s.Static[0].Name = strings.Repeat("r", 129) }, want: "static[0].name:"},
+		"static 128 bytes":   {modify: func(s *SetConfig) { s.Static[0].Name = strings.Repeat("r", 128) }},
+		"static upper, dots": {modify: func(s *SetConfig) { s.Static[0].Name = "Orders.0" }},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			sc := DefaultSetConfig()
+			sc.Name = "orders"
+			sc.Static = []StaticReplica{{Name: "orders-0", Addr: "127.0.0.1:9001", Weight: 1}}
+			c.modify(&sc)
+			err := sc.Validate()
+			switch {
+			case c.want == "" && err != nil:
+				t.Fatalf("Validate: %v, want nil", err)
+			case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+				t.Fatalf("Validate: %v, want an error containing %q", err, c.want)
+			}
+		})
+	}
+}
+
+func TestSetDeclaredBound(t *testing.T) {
+	cfg := testConfig()
+	cfg.ReplicaSets[0].Replicas = 3
+	p, err := New(cfg, Options{Coalesce: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []int{0, 1001} {
+		if _, err := p.SetDeclared("orders", n); err == nil || !strings.Contains(err.Error(), "replicas: must be between 1 and 1000") {
+			t.Errorf("SetDeclared(%d): %v", n, err)
+		}
+	}
+	if prev, err := p.SetDeclared("orders", 1000); err != nil || prev != 3 {
+		t.Errorf("SetDeclared(1000): %d, %v; want previous 3", prev, err)
+	}
+}

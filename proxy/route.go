@@ -1,0 +1,271 @@
+package proxy
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+
+	"github.com/valyala/fasthttp"
+
+	"keyway/balancer"
+)
+
+// decision is how a request is routed, besides the slots it tries (which
+// decide returns apart: escape analysis is field-insensitive, and the
+// slots may point into the caller's stack buffer while the message goes to
+// the heap-bound response). It refers to constant strings only: making
+// one allocates nothing.
+type decision struct {
+	// allDown says the set has ring members and none in rotation: the
+	// all-down policy decided (keyway_all_replicas_unhealthy_total).
+	allDown bool
+	// failOpen says the first slot was chosen by the all-down fail-open
+	// policy.
+	failOpen bool
+	// keyway's own answer when there is no slot to try: why
+	// (local_responses_total), the status, the message and the replica
+	// the error body names.
+	reason  localReason
+	status  int
+	msg     string
+	replica string
+}
+
+const (
+	msgNoReplica = "no replica of this set is in rotation"
+	msgStrict    = "the owner of this key is out of rotation and failover is strict"
+	msgBadKey    = "the key is not in canonical form: it contains an encoded '/', '\\', '.' or '%', a backslash, a malformed escape or a dot-segment; send the key unencoded or with other escapes only"
+
+	skipStrict       = "failover strict: only the owner may take the key"
+	skipNotCandidate = "not a candidate"
+)
+
+// decide is the routing decision for one request of rs, whose key lookup
+// gave ks and hash, on table t: the request handler routes by it and
+// Explain explains it, so that the two cannot disagree. It returns the
+// slots of the attempts, first to last (at most the set's
+// retries.attempts), or none when keyway answers itself (d says how). A
+// keyed request goes to the key's candidates (failover next or strict); a
+// keyless one follows the set's fallback; with no ring member in rotation
+// the all-down policy decides both (failOpen). dst is a buffer for slots
+// that are not the table's own (capacity 8 suffices). decide counts
+// nothing and allocates nothing.
+func (p *Proxy) decide(rs *replicaSet, t *balancer.Table[*Backend], ks balancer.KeyStatus, hash uint64, dst []uint16) (cands []uint16, d decision) {
+	switch ks {
+	case balancer.KeyInvalid:
+		d.reason, d.status, d.msg = lrBadKey, fasthttp.StatusBadRequest, msgBadKey
+		return nil, d
+	case balancer.KeyOK:
+		cands = t.Candidates(hash)
+		if len(cands) > rs.attempts {
+			cands = cands[:rs.attempts]
+		}
+		if len(cands) > 0 {
+			return cands, d
+		}
+		owner := t.Owner(hash)
+		if d.allDown = allDown(t); d.allDown {
+			// Only the ring owner: a key must not split because the health
+			// checks failed everywhere at once.
+			if s, ok := p.failOpen(t, owner, 1); ok {
+				d.failOpen = true
+				return oneSlot(dst, s), d
+			}
+		}
+		d.reason, d.status, d.msg = lrNoReplica, fasthttp.StatusServiceUnavailable, msgNoReplica
+		if t.Failover() == balancer.FailoverStrict && len(t.Rotation()) > 0 {
+			d.msg = msgStrict
+		}
+		if owner >= 0 {
+			d.replica = t.Replica(owner).Name
+		}
+		return nil, d
+	}
+	if rs.cfg.Fallback == balancer.FallbackReject {
+		d.reason, d.status, d.msg = lrNoKey, fasthttp.StatusBadRequest, rs.noKeyMsg
+		return nil, d
+	}
+	if cands = p.keyless(rs, t, dst); len(cands) > 0 {
+		return cands, d
+	}
+	if d.allDown = allDown(t); d.allDown && p.opts.FailOpen {
+		// Any ring member, from a random start.
+		if s, ok := p.failOpen(t, rand.IntN(t.Len()), t.Len()); ok {
+			d.failOpen = true
+			return oneSlot(dst, s), d
+		}
+	}
+	d.reason, d.status, d.msg = lrNoReplica, fasthttp.StatusServiceUnavailable, msgNoReplica
+	return nil, d
+}
+
+// oneSlot returns dst holding slot alone. dst must have room for one.
+func oneSlot(dst []uint16, slot int) []uint16 {
+	dst = dst[:1]
+	dst[0] = uint16(slot)
+	return dst
+}
+
+// allDown reports whether a set has ring members and none is in rotation:
+// the case its all-down policy (Options.FailOpen) decides.
+func allDown(t *balancer.Table[*Backend]) bool { return len(t.Rotation()) == 0 && t.Len() > 0 }
+
+// failOpen applies the all-down policy to the n ring slots from start on
+// (wrapping): failing open, it returns the first whose own lifecycle allows
+// traffic — ready and not down in gossip. Fail open bets against the health
+// checks, never against a replica's lifecycle: it never picks a draining,
+// stopped or dead replica. ok is false when the policy fails closed or no
+// such slot exists.
+func (p *Proxy) failOpen(t *balancer.Table[*Backend], start, n int) (slot int, ok bool) {
+	if !p.opts.FailOpen || start < 0 {
+		return -1, false
+	}
+	for i := 0; i < n; i++ {
+		if s := (start + i) % t.Len(); lifecycleReady(t.Replica(s)) {
+			return s, true
+		}
+	}
+	return -1, false
+}
+
+// Explanation says where a request with a given key goes now on this
+// proxy, and why: the decision the request handler makes for it, from one
+// routing table snapshot and by the same code. A plain value.
+type Explanation struct {
+	Set string
+	// Key is the key as an X-Key header carries it. Hash is its 64-bit
+	// hash (balancer.HashString); path and query keys hash their decoded
+	// form identically.
+	Key       string
+	Hash      uint64
+	Partition int
+	Failover  balancer.Failover
+	// Owner is the ring owner of the key's partition, in rotation or not;
+	// "" when the ring is empty.
+	Owner string
+	// Pick is the replica the first attempt goes to; "" when keyway
+	// answers the request itself (see Answer). Later attempts, if the
+	// first fails, follow Candidates' Attempt order.
+	Pick string
+	// FailOpen says Pick was made by the all-down fail-open policy: no
+	// replica of the set is in rotation, and the ring owner's own
+	// lifecycle allows traffic (Options.FailOpen).
+	FailOpen bool
+	// AllDown says the set has ring members and none is in rotation (the
+	// all-down policy decides, and keyway_all_replicas_unhealthy_total
+	// counts the request).
+	AllDown bool
+	// Answer is keyway's own answer when Pick is "", nil otherwise.
+	Answer *Answer
+	// Candidates are the ring members in the key's failover order (owner
+	// first; up to 8), followed by any replica an attempt goes to beyond
+	// that order (with every one of those out of rotation, failover next
+	// walks the whole ring).
+	Candidates  []Candidate
+	Fingerprint string
+	Generation  uint64
+}
+
+// Answer is a response keyway gives itself: its status code and the error
+// message of its JSON body.
+type Answer struct {
+	Status  int
+	Message string
+}
+
+// Candidate is one ring member in a key's failover order. A plain value.
+type Candidate struct {
+	Name       string
+	Addr       string
+	State      balancer.State
+	InRotation bool
+	// Attempt is 1 for the replica the first attempt goes to, 2, 3, ... for
+	// the retries' order, and 0 for a replica the request never tries.
+	Attempt int
+	// Skipped says why a replica listed before the last attempt (or any,
+	// when keyway answers itself) is not tried: why it is out of rotation
+	// (balancer.Member.OutReason), "failover strict: only the owner may
+	// take the key", or "not a candidate". "" for attempts and for
+	// replicas after the last one.
+	Skipped string
+}
+
+// ErrEmptyKey is returned by Explain for an empty key: a request with an
+// empty key has none, and follows the set's fallback.
+var ErrEmptyKey = errors.New("empty key: a request without a key follows the set's fallback, not the ring")
+
+// Explain says where a request whose key is key (as an X-Key header value
+// carries it; path and query keys hash their decoded form identically —
+// see balancer.HashString) goes now on this proxy, and why. The error
+// wraps ErrUnknownSet for a set the proxy does not serve, or is
+// ErrEmptyKey. Safe for concurrent use; it changes no counter.
+func (p *Proxy) Explain(set, key string) (Explanation, error) {
+	rs := p.routes.Load().byName[set]
+	if rs == nil {
+		return Explanation{}, fmt.Errorf("%w %q", ErrUnknownSet, set)
+	}
+	if key == "" {
+		return Explanation{}, ErrEmptyKey
+	}
+	t := rs.router.Table()
+	h := balancer.HashString(key)
+	var buf [8]uint16
+	cands, d := p.decide(rs, t, balancer.KeyOK, h, buf[:0])
+
+	ex := Explanation{
+		Set: set, Key: key, Hash: h, Partition: t.Partition(h), Failover: t.Failover(),
+		FailOpen: d.failOpen, AllDown: d.allDown,
+		Fingerprint: t.Fingerprint(), Generation: t.Generation(),
+		Candidates: []Candidate{},
+	}
+	if o := t.Owner(h); o >= 0 {
+		ex.Owner = t.Replica(o).Name
+	}
+	if len(cands) == 0 {
+		ex.Answer = &Answer{Status: d.status, Message: d.msg}
+	} else {
+		ex.Pick = t.Replica(int(cands[0])).Name
+	}
+	order := t.Order(h)
+	for _, s := range cands {
+		if !containsSlot(order, int(s)) {
+			order = append(order, int(s))
+		}
+	}
+	last := -1 // the position of the last attempt in order
+	for i, slot := range order {
+		rep := t.Replica(slot)
+		c := Candidate{Name: rep.Name, Addr: rep.Addr, State: rep.State, InRotation: t.InRotation(slot)}
+		for n, s := range cands {
+			if int(s) == slot {
+				c.Attempt = n + 1
+				last = i
+			}
+		}
+		ex.Candidates = append(ex.Candidates, c)
+	}
+	for i := range ex.Candidates {
+		c := &ex.Candidates[i]
+		if c.Attempt > 0 || (last >= 0 && i > last) {
+			continue
+		}
+		switch {
+		case !c.InRotation:
+			c.Skipped = balancer.Member{Replica: *t.Replica(order[i]), Slot: order[i], Excluded: t.Excluded(order[i])}.OutReason()
+		case i > 0 && t.Failover() == balancer.FailoverStrict:
+			c.Skipped = skipStrict
+		default:
+			c.Skipped = skipNotCandidate
+		}
+	}
+	return ex, nil
+}
+
+func containsSlot(order []int, s int) bool {
+	for _, o := range order {
+		if o == s {
+			return true
+		}
+	}
+	return false
+}
