@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"strings"
 
+	"keyway/balancer"
+
 	"go.uber.org/zap"
 )
 
@@ -88,15 +90,15 @@ func (s *Server) scale(w http.ResponseWriter, r *http.Request) {
 	dec.DisallowUnknownFields()
 	var req scaleRequest
 	if err := dec.Decode(&req); err != nil {
-		s.fail(w, http.StatusBadRequest, `body: want JSON {"replicas": N} with 1 <= N <= 1000: `+err.Error())
+		s.fail(w, http.StatusBadRequest, fmt.Sprintf(`body: want JSON {"replicas": N} with 1 <= N <= %d: %v`, balancer.MaxReplicas, err))
 		return
 	}
 	if req.Replicas == nil {
-		s.fail(w, http.StatusBadRequest, `body: "replicas" is missing: send {"replicas": N} with 1 <= N <= 1000`)
+		s.fail(w, http.StatusBadRequest, fmt.Sprintf(`body: "replicas" is missing: send {"replicas": N} with 1 <= N <= %d`, balancer.MaxReplicas))
 		return
 	}
-	if n := *req.Replicas; n < 1 || n > 1000 {
-		s.fail(w, http.StatusBadRequest, fmt.Sprintf(`replicas: %d is out of range: send {"replicas": N} with 1 <= N <= 1000`, n))
+	if n := *req.Replicas; n < 1 || n > balancer.MaxReplicas {
+		s.fail(w, http.StatusBadRequest, fmt.Sprintf(`replicas: %d is out of range: send {"replicas": N} with 1 <= N <= %d`, n, balancer.MaxReplicas))
 		return
 	}
 	prev, err := s.opts.Scaler.SetDeclared(set, *req.Replicas)

@@ -1,51 +1,38 @@
 package server
 
 import (
+	"errors"
 	"fmt"
 
 	"keyway/admin"
-	"keyway/balancer"
+	"keyway/proxy"
 )
 
+// Route explains where a key goes, as the proxy decides it: the
+// explanation comes from proxy.Explain, which runs the request handler's
+// own decision, so that it cannot disagree with the routing.
 func (v *view) Route(set, key string) (admin.RouteExplain, error) {
-	r := v.n.p.Router(set)
-	if r == nil {
+	ex, err := v.n.p.Explain(set, key)
+	if errors.Is(err, proxy.ErrUnknownSet) {
 		return admin.RouteExplain{}, fmt.Errorf("%w %q", admin.ErrUnknownSet, set)
 	}
-	t := r.Table()
-	// The same hash as a header key (and as a path or query key, which
-	// hash their decoded form with it).
-	h := balancer.HashString(key)
-	ex := admin.RouteExplain{
-		Set: set, Key: key, Hash: fmt.Sprintf("%016x", h),
-		Partition: t.Partition(h), Failover: t.Failover().String(),
-		Fingerprint: t.Fingerprint(), Generation: t.Generation(),
-		Candidates: []admin.RouteCandidate{},
+	if err != nil {
+		return admin.RouteExplain{}, err
 	}
-	if o := t.Owner(h); o >= 0 {
-		ex.Owner = t.Replica(o).Name
+	out := admin.RouteExplain{
+		Set: ex.Set, Key: ex.Key, Hash: fmt.Sprintf("%016x", ex.Hash), Partition: ex.Partition,
+		Failover: ex.Failover.String(), Owner: ex.Owner, Pick: ex.Pick, FailOpen: ex.FailOpen,
+		Fingerprint: ex.Fingerprint, Generation: ex.Generation,
+		Candidates: make([]admin.RouteCandidate, 0, len(ex.Candidates)),
 	}
-	pick, ok := t.Pick(h)
-	if ok {
-		ex.Pick = t.Replica(pick).Name
+	if ex.Answer != nil {
+		out.AnswerStatus, out.Answer = ex.Answer.Status, ex.Answer.Message
 	}
-	reached := false
-	for i, slot := range t.Order(h) {
-		rep := t.Replica(slot)
-		c := admin.RouteCandidate{Name: rep.Name, Addr: rep.Addr, State: rep.State.String(), InRotation: t.InRotation(slot)}
-		switch {
-		case ok && slot == pick:
-			c.Picked, reached = true, true
-		case reached:
-			// After the pick: never considered.
-		case !c.InRotation:
-			c.Skipped = outReason(balancer.Member{Replica: *rep, Slot: slot, Excluded: t.Excluded(slot)})
-		case i > 0 && t.Failover() == balancer.FailoverStrict:
-			c.Skipped = "failover strict: only the owner may take the key"
-		default:
-			c.Skipped = "not a candidate"
-		}
-		ex.Candidates = append(ex.Candidates, c)
+	for _, c := range ex.Candidates {
+		out.Candidates = append(out.Candidates, admin.RouteCandidate{
+			Name: c.Name, Addr: c.Addr, State: c.State.String(), InRotation: c.InRotation,
+			Picked: c.Attempt == 1, Attempt: c.Attempt, Skipped: c.Skipped,
+		})
 	}
-	return ex, nil
+	return out, nil
 }

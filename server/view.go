@@ -121,7 +121,7 @@ func (v *view) set(name string, rd *trafficReading) (admin.SetStatus, bool) {
 			Slot: m.Slot, InRotation: m.InRotation, Partitions: m.Partitions,
 		}
 		if !m.InRotation {
-			rs.Reason = outReason(m)
+			rs.Reason = m.OutReason()
 			if m.State == balancer.StateDraining && v.n.disc != nil && v.n.disc.OperatorHeld(name, m.Name) {
 				rs.Reason = strings.Replace(rs.Reason, "state draining", "state draining (operator drain)", 1)
 			}
@@ -141,28 +141,6 @@ func (v *view) set(name string, rd *trafficReading) (admin.SetStatus, bool) {
 		st.Traffic = rd.set(name, st.Replicas)
 	}
 	return st, true
-}
-
-// outReason says why a replica is out of rotation: its own state, gossip's
-// verdict and this proxy's exclusions, in that order.
-func outReason(m balancer.Member) string {
-	var why []string
-	if m.Slot < 0 {
-		why = append(why, "not on the ring (never ready)")
-	}
-	if m.State != balancer.StateReady {
-		why = append(why, "state "+m.State.String())
-	}
-	if m.Down {
-		why = append(why, "down (gossip)")
-	}
-	if m.Excluded != 0 {
-		why = append(why, "excluded: "+m.Excluded.String())
-	}
-	if len(why) == 0 {
-		return "out of rotation"
-	}
-	return strings.Join(why, "; ")
 }
 
 func (v *view) Members() []admin.MemberInfo {

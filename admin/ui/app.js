@@ -251,14 +251,16 @@ async function lookup(ev) {
     const r = await getJSON("/v1/route?set=" + encodeURIComponent(set) + "&key=" + encodeURIComponent(key));
     out.replaceChildren(
       h("div", { class: "pick" }, "key ", h("code", {}, r.key), " → ",
-        r.pick ? h("strong", {}, r.pick) : h("strong", { class: "skipped" }, "no replica may take it (503)")),
+        r.pick ? h("strong", {}, r.pick) : h("strong", { class: "skipped" }, "keyway answers " + r.answer_status + ": " + r.answer),
+        r.fail_open ? h("span", { class: "pill bad" }, "fail open: no replica in rotation") : null),
       h("div", { class: "meta" }, "owner " + (r.owner || "none (empty ring)") + " · partition " + r.partition +
         " · hash " + r.hash + " · failover " + r.failover),
       h("ol", {}, (r.candidates || []).map((c) =>
         h("li", {}, h("strong", {}, c.name), " (" + c.state + ") ",
           c.picked ? h("span", { class: "pill ok" }, "picked") : null,
+          c.attempt > 1 ? h("span", { class: "muted" }, "retry " + (c.attempt - 1)) : null,
           c.skipped ? h("span", { class: "skipped" }, "skipped: " + c.skipped) : null,
-          !c.picked && !c.skipped ? h("span", { class: "muted" }, "not considered") : null))));
+          !c.attempt && !c.skipped ? h("span", { class: "muted" }, "not considered") : null))));
   } catch (e) {
     out.replaceChildren(h("span", { class: "skipped" }, "lookup failed: " + e.message));
   }

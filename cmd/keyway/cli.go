@@ -225,10 +225,11 @@ func runMembers(args []string, stdout, stderr io.Writer) error {
 
 const routeUsage = `Usage: keyway route --set SET --key KEY [--admin ADDR] [--json]
 
-Explains where a key goes now: the ring owner of its partition, the replica
-a request with that key is sent to (pick), and the failover candidates in
-order with why each one before the pick is skipped. KEY is taken as an X-Key
-header value would carry it.
+Explains where a key goes now, as this proxy decides it: the ring owner of
+its partition, the replica a request with that key is sent to (pick) or
+keyway's own answer when none may take it, and the failover candidates in
+order: the pick, the replicas a retry would go to, and why each one before
+them is skipped. KEY is taken as an X-Key header value would carry it.
 
 `
 
@@ -258,8 +259,11 @@ func runRoute(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	pick := ex.Pick
-	if pick == "" {
-		pick = "(none: the proxy answers 503)"
+	switch {
+	case pick == "":
+		pick = fmt.Sprintf("(none: keyway answers %d: %s)", ex.AnswerStatus, ex.Answer)
+	case ex.FailOpen:
+		pick += " (fail open: no replica is in rotation; the ring owner takes it anyway)"
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "set:\t%s\n", ex.Set)
@@ -277,7 +281,6 @@ func runRoute(args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintln(stdout)
 	tw = tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "#\tCANDIDATE\tSTATE\tROTATION\tVERDICT\tADDR")
-	picked := false
 	for i, c := range ex.Candidates {
 		rot := "out"
 		if c.InRotation {
@@ -285,12 +288,12 @@ func runRoute(args []string, stdout, stderr io.Writer) error {
 		}
 		verdict := "not considered"
 		switch {
-		case c.Picked:
-			verdict, picked = "PICKED", true
+		case c.Attempt == 1:
+			verdict = "PICKED"
+		case c.Attempt > 1:
+			verdict = fmt.Sprintf("retry %d", c.Attempt-1)
 		case c.Skipped != "":
 			verdict = "skipped: " + c.Skipped
-		case !picked:
-			verdict = "-"
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", i+1, c.Name, c.State, rot, verdict, c.Addr)
 	}

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"keyway/admin"
+	"keyway/balancer"
 )
 
 // keyway reload and keyway scale: clients of POST /v1/reload and PATCH
@@ -107,7 +108,7 @@ func runScale(args []string, stdout, stderr io.Writer) error {
 	var set, tokenFile string
 	var replicas int
 	fs.StringVar(&set, "set", "", "replica `SET`; required")
-	fs.IntVar(&replicas, "replicas", 0, "the declared replica `COUNT`, 1..1000; required")
+	fs.IntVar(&replicas, "replicas", 0, fmt.Sprintf("the declared replica `COUNT`, 1..%d; required", balancer.MaxReplicas))
 	fs.StringVar(&tokenFile, "token-file", "", "`FILE` holding the admin bearer token; default env "+admin.TokenEnv)
 	if err := parseCLIFlags(fs, args, stderr, scaleUsage); err != nil {
 		return err
