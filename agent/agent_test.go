@@ -12,6 +12,7 @@ import (
 
 	"keyway/agent"
 	"keyway/balancer"
+	"keyway/internal/poll"
 	"keyway/membership"
 )
 
@@ -28,7 +29,7 @@ func TestProbeDrivesLifecycle(t *testing.T) {
 	state := func(want balancer.State) func() bool { return func() bool { return a.State() == want } }
 
 	// Starting, and staying so: rise+2 failed probes later it is still starting.
-	eventually(t, 5*time.Second, "4 probes", func() bool { return rep.requests.Load() >= 4 })
+	poll.Until(t, 5*time.Second, "4 probes", func() bool { return rep.requests.Load() >= 4 })
 	if s := a.State(); s != balancer.StateStarting {
 		t.Fatalf("state %s after failing probes, want starting", s)
 	}
@@ -40,25 +41,25 @@ func TestProbeDrivesLifecycle(t *testing.T) {
 	}
 
 	rep.mode.Store("ok")
-	eventually(t, 5*time.Second, "ready", state(balancer.StateReady))
+	poll.Until(t, 5*time.Second, "ready", state(balancer.StateReady))
 	if code, body := get(t, a.base+"/readyz"); code != 200 || body != "ready\n" {
 		t.Fatalf("/readyz when ready: %d %q", code, body)
 	}
-	eventually(t, 5*time.Second, "the seed to see it ready", func() bool {
+	poll.Until(t, 5*time.Second, "the seed to see it ready", func() bool {
 		m, ok := seed.member(a.Name())
 		return ok && m.Meta.State == balancer.StateReady && m.Meta.Addr == rep.addr && m.Meta.Set == "orders" && m.Meta.Replica == "orders-0"
 	})
 
 	// Timeouts count as failures.
 	rep.mode.Store("hang")
-	eventually(t, 5*time.Second, "recovering after timeouts", state(balancer.StateRecovering))
+	poll.Until(t, 5*time.Second, "recovering after timeouts", state(balancer.StateRecovering))
 	if code, body := get(t, a.base+"/readyz"); code != 503 || body != "not ready: recovering\n" {
 		t.Fatalf("/readyz when recovering: %d %q", code, body)
 	}
 	rep.mode.Store("ok")
-	eventually(t, 5*time.Second, "ready again", state(balancer.StateReady))
+	poll.Until(t, 5*time.Second, "ready again", state(balancer.StateReady))
 	rep.mode.Store("fail")
-	eventually(t, 5*time.Second, "recovering after 503s", state(balancer.StateRecovering))
+	poll.Until(t, 5*time.Second, "recovering after 503s", state(balancer.StateRecovering))
 
 	// /metrics: exactly one state is 1; the names pass promlint.
 	code, body := get(t, a.base+"/metrics")
@@ -97,7 +98,7 @@ func TestProbeDrivesLifecycle(t *testing.T) {
 		t.Fatalf("drained log: %+v", drained)
 	}
 	// The seed saw a graceful leave, not a crash, and no removal.
-	eventually(t, 5*time.Second, "the seed to see it leave", func() bool {
+	poll.Until(t, 5*time.Second, "the seed to see it leave", func() bool {
 		m, ok := seed.member(a.Name())
 		return ok && m.Status == membership.StatusLeft
 	})
@@ -123,7 +124,7 @@ func TestDrainWaitsForProxies(t *testing.T) {
 			cfg.Drain.Remove = remove
 			a := startAgent(t, cfg)
 			for _, p := range []*fakeProxy{p1, p2} {
-				eventually(t, 10*time.Second, "proxies to see the agent ready", func() bool {
+				poll.Until(t, 10*time.Second, "proxies to see the agent ready", func() bool {
 					m, ok := p.member(a.Name())
 					return ok && m.Status == membership.StatusAlive && m.Meta.State == balancer.StateReady
 				})
@@ -136,7 +137,7 @@ func TestDrainWaitsForProxies(t *testing.T) {
 			if !remove {
 				// Both proxies have reported several times since the drain
 				// began (p2 with 3 in flight): still draining.
-				eventually(t, 10*time.Second, "10 accepted reports", func() bool { return accepted() >= 10 })
+				poll.Until(t, 10*time.Second, "10 accepted reports", func() bool { return accepted() >= 10 })
 				if s := a.State(); s != balancer.StateDraining {
 					t.Fatalf("state %s while a proxy reports 3 in flight, want draining", s)
 				}
@@ -172,7 +173,7 @@ func TestDrainWaitsForProxies(t *testing.T) {
 				t.Fatalf("remove=%v: stopped confirmed %d times, unconfirmed %d; want %d and 0", remove, confirmed, unconfirmed, want)
 			}
 			for _, p := range []*fakeProxy{p1, p2} {
-				eventually(t, 10*time.Second, "proxies to see the agent leave", func() bool {
+				poll.Until(t, 10*time.Second, "proxies to see the agent leave", func() bool {
 					m, ok := p.member(a.Name())
 					return ok && m.Status == membership.StatusLeft
 				})
@@ -195,8 +196,8 @@ func TestDrainTimesOut(t *testing.T) {
 	cfg := testConfig(rep.addr, p1.GossipAddr())
 	cfg.Drain.Timeout = time.Second
 	a := startAgent(t, cfg)
-	eventually(t, 10*time.Second, "p2 to see the agent", func() bool { _, ok := p2.member(a.Name()); return ok })
-	eventually(t, 10*time.Second, "the agent to see p2", func() bool {
+	poll.Until(t, 10*time.Second, "p2 to see the agent", func() bool { _, ok := p2.member(a.Name()); return ok })
+	poll.Until(t, 10*time.Second, "the agent to see p2", func() bool {
 		for _, m := range p1.Members() {
 			if m.Node == p2.Name() && m.Status == membership.StatusAlive {
 				return true
@@ -263,7 +264,7 @@ func TestFixedGossipPortIsAdvertised(t *testing.T) {
 	if got := a.GossipAddr(); got != want {
 		t.Fatalf("advertised %s, want %s", got, want)
 	}
-	eventually(t, 10*time.Second, "the seed to see the agent ready at its port", func() bool {
+	poll.Until(t, 10*time.Second, "the seed to see the agent ready at its port", func() bool {
 		m, ok := seed.member(a.Name())
 		return ok && m.Gossip == want && m.Meta.State == balancer.StateReady
 	})

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"keyway/balancer"
+	"keyway/internal/poll"
 	"keyway/membership"
 )
 
@@ -23,7 +24,7 @@ func TestAdminDrainCommand(t *testing.T) {
 			return ok && m.Status == membership.StatusAlive && m.Meta.State == want
 		}
 	}
-	eventually(t, 10*time.Second, "the proxy to see the agent ready", seen(balancer.StateReady))
+	poll.Until(t, 10*time.Second, "the proxy to see the agent ready", seen(balancer.StateReady))
 
 	other := membership.AdminDrain{Set: "orders", Replica: "orders-9", Drain: true, By: p.Name()}
 	if err := p.Send(a.Name(), other.Encode()); err != nil {
@@ -34,7 +35,7 @@ func TestAdminDrainCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = p.Members()
-	eventually(t, 10*time.Second, "the proxy to see the agent draining", seen(balancer.StateDraining))
+	poll.Until(t, 10*time.Second, "the proxy to see the agent draining", seen(balancer.StateDraining))
 	if !a.Held() {
 		t.Fatal("Held() false after a drain command")
 	}
@@ -42,7 +43,7 @@ func TestAdminDrainCommand(t *testing.T) {
 		t.Fatal("the proxy sees the agent draining without the Held flag: a restart would come back undrained")
 	}
 	probes := rep.requests.Load()
-	eventually(t, 5*time.Second, "probes to go on while held", func() bool { return rep.requests.Load() >= probes+5 })
+	poll.Until(t, 5*time.Second, "probes to go on while held", func() bool { return rep.requests.Load() >= probes+5 })
 	if s := a.State(); s != balancer.StateDraining {
 		t.Fatalf("state %s while held with passing probes, want draining", s)
 	}
@@ -55,7 +56,7 @@ func TestAdminDrainCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = p.Members()
-	eventually(t, 10*time.Second, "the proxy to see the agent ready again", seen(balancer.StateReady))
+	poll.Until(t, 10*time.Second, "the proxy to see the agent ready again", seen(balancer.StateReady))
 	if a.Held() {
 		t.Fatal("Held() true after undrain")
 	}
@@ -81,13 +82,13 @@ func TestAdminDrainCommandWhileShuttingDown(t *testing.T) {
 	p := startFakeProxy(t, "p1")
 	rep := startReplica(t, "ok")
 	a := startAgent(t, testConfig(rep.addr, p.GossipAddr()))
-	eventually(t, 10*time.Second, "the proxy to see the agent ready", func() bool {
+	poll.Until(t, 10*time.Second, "the proxy to see the agent ready", func() bool {
 		m, ok := p.member(a.Name())
 		return ok && m.Status == membership.StatusAlive && m.Meta.State == balancer.StateReady
 	})
 	p.inflight.Store(2) // the drain waits for this proxy
 	a.cancel()          // SIGTERM
-	eventually(t, 10*time.Second, "the proxy to see the agent draining", func() bool {
+	poll.Until(t, 10*time.Second, "the proxy to see the agent draining", func() bool {
 		m, _ := p.member(a.Name())
 		return m.Meta.State == balancer.StateDraining
 	})
@@ -97,7 +98,7 @@ func TestAdminDrainCommandWhileShuttingDown(t *testing.T) {
 			t.Fatal(err)
 		}
 		_ = p.Members()
-		eventually(t, 10*time.Second, fmt.Sprintf("the proxy to see held=%v during the shutdown", drain), func() bool {
+		poll.Until(t, 10*time.Second, fmt.Sprintf("the proxy to see held=%v during the shutdown", drain), func() bool {
 			m, _ := p.member(a.Name())
 			return m.Meta.Held == drain && m.Meta.State == balancer.StateDraining
 		})

@@ -48,20 +48,6 @@ func (w *testWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// eventually polls cond every 10ms until it holds or d passes.
-func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		<-tick.C
-	}
-}
-
 // replica is a scripted replica: it answers every request according to
 // its current mode, and counts requests.
 type replica struct {

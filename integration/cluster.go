@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"keyway/internal/poll"
 )
 
 // gossipYAML is the gossip section shared by test proxies and agents:
@@ -74,7 +76,7 @@ func (p *ProxyProc) InRotation() float64 {
 // WaitRotation waits until n replicas of "orders" are in rotation.
 func (p *ProxyProc) WaitRotation(t testing.TB, n int, d time.Duration) {
 	t.Helper()
-	Eventually(t, d, fmt.Sprintf("%s: %d replicas in rotation", p.Name, n), func() bool { return p.InRotation() == float64(n) })
+	poll.Until(t, d, fmt.Sprintf("%s: %d replicas in rotation", p.Name, n), func() bool { return p.InRotation() == float64(n) })
 }
 
 // ReplicaProc is a demo replica process with its agent.

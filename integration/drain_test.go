@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"testing"
 	"time"
+
+	"keyway/internal/poll"
 )
 
 // setReplica returns one replica of "orders" as a proxy's admin API shows it.
@@ -85,14 +87,14 @@ func TestDrainOnOneProxyStopsTrafficFromAnother(t *testing.T) {
 	}
 	start := time.Now()
 	for _, p := range []*ProxyProc{a, b} {
-		Eventually(t, 15*time.Second, p.Name+" to see "+victim+" draining and out of rotation", func() bool {
+		poll.Until(t, 15*time.Second, p.Name+" to see "+victim+" draining and out of rotation", func() bool {
 			state, _, in, ok := setReplica(t, p.Admin, victim)
 			return ok && state == "draining" && !in
 		})
 		p.WaitRotation(t, 2, 15*time.Second)
 	}
 	t.Logf("drain on A: out of rotation on A and B after %s", time.Since(start))
-	Eventually(t, 10*time.Second, "B to name the operator drain", func() bool {
+	poll.Until(t, 10*time.Second, "B to name the operator drain", func() bool {
 		_, reason, _, _ := setReplica(t, b.Admin, victim)
 		return reason == "state draining (operator drain)"
 	})
@@ -123,7 +125,7 @@ func TestDrainOnOneProxyStopsTrafficFromAnother(t *testing.T) {
 		t.Fatalf("undrain on A: %d %v", code, body)
 	}
 	for _, p := range []*ProxyProc{a, b} {
-		Eventually(t, 15*time.Second, p.Name+" to see "+victim+" ready and in rotation", func() bool {
+		poll.Until(t, 15*time.Second, p.Name+" to see "+victim+" ready and in rotation", func() bool {
 			state, _, in, ok := setReplica(t, p.Admin, victim)
 			return ok && state == "ready" && in
 		})
@@ -211,12 +213,12 @@ func TestScaleInRemoveReachesEveryProxy(t *testing.T) {
 		return Metric(p.Admin, "keyway_ring_replicas", map[string]string{"set": "orders"})
 	}
 	for _, p := range []*ProxyProc{a, b} {
-		Eventually(t, 20*time.Second, p.Name+" to put orders-3 on the ring", func() bool { return ring(p) == 4 })
+		poll.Until(t, 20*time.Second, p.Name+" to put orders-3 on the ring", func() bool { return ring(p) == 4 })
 	}
 	start := time.Now()
 	extra.Agent.Term(t, 20*time.Second)
 	for _, p := range []*ProxyProc{a, b} {
-		Eventually(t, 10*time.Second, p.Name+" to drop orders-3 from the ring", func() bool { return ring(p) == 3 })
+		poll.Until(t, 10*time.Second, p.Name+" to drop orders-3 from the ring", func() bool { return ring(p) == 3 })
 	}
 	t.Logf("SIGTERM to both proxies dropping orders-3 from the ring: %s (forget_after is 1m)", time.Since(start))
 	if len(extra.Agent.Logs("every proxy sees the replica stopped")) != 1 {

@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"keyway/internal/poll"
 )
 
 // cluster starts one seed proxy and n replicas with agents joined to it.
@@ -89,7 +91,7 @@ func TestCrashedReplicaKeepsItsPartitions(t *testing.T) {
 	t.Logf("crash: all %d requests after the kill answered 200; the first request for a key of the crashed replica met a refused connection, was retried on the next candidate and ejected the replica (1 dial error in all); %d keys of the crashed replica moved, 0 others", len(keys), moved)
 
 	// Gossip confirms: the member is dead (still on the ring, down).
-	Eventually(t, 30*time.Second, "gossip marks the replica dead", func() bool {
+	poll.Until(t, 30*time.Second, "gossip marks the replica dead", func() bool {
 		return Metric(px.Admin, "keyway_gossip_members", map[string]string{"role": "replica", "status": "dead"}) == 1
 	})
 	t.Logf("gossip marked the crashed replica dead %s after the kill", time.Since(killedAt))
@@ -191,7 +193,7 @@ func TestStartingAndRecoveringReplicasGetNoRequests(t *testing.T) {
 	rp4addr := "127.0.0.1:1" // nothing listens: the probe fails
 	agent4 := StartAgent(t, "orders-3", rp4addr, []string{px.Gossip})
 	agent4.WaitLine(t, logField("gossip started", "addr"), 20*time.Second)
-	Eventually(t, 20*time.Second, "the proxy sees the starting replica", func() bool {
+	poll.Until(t, 20*time.Second, "the proxy sees the starting replica", func() bool {
 		return Metric(px.Admin, "keyway_gossip_members", map[string]string{"role": "replica", "status": "alive"}) == 4
 	})
 	owners := c.Owners(t, px.Addr, keys, 8)
@@ -234,7 +236,7 @@ func TestStartingAndRecoveringReplicasGetNoRequests(t *testing.T) {
 	r4 := StartReplica(t, "orders-3", []string{px.Gossip})
 	px.WaitRotation(t, 4, 30*time.Second)
 	var moved float64
-	Eventually(t, 10*time.Second, "the ring rebuild log line", func() bool {
+	poll.Until(t, 10*time.Second, "the ring rebuild log line", func() bool {
 		for _, l := range px.Logs("ring rebuilt") {
 			if j, ok := l["joined"].([]any); ok && len(j) == 1 && j[0] == "orders-3" {
 				moved = l["moved_partitions"].(float64)

@@ -204,18 +204,6 @@ func logField(msg, field string) *regexp.Regexp {
 	return regexp.MustCompile(`"msg":"` + regexp.QuoteMeta(msg) + `".*"` + field + `":"([^"]+)"`)
 }
 
-// Eventually polls cond every 20ms until it returns true or d passes.
-func Eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		<-time.After(20 * time.Millisecond)
-	}
-}
-
 // Metric returns the value of the first sample of name whose labels
 // include every given label, from a Prometheus text endpoint, or -1.
 func Metric(adminAddr, name string, labels map[string]string) float64 {

@@ -16,6 +16,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"keyway/internal/poll"
 )
 
 // healthReplica is a demo replica process the proxy knows from its static
@@ -303,7 +305,7 @@ func TestHealthFiveHundredsEjectAndReadmitWithoutRingRebuild(t *testing.T) {
 	reps := startHealthReplicas(t, "flap", 3)
 	px := startHealthProxy(t, "proxy-flap", healthProxyYAML(passiveHealth(2*time.Second, 8*time.Second, 0.5),
 		healthSet{"orders", "/", "next", reps}))
-	Eventually(t, 10*time.Second, "3 replicas in rotation", func() bool { return rotationOf(px.Admin, "orders") == 3 })
+	poll.Until(t, 10*time.Second, "3 replicas in rotation", func() bool { return rotationOf(px.Admin, "orders") == 3 })
 
 	keys := Keys(300)
 	before := healthOwners(t, px.Addr, "/ingest", keys)
@@ -337,9 +339,9 @@ func TestHealthFiveHundredsEjectAndReadmitWithoutRingRebuild(t *testing.T) {
 	if got := servedBy(t, victim) - served; got != 3 {
 		t.Fatalf("%s served %d requests for 3 sends", victim.Name, got)
 	}
-	Eventually(t, 5*time.Second, victim.Name+" ejected for 5xx", func() bool { return Metric(px.Admin, "keyway_ejections_total", ejections) == 1 })
+	poll.Until(t, 5*time.Second, victim.Name+" ejected for 5xx", func() bool { return Metric(px.Admin, "keyway_ejections_total", ejections) == 1 })
 	ejectedAt := time.Now()
-	Eventually(t, 5*time.Second, "2 replicas in rotation", func() bool { return rotationOf(px.Admin, "orders") == 2 })
+	poll.Until(t, 5*time.Second, "2 replicas in rotation", func() bool { return rotationOf(px.Admin, "orders") == 2 })
 	if got := Metric(px.Admin, "keyway_ejected_replicas", setLabels("orders")); got != 1 {
 		t.Fatalf("keyway_ejected_replicas = %v, want 1", got)
 	}
@@ -364,7 +366,7 @@ func TestHealthFiveHundredsEjectAndReadmitWithoutRingRebuild(t *testing.T) {
 	// v=ok: after base_ejection it is readmitted and its keys come back.
 	replicaSwitch(t, victim, "/_mode", "ok")
 	okAt := time.Now()
-	Eventually(t, 10*time.Second, victim.Name+" readmitted", func() bool { return rotationOf(px.Admin, "orders") == 3 })
+	poll.Until(t, 10*time.Second, victim.Name+" readmitted", func() bool { return rotationOf(px.Admin, "orders") == 3 })
 	backAt := time.Now()
 	if backAt.Sub(firstFail) < 2*time.Second {
 		t.Fatalf("readmitted %s after the first 500, before base_ejection (2s) could have elapsed", backAt.Sub(firstFail))
@@ -407,7 +409,7 @@ func TestHealthHangingReplicaEjectedByTimeouts(t *testing.T) {
 	reps := startHealthReplicas(t, "hang", 3)
 	px := startHealthProxy(t, "proxy-hang", healthProxyYAML(passiveHealth(10*time.Second, 20*time.Second, 0.5),
 		healthSet{"orders", "/", "next", reps}))
-	Eventually(t, 10*time.Second, "3 replicas in rotation", func() bool { return rotationOf(px.Admin, "orders") == 3 })
+	poll.Until(t, 10*time.Second, "3 replicas in rotation", func() bool { return rotationOf(px.Admin, "orders") == 3 })
 
 	keys := Keys(300)
 	before := healthOwners(t, px.Addr, "/ingest", keys)
@@ -455,9 +457,9 @@ func TestHealthHangingReplicaEjectedByTimeouts(t *testing.T) {
 	}
 
 	ejections := setLabels("orders", "replica", victim.Name, "reason", "timeout")
-	Eventually(t, 5*time.Second, victim.Name+" ejected for timeouts", func() bool { return Metric(px.Admin, "keyway_ejections_total", ejections) == 1 })
+	poll.Until(t, 5*time.Second, victim.Name+" ejected for timeouts", func() bool { return Metric(px.Admin, "keyway_ejections_total", ejections) == 1 })
 	ejectedAt := time.Now()
-	Eventually(t, 5*time.Second, "2 replicas in rotation", func() bool { return rotationOf(px.Admin, "orders") == 2 })
+	poll.Until(t, 5*time.Second, "2 replicas in rotation", func() bool { return rotationOf(px.Admin, "orders") == 2 })
 	for _, reason := range []string{"5xx", "reset", "connect"} {
 		if got := Metric(px.Admin, "keyway_ejections_total", setLabels("orders", "replica", victim.Name, "reason", reason)); got != 0 {
 			t.Fatalf("keyway_ejections_total{reason=%s} = %v, want 0", reason, got)
@@ -477,7 +479,7 @@ func TestHealthShareCapHoldsWhenAllFail(t *testing.T) {
 	reps := startHealthReplicas(t, "cap", 4)
 	px := startHealthProxy(t, "proxy-cap", healthProxyYAML(passiveHealth(10*time.Second, 20*time.Second, 0.5),
 		healthSet{"orders", "/", "next", reps}))
-	Eventually(t, 10*time.Second, "4 replicas in rotation", func() bool { return rotationOf(px.Admin, "orders") == 4 })
+	poll.Until(t, 10*time.Second, "4 replicas in rotation", func() bool { return rotationOf(px.Admin, "orders") == 4 })
 	for _, r := range reps {
 		replicaSwitch(t, r, "/_mode", "500")
 	}
@@ -494,7 +496,7 @@ func TestHealthShareCapHoldsWhenAllFail(t *testing.T) {
 		}
 	}
 	start := time.Now()
-	Eventually(t, 10*time.Second, "2 ejected and 2 capped", func() bool {
+	poll.Until(t, 10*time.Second, "2 ejected and 2 capped", func() bool {
 		send()
 		return Metric(px.Admin, "keyway_ejected_replicas", setLabels("orders")) >= 2 &&
 			Metric(px.Admin, "keyway_ejection_share_capped_total", setLabels("orders")) >= 2
@@ -536,7 +538,7 @@ func TestHealthFailoverStrictVersusNext(t *testing.T) {
 	reps := startHealthReplicas(t, "fo", 3)
 	px := startHealthProxy(t, "proxy-fo", healthProxyYAML(passiveHealth(10*time.Second, 20*time.Second, 0.5),
 		healthSet{"next", "/next", "next", reps}, healthSet{"strict", "/strict", "strict", reps}))
-	Eventually(t, 10*time.Second, "3 replicas in rotation in both sets", func() bool {
+	poll.Until(t, 10*time.Second, "3 replicas in rotation in both sets", func() bool {
 		return rotationOf(px.Admin, "next") == 3 && rotationOf(px.Admin, "strict") == 3
 	})
 
@@ -564,7 +566,7 @@ func TestHealthFailoverStrictVersusNext(t *testing.T) {
 			}
 		}
 	}
-	Eventually(t, 5*time.Second, victim.Name+" ejected in both sets", func() bool {
+	poll.Until(t, 5*time.Second, victim.Name+" ejected in both sets", func() bool {
 		return rotationOf(px.Admin, "next") == 2 && rotationOf(px.Admin, "strict") == 2
 	})
 	replicaSwitch(t, victim, "/_mode", "ok")
@@ -615,7 +617,7 @@ func TestHealthAllDownFailClosedVersusFailOpen(t *testing.T) {
 	closed := startHealthProxy(t, "proxy-closed", healthProxyYAML(probes+"  all_down: fail_closed\n", healthSet{"orders", "/", "next", reps}))
 	open := startHealthProxy(t, "proxy-open", healthProxyYAML(probes+"  all_down: fail_open\n", healthSet{"orders", "/", "next", reps}))
 	for _, px := range []*ProxyProc{closed, open} {
-		Eventually(t, 10*time.Second, px.Name+": 3 replicas in rotation", func() bool { return rotationOf(px.Admin, "orders") == 3 })
+		poll.Until(t, 10*time.Second, px.Name+": 3 replicas in rotation", func() bool { return rotationOf(px.Admin, "orders") == 3 })
 	}
 	keys := Keys(60)
 	owners := healthOwners(t, closed.Addr, "/ingest", keys)
@@ -635,7 +637,7 @@ func TestHealthAllDownFailClosedVersusFailOpen(t *testing.T) {
 	}
 	unready := time.Now()
 	for _, px := range []*ProxyProc{closed, open} {
-		Eventually(t, 10*time.Second, px.Name+": no replica in rotation", func() bool { return rotationOf(px.Admin, "orders") == 0 })
+		poll.Until(t, 10*time.Second, px.Name+": no replica in rotation", func() bool { return rotationOf(px.Admin, "orders") == 0 })
 	}
 	t.Logf("every /readyz failing: both proxies had 0 replicas in rotation %s later", time.Since(unready).Round(time.Millisecond))
 
@@ -680,7 +682,7 @@ func TestHealthAllDownFailClosedVersusFailOpen(t *testing.T) {
 	}
 	ready := time.Now()
 	for _, px := range []*ProxyProc{closed, open} {
-		Eventually(t, 10*time.Second, px.Name+": 3 replicas back in rotation", func() bool { return rotationOf(px.Admin, "orders") == 3 })
+		poll.Until(t, 10*time.Second, px.Name+": 3 replicas back in rotation", func() bool { return rotationOf(px.Admin, "orders") == 3 })
 	}
 	t.Logf("/readyz passing again: 3 in rotation on both proxies %s later", time.Since(ready).Round(time.Millisecond))
 	healthOwners(t, closed.Addr, "/ingest", keys)
@@ -696,7 +698,7 @@ func TestHealthActiveProbeTakesOutAndBringsBack(t *testing.T) {
 	px := startHealthProxy(t, "proxy-probe", healthProxyYAML(
 		fmt.Sprintf("  active: {enabled: true, path: /readyz, interval: 300ms, timeout: 250ms, rise: %d, fall: %d}\n", rise, fall),
 		healthSet{"orders", "/", "next", reps}))
-	Eventually(t, 10*time.Second, "3 replicas in rotation", func() bool { return rotationOf(px.Admin, "orders") == 3 })
+	poll.Until(t, 10*time.Second, "3 replicas in rotation", func() bool { return rotationOf(px.Admin, "orders") == 3 })
 
 	keys := Keys(300)
 	before := healthOwners(t, px.Addr, "/ingest", keys)
@@ -707,7 +709,7 @@ func TestHealthActiveProbeTakesOutAndBringsBack(t *testing.T) {
 	probes := func(result string) float64 {
 		return Metric(px.Admin, "keyway_health_probes_total", setLabels("orders", "replica", victim.Name, "result", result))
 	}
-	Eventually(t, 5*time.Second, "a first probe of "+victim.Name, func() bool { return probes("pass") >= 1 })
+	poll.Until(t, 5*time.Second, "a first probe of "+victim.Name, func() bool { return probes("pass") >= 1 })
 	for _, r := range reps {
 		if got := up(r); got != 1 {
 			t.Fatalf("keyway_health_probe_up{%s} = %v with /readyz passing", r.Name, got)
@@ -718,14 +720,14 @@ func TestHealthActiveProbeTakesOutAndBringsBack(t *testing.T) {
 
 	replicaSwitch(t, victim, "/_ready", "false")
 	unready := time.Now()
-	Eventually(t, 5*time.Second, victim.Name+" probe down", func() bool { return up(victim) == 0 })
+	poll.Until(t, 5*time.Second, victim.Name+" probe down", func() bool { return up(victim) == 0 })
 	downAfter := time.Since(unready)
 	// The failure counter is bumped before the verdict flips, so a later
 	// read shows every failure that took it out.
 	if bad := probes("bad_status") - bad0; bad < fall {
 		t.Fatalf("%s went down after %v failed probes, want at least fall=%d", victim.Name, bad, fall)
 	}
-	Eventually(t, 5*time.Second, "2 replicas in rotation", func() bool { return rotationOf(px.Admin, "orders") == 2 })
+	poll.Until(t, 5*time.Second, "2 replicas in rotation", func() bool { return rotationOf(px.Admin, "orders") == 2 })
 	for _, r := range []*healthReplica{reps[0], reps[2]} {
 		if got := up(r); got != 1 {
 			t.Fatalf("keyway_health_probe_up{%s} = %v, want 1", r.Name, got)
@@ -737,12 +739,12 @@ func TestHealthActiveProbeTakesOutAndBringsBack(t *testing.T) {
 	pass0 := probes("pass")
 	replicaSwitch(t, victim, "/_ready", "true")
 	ready := time.Now()
-	Eventually(t, 5*time.Second, victim.Name+" probe up", func() bool { return up(victim) == 1 })
+	poll.Until(t, 5*time.Second, victim.Name+" probe up", func() bool { return up(victim) == 1 })
 	upAfter := time.Since(ready)
 	if pass := probes("pass") - pass0; pass < rise {
 		t.Fatalf("%s came back after %v passing probes, want at least rise=%d", victim.Name, pass, rise)
 	}
-	Eventually(t, 5*time.Second, "3 replicas in rotation", func() bool { return rotationOf(px.Admin, "orders") == 3 })
+	poll.Until(t, 5*time.Second, "3 replicas in rotation", func() bool { return rotationOf(px.Admin, "orders") == 3 })
 	after := healthOwners(t, px.Addr, "/ingest", keys)
 	for _, k := range keys {
 		if after[k] != before[k] {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"keyway/eventlog"
+	"keyway/internal/poll"
 )
 
 // A scripted life of a replica set (declared: 1) goes through every phase
@@ -27,7 +28,7 @@ func TestPhasesAndAuditTrail(t *testing.T) {
 	}
 	waitPhase := func(want string) {
 		t.Helper()
-		Eventually(t, 30*time.Second, "phase "+want, func() bool { return phase() == want })
+		poll.Until(t, 30*time.Second, "phase "+want, func() bool { return phase() == want })
 	}
 	waitPhase("Created")
 
@@ -51,7 +52,7 @@ func TestPhasesAndAuditTrail(t *testing.T) {
 
 	want := []string{"Created", "Scheduling", "Running", "Degraded", "Running", "Stopped"}
 	var got []string
-	Eventually(t, 10*time.Second, "the audit trail to hold the six phase changes", func() bool {
+	poll.Until(t, 10*time.Second, "the audit trail to hold the six phase changes", func() bool {
 		entries, _ := os.ReadDir(dir)
 		if len(entries) != 1 {
 			return false

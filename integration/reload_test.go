@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"keyway/internal/poll"
 )
 
 // reloadConfig is a proxy configuration over three static replicas. The
@@ -139,7 +141,7 @@ func TestReload100UnderTraffic(t *testing.T) {
 			}
 		})
 	}
-	Eventually(t, 10*time.Second, "traffic flowing", func() bool { return ok.Load() > 100 })
+	poll.Until(t, 10*time.Second, "traffic flowing", func() bool { return ok.Load() > 100 })
 
 	reloads := func(result string) float64 {
 		return Metric(admin, "keyway_config_reloads_total", map[string]string{"result": result})
@@ -178,7 +180,7 @@ func TestReload100UnderTraffic(t *testing.T) {
 			if err := syscall.Kill(p.Pid(), syscall.SIGHUP); err != nil {
 				t.Fatal(err)
 			}
-			Eventually(t, 10*time.Second, fmt.Sprintf("reload %d (SIGHUP, %s) counted", i, want), func() bool { return reloads(want) == before+1 })
+			poll.Until(t, 10*time.Second, fmt.Sprintf("reload %d (SIGHUP, %s) counted", i, want), func() bool { return reloads(want) == before+1 })
 		} else {
 			code, body := post()
 			if wantCode := map[bool]int{true: 200, false: 422}[valid]; code != wantCode {

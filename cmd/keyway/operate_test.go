@@ -14,6 +14,7 @@ import (
 	"keyway/balancer"
 	"keyway/config"
 	"keyway/integration"
+	"keyway/internal/poll"
 	"keyway/internal/stacktest"
 	"keyway/membership"
 )
@@ -269,7 +270,7 @@ replica_sets:
 
 	stacktest.StartGossipReplica(t, stk.Gossip, membership.Meta{Set: "events", Replica: "events-0", Addr: events.Addr, State: balancer.StateReady})
 	// The proxy sees the replica of a set it does not serve yet.
-	integration.Eventually(t, 10*time.Second, "the unknown set counted", func() bool {
+	poll.Until(t, 10*time.Second, "the unknown set counted", func() bool {
 		return integration.Metric(stk.Admin, "keyway_gossip_unknown_set_replicas_total", nil) == 1
 	})
 
