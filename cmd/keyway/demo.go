@@ -15,16 +15,16 @@ import (
 
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	cf := newConfigFlags(fs)
+	cf := config.NewProxyFlags(fs)
 	if err := parseFlags(fs, args, stderr, "Usage: keyway demo [flags]\n\nRuns a proxy and, for each replica set, as many built-in demo replicas as it\ndeclares (orders-0..2), each behind its own agent, all on loopback and found\nby gossip, from an embedded configuration (demo/demo.yaml). Each demo\nreplica answers with its name, the key and how often it saw that key.\n\n"); err != nil {
 		return err
 	}
 	var cfg config.Config
 	var err error
-	if cf.file != "" {
-		cfg, err = config.Load(cf.file, cf.options(fs)...)
+	if cf.File != "" {
+		cfg, err = config.Load(cf.File, cf.Options()...)
 	} else {
-		cfg, err = config.LoadBytes(demo.ConfigName, demo.ConfigYAML, cf.options(fs)...)
+		cfg, err = config.LoadBytes(demo.ConfigName, demo.ConfigYAML, cf.Options()...)
 	}
 	if err != nil {
 		return err

@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
-	"strconv"
 	"strings"
 	"syscall"
 
@@ -122,75 +121,6 @@ func versionString() string {
 	return "keyway " + v
 }
 
-// configFlags are the flags shared by proxy and validate. Each maps onto a
-// config key and overrides the file and the environment.
-type configFlags struct {
-	file  string
-	sets  []config.Option
-	named []namedFlag
-}
-
-type namedFlag struct {
-	flag, path, help string
-	value            *string
-}
-
-func newConfigFlags(fs *flag.FlagSet) *configFlags {
-	cf := &configFlags{}
-	fs.StringVar(&cf.file, "c", "", "configuration `FILE` (YAML); required")
-	fs.StringVar(&cf.file, "config", "", "same as -c")
-	for _, nf := range []namedFlag{
-		{flag: "listen", path: "listen", help: "proxy listen `ADDR` (config key listen)"},
-		{flag: "admin-listen", path: "admin.listen", help: "admin listen `ADDR` (config key admin.listen)"},
-		{flag: "log-level", path: "log.level", help: "log `LEVEL`: debug, info, warn, error (config key log.level)"},
-		{flag: "log-format", path: "log.format", help: "log `FORMAT`: json or console (config key log.format)"},
-		{flag: "access-log", path: "log.access_log", help: "`true` to write an access log to stdout (config key log.access_log)"},
-		{flag: "join", path: "gossip.join", help: "gossip `ADDRS` to join, comma-separated host:port; turns gossip on (config keys gossip.join, gossip.enabled)"},
-		{flag: "gossip-bind-addr", path: "gossip.bind_addr", help: "gossip bind `IP` (config key gossip.bind_addr)"},
-		{flag: "gossip-bind-port", path: "gossip.bind_port", help: "gossip `PORT`, 0 for any free port (config key gossip.bind_port)"},
-	} {
-		nf.value = new(string)
-		fs.StringVar(nf.value, nf.flag, "", nf.help)
-		cf.named = append(cf.named, nf)
-	}
-	fs.Func("set", "override any config key: `PATH=VALUE`, e.g. --set server.max_conns=5000 (repeatable)", func(s string) error {
-		path, value, ok := strings.Cut(s, "=")
-		if !ok || path == "" {
-			return fmt.Errorf("want PATH=VALUE, got %q", s)
-		}
-		cf.sets = append(cf.sets, config.WithSet(path, value))
-		return nil
-	})
-	return cf
-}
-
-// options returns the load options in precedence order: named flags, then
-// --set (later wins).
-func (cf *configFlags) options(fs *flag.FlagSet) []config.Option {
-	var opts []config.Option
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	for _, nf := range cf.named {
-		if !set[nf.flag] {
-			continue
-		}
-		if nf.flag == "join" {
-			var quoted []string
-			for _, a := range strings.Split(*nf.value, ",") {
-				if a = strings.TrimSpace(a); a != "" {
-					quoted = append(quoted, strconv.Quote(a))
-				}
-			}
-			opts = append(opts,
-				config.WithFlag("--join", "gossip.enabled", "true"),
-				config.WithFlag("--join", "gossip.join", "["+strings.Join(quoted, ", ")+"]"))
-			continue
-		}
-		opts = append(opts, config.WithFlag("--"+nf.flag, nf.path, *nf.value))
-	}
-	return append(opts, cf.sets...)
-}
-
 const precedenceNote = `
 Precedence: built-in defaults < the file < KEYWAY_* environment variables
 (e.g. KEYWAY_LISTEN, KEYWAY_ADMIN_LISTEN, KEYWAY_LOG_LEVEL) < flags.
@@ -222,20 +152,20 @@ func parseArgs(fs *flag.FlagSet, args []string, stderr io.Writer, usage func()) 
 	return nil
 }
 
-func loadConfig(cf *configFlags, fs *flag.FlagSet) (config.Config, error) {
-	if cf.file == "" {
+func loadConfig(cf *config.ProxyFlags) (config.Config, error) {
+	if cf.File == "" {
 		return config.Config{}, usageError{"no configuration file: pass -c FILE (try examples/minimal.yaml)"}
 	}
-	return config.Load(cf.file, cf.options(fs)...)
+	return config.Load(cf.File, cf.Options()...)
 }
 
 func runValidate(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("validate", flag.ContinueOnError)
-	cf := newConfigFlags(fs)
+	cf := config.NewProxyFlags(fs)
 	if err := parseFlags(fs, args, stderr, "Usage: keyway validate -c FILE [flags]\n\nChecks a configuration file, prints a one-line summary and exits 0, or\nprints every problem and exits 2.\n\n"); err != nil {
 		return err
 	}
-	cfg, err := loadConfig(cf, fs)
+	cfg, err := loadConfig(cf)
 	if err != nil {
 		return err
 	}
@@ -250,7 +180,7 @@ func runValidate(args []string, stdout, stderr io.Writer) error {
 
 func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("proxy", flag.ContinueOnError)
-	cf := newConfigFlags(fs)
+	cf := config.NewProxyFlags(fs)
 	if err := parseFlags(fs, args, stderr, "Usage: keyway proxy -c FILE [flags]\n\nRuns the proxy until SIGINT or SIGTERM, then drains in-flight requests.\nSIGHUP re-reads FILE (with the same flags and environment) and applies\nthe replica sets, log.level and admin.token_file without dropping a\nconnection; a file changing any other key is refused whole and logged.\n\n"); err != nil {
 		return err
 	}
@@ -260,13 +190,13 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 
-	cfg, err := loadConfig(cf, fs)
+	cfg, err := loadConfig(cf)
 	if err != nil {
 		return err
 	}
 	node, err := server.NewProxy(cfg, server.Options{
 		Stdout: stdout, Stderr: stderr, Version: versionString(),
-		File: cf.file, Load: func() (config.Config, error) { return loadConfig(cf, fs) },
+		File: cf.File, Load: func() (config.Config, error) { return loadConfig(cf) },
 	})
 	if err != nil {
 		return err
