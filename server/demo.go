@@ -45,7 +45,7 @@ type demoReplica struct {
 // NewDemo builds the demo from cfg, which must enable gossip: it opens the
 // demo replicas' listeners (127.0.0.1, any free port) and builds the proxy
 // node (see NewProxy).
-func NewDemo(cfg config.Config, opts Options) (d *Demo, err error) {
+func NewDemo(cfg config.Config, opts Options) (_ *Demo, err error) {
 	if !cfg.Gossip.Enabled {
 		return nil, errors.New("the demo runs its replicas behind agents: gossip.enabled must be true")
 	}
@@ -53,7 +53,7 @@ func NewDemo(cfg config.Config, opts Options) (d *Demo, err error) {
 	if err != nil {
 		return nil, err
 	}
-	d = &Demo{cfg: cfg, logs: logs}
+	d := &Demo{cfg: cfg, logs: logs}
 	defer func() {
 		if err != nil {
 			for _, dr := range d.replicas {

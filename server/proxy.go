@@ -71,12 +71,12 @@ type ProxyNode struct {
 // admin API's listeners, so that a taken port fails here and the bound
 // addresses (port 0) are known before Run, but it starts no goroutine and
 // joins no gossip. On error it closes what it opened.
-func NewProxy(cfg config.Config, opts Options) (n *ProxyNode, err error) {
+func NewProxy(cfg config.Config, opts Options) (_ *ProxyNode, err error) {
 	logs, err := logging.New(cfg.Log, orDiscard(opts.Stderr), orDiscard(opts.Stdout))
 	if err != nil {
 		return nil, err
 	}
-	n = &ProxyNode{
+	n := &ProxyNode{
 		cfg: cfg, cur: cfg, logs: logs, log: logs.App, file: opts.File, load: opts.Load,
 		// A refused file is the operator's mistake, not keyway's: no stack traces.
 		rlog: logs.App.Named("reload").WithOptions(zap.AddStacktrace(zapcore.FatalLevel)),
