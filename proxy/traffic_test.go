@@ -196,9 +196,11 @@ func TestTrafficFromRequests(t *testing.T) {
 	if _, ok := p.Traffic("nope"); ok {
 		t.Fatal("Traffic answered for an unknown set")
 	}
-	clk.ticks <- clk.Now() // Run's sampler stores a reading at 0 s...
-	clk.advance(2 * time.Second)
-	clk.ticks <- clk.Now() // ...and one at 2 s, once it has stored the first
+	// Run's sampler stores a reading at 0 s: it takes the second tick only
+	// once it has stored the first tick's reading (the second, too close,
+	// stores nothing).
+	clk.ticks <- clk.Now()
+	clk.ticks <- clk.Now()
 	k0 := keyOwnedBy(t, p, "r0")
 	for range 4 {
 		cl.do(t, "POST", "/ingest", "x", "X-Key", k0)
@@ -208,7 +210,7 @@ func TestTrafficFromRequests(t *testing.T) {
 	p.SetExcluded("orders", "r0", balancer.ReasonProbe, true)
 	p.SetExcluded("orders", "r1", balancer.ReasonProbe, true)
 	cl.do(t, "POST", "/ingest", "x", "X-Key", k0) // 503 from keyway: nothing in rotation
-	clk.advance(2 * time.Second)
+	clk.advance(4 * time.Second)
 
 	tr, ok := p.Traffic("orders")
 	if !ok {
@@ -231,7 +233,14 @@ func TestTrafficFromRequests(t *testing.T) {
 	if fl(tr.WindowSeconds) != 4 || fl(tr.Replicas["r0"].RequestsPerSecond) != 1.25 || fl(tr.Replicas["dead"].ErrorsPerSecond) != 0.25 ||
 		tr.RequestsTotal != 6 || tr.ErrorsTotal != 2 || fl(tr.RequestsPerSecond) != 1.5 || fl(tr.ErrorsPerSecond) != 0.5 ||
 		tr.LocalAnswersTotal != 1 || fl(tr.LocalAnswersPerSecond) != 0.25 || tr.RateNote != "" {
-		t.Errorf("set: %+v", tr)
+		t.Errorf("set: %+v; window %v, r0 %v/s, dead errors %v/s, %v/s, errors %v/s, local %v/s", tr, fl(tr.WindowSeconds), fl(tr.Replicas["r0"].RequestsPerSecond),
+			fl(tr.Replicas["dead"].ErrorsPerSecond), fl(tr.RequestsPerSecond), fl(tr.ErrorsPerSecond), fl(tr.LocalAnswersPerSecond))
+	}
+	s := p.traffic
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.stored) != 2 || !s.stored[0].at.Equal(clk.Now().Add(-4*time.Second)) {
+		t.Errorf("stored readings %d, want the ticked one and Traffic's", len(s.stored))
 	}
 }
 
