@@ -14,7 +14,7 @@ import (
 )
 
 // Backend is the proxy's long-lived state for one replica: its keep-alive
-// connection pool, in-flight count and pre-bound metric series. It
+// connection pool, in-flight count, traffic counters and latency series. It
 // survives table rebuilds (the Router keeps one per ring member) and is
 // safe for concurrent use. It must not be copied.
 type Backend struct {
@@ -35,9 +35,8 @@ type Backend struct {
 	// it close their connection when they finish.
 	released atomic.Bool
 
-	requests [6]prometheus.Counter // by status class: 1xx..5xx, and index 0 for transport errors
-	latency  prometheus.Observer
-	upErrs   [errKinds]prometheus.Counter
+	ctr     *replicaCounters // shared by every Backend of the replica while it stays on the ring
+	latency prometheus.Observer
 }
 
 // Name returns the replica's name.

@@ -12,6 +12,21 @@
 // set's fallback policy. In steady state a proxied request allocates
 // nothing (TestHandlerAllocs, BenchmarkProxyRequest).
 //
+// Where a request goes is decided by one function (route.go): the
+// candidates of its key (failover next or strict), the fallback for a
+// request without one, and the all-down policy (fail open or closed).
+// [Proxy.Explain] reports that same decision for a key, so an explanation
+// cannot disagree with the routing.
+//
+// # Own state
+//
+// The proxy answers for its own state: what it sent each replica is kept
+// in atomic counters per set and per replica (counters.go), exported as
+// keyway_requests_total and keyway_upstream_errors_total and read by
+// [Proxy.Traffic] with rates (traffic.go); a replica that refuses a
+// connection is held out of rotation on this proxy for [RefusedHold]
+// (refused.go).
+//
 // # Delivery contract
 //
 // keyway answers 2xx only when a replica did. A request that provably never

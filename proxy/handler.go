@@ -189,13 +189,13 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, rs *replicaSet, t *balancer.Ta
 			}
 			prepareResponse(ctx, clientClose)
 			restoreRequest(ctx, http10)
-			b.requests[codeClass(code)].Inc()
+			b.ctr.requests[codeClass(code)].Add(1)
 			b.latency.Observe(time.Since(start).Seconds())
 			p.logAccess(ctx, rs.name, b.name, code, start, tried)
 			return
 		}
 		lastErr, lastKind = err, classify(err)
-		b.upErrs[lastKind].Inc()
+		b.ctr.upErrs[lastKind].Add(1)
 		if lastKind == errDial && isRefused(err) {
 			p.ejectRefused(rs, b)
 		}
@@ -277,7 +277,7 @@ func (p *Proxy) answer(ctx *fasthttp.RequestCtx, rs *replicaSet, reason localRea
 	if rs != nil {
 		set = rs.name
 		rs.local[reason].Inc()
-		rs.noneReqs[codeClass(status)].Inc()
+		rs.counts.local[codeClass(status)].Add(1)
 	}
 	writeJSONError(ctx, status, msg, set, replica)
 	p.logAccess(ctx, cmp.Or(set, "none"), cmp.Or(replica, "none"), status, start, attempts)
@@ -295,7 +295,7 @@ func writeJSONError(ctx *fasthttp.RequestCtx, status int, msg, set, replica stri
 
 func (p *Proxy) respondNoSet(ctx *fasthttp.RequestCtx) {
 	p.metrics.noSet.Inc()
-	p.metrics.noSetReqs[4].Inc()
+	p.metrics.counters.noSet[4].Add(1)
 	writeJSONError(ctx, fasthttp.StatusNotFound,
 		"no replica set matches host "+strconv.Quote(string(ctx.Host()))+" and path "+strconv.Quote(string(ctx.URI().PathOriginal())), "", "")
 	p.logAccess(ctx, "none", "none", fasthttp.StatusNotFound, ctx.Time(), 0)
@@ -330,7 +330,7 @@ func (p *Proxy) handleParseError(ctx *fasthttp.RequestCtx, err error) {
 	} else {
 		p.metrics.malformed.Inc()
 	}
-	p.metrics.noSetReqs[codeClass(status)].Inc()
+	p.metrics.counters.noSet[codeClass(status)].Add(1)
 	writeJSONError(ctx, status, msg, "", "")
 	ctx.SetConnectionClose()
 	markLinger(ctx.Conn())

@@ -6,12 +6,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// metrics holds the proxy's collectors. Per-replica children are bound
+// metrics holds the proxy's collectors. Per-replica series are bound
 // once per Backend and deleted when the replica leaves the ring.
 type metrics struct {
-	requests  *prometheus.CounterVec   // set, replica, code (class)
+	counters  *counters                // requests_total and upstream_errors_total: set, replica, code (class) or kind
 	latency   *prometheus.HistogramVec // set, replica
-	upErrors  *prometheus.CounterVec   // set, replica, kind
 	retries   *prometheus.CounterVec   // set
 	allDown   *prometheus.CounterVec   // set, policy
 	rejected  *prometheus.CounterVec   // set, reason: answered by keyway itself
@@ -22,11 +21,11 @@ type metrics struct {
 	ringSize  *prometheus.GaugeVec   // set
 	rebuildSe *prometheus.HistogramVec
 
-	// Pre-bound series for requests that match no set (set "none").
-	noSet        prometheus.Counter    // local_responses_total{reason="no_set"}
-	malformed    prometheus.Counter    // local_responses_total{reason="malformed"}
-	noSetBodyBig prometheus.Counter    // local_responses_total{reason="body_too_large"}
-	noSetReqs    [6]prometheus.Counter // requests_total{replica="none"} by class
+	// Pre-bound series for requests that match no set (set "none"); their
+	// requests_total{replica="none"} series are counters.noSet.
+	noSet        prometheus.Counter // local_responses_total{reason="no_set"}
+	malformed    prometheus.Counter // local_responses_total{reason="malformed"}
+	noSetBodyBig prometheus.Counter // local_responses_total{reason="body_too_large"}
 }
 
 // latencyBuckets spans 100µs to 30s.
@@ -34,19 +33,12 @@ var latencyBuckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .02
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "keyway", Name: "requests_total",
-			Help: "Requests answered, by replica set, replica (\"none\" when keyway answered itself) and status class (1xx..5xx).",
-		}, []string{"set", "replica", "code"}),
+		counters: newCounters(),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: "keyway", Name: "request_duration_seconds",
 			Help:    "Time from receiving a request to having its response ready, by replica set and the replica that answered.",
 			Buckets: latencyBuckets,
 		}, []string{"set", "replica"}),
-		upErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "keyway", Name: "upstream_errors_total",
-			Help: "Failed exchanges with a replica, by kind: dial, stale_conn, no_free_conns, timeout, reset, other.",
-		}, []string{"set", "replica", "kind"}),
 		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "keyway", Name: "retries_total",
 			Help: "Requests sent again to the next candidate after a failed attempt.",
@@ -88,13 +80,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m.noSet = m.rejected.WithLabelValues("none", "no_set")
 	m.malformed = m.rejected.WithLabelValues("none", "malformed")
 	m.noSetBodyBig = m.rejected.WithLabelValues("none", lrBodyTooLarge.String())
-	for i, c := range codeClasses {
-		if i > 0 {
-			m.noSetReqs[i] = m.requests.WithLabelValues("none", "none", c)
-		}
-	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.requests, m.latency, m.upErrors, m.retries, m.allDown, m.rejected, m.inflight,
+		for _, c := range []prometheus.Collector{m.counters, m.latency, m.retries, m.allDown, m.rejected, m.inflight,
 			m.rebuilds, m.moved, m.rotation, m.ringSize, m.rebuildSe} {
 			if err := reg.Register(c); err != nil {
 				// A second proxy on the same registry, typically: an error
@@ -108,35 +95,26 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 
 var codeClasses = [6]string{"error", "1xx", "2xx", "3xx", "4xx", "5xx"}
 
-// bind attaches a backend's metric children.
+// bind attaches a backend's counters and latency series: those of its
+// replica, if a backend of the same replica has them already (a renewed
+// pool).
 func (m *metrics) bind(b *Backend, set string) {
-	for i, c := range codeClasses {
-		if i == 0 {
-			continue
-		}
-		b.requests[i] = m.requests.WithLabelValues(set, b.name, c)
-	}
+	b.ctr = m.counters.bind(set, b.name)
 	b.latency = m.latency.WithLabelValues(set, b.name)
-	for k := errKind(0); k < errKinds; k++ {
-		b.upErrs[k] = m.upErrors.WithLabelValues(set, b.name, k.String())
-	}
 }
 
-// unbind deletes a departed replica's series.
+// unbind deletes a departed replica's counters and series.
 func (m *metrics) unbind(set, replica string) {
-	l := prometheus.Labels{"set": set, "replica": replica}
-	m.requests.DeletePartialMatch(l)
-	m.latency.DeletePartialMatch(l)
-	m.upErrors.DeletePartialMatch(l)
+	m.counters.unbind(set, replica)
+	m.latency.DeletePartialMatch(prometheus.Labels{"set": set, "replica": replica})
 }
 
 // forgetSet deletes every series of a replica set that left the
 // configuration.
 func (m *metrics) forgetSet(set string) {
 	l := prometheus.Labels{"set": set}
-	m.requests.DeletePartialMatch(l)
+	m.counters.forgetSet(set)
 	m.latency.DeletePartialMatch(l)
-	m.upErrors.DeletePartialMatch(l)
 	m.retries.DeletePartialMatch(l)
 	m.allDown.DeletePartialMatch(l)
 	m.rejected.DeletePartialMatch(l)

@@ -78,7 +78,8 @@ type Proxy struct {
 	log     *zap.Logger
 	access  *zap.Logger
 	metrics *metrics
-	clk     clock                  // opts.clock or the wall clock
+	clk     clock // opts.clock or the wall clock
+	traffic *trafficSampler
 	routes  atomic.Pointer[routes] // the replica sets, swapped whole by Reload
 	server  *fasthttp.Server
 
@@ -127,8 +128,8 @@ type replicaSet struct {
 	retries  prometheus.Counter
 	allDown  prometheus.Counter // requests that found no replica of the set in rotation
 	local    [localReasons]prometheus.Counter
-	noneReqs [6]prometheus.Counter
-	noKeyMsg string // the answer to a keyless request with fallback reject
+	counts   *setCounters // requests_total{replica="none"}
+	noKeyMsg string       // the answer to a keyless request with fallback reject
 }
 
 // setState is what a replica set keeps across reloads.
@@ -141,7 +142,7 @@ type setState struct {
 	retries  prometheus.Counter
 	allDown  prometheus.Counter
 	local    [localReasons]prometheus.Counter
-	noneReqs [6]prometheus.Counter
+	counts   *setCounters       // the set's traffic counters
 	stop     context.CancelFunc // ends the router's Run; nil until started
 	removed  atomic.Bool        // the set left the configuration
 
@@ -192,6 +193,7 @@ func New(cfg Config, opts Options) (*Proxy, error) {
 	if p.clk == nil {
 		p.clk = wallClock{}
 	}
+	p.traffic = newTrafficSampler(m.counters, p.clk.Now)
 	rt, _, err := p.buildRoutes(cfg.ReplicaSets, nil)
 	if err != nil {
 		return nil, err
@@ -280,7 +282,7 @@ func newGeneration(st *setState, sc SetConfig) *replicaSet {
 		retries:  st.retries,
 		allDown:  st.allDown,
 		local:    st.local,
-		noneReqs: st.noneReqs,
+		counts:   st.counts,
 	}
 	if h := sc.Retries.IdempotencyHeader; h != "" {
 		rs.idem = []byte(h)
@@ -327,16 +329,12 @@ func (p *Proxy) newSetState(sc SetConfig) (*setState, error) {
 		fileDecl: sc.Replicas,
 		retries:  p.metrics.retries.WithLabelValues(sc.Name),
 		allDown:  p.metrics.allDown.WithLabelValues(sc.Name, allDownPolicy(p.opts.FailOpen)),
+		counts:   p.metrics.counters.addSet(sc.Name),
 		live:     map[string]*Backend{},
 	}
 	st.declared.Store(int64(sc.Replicas))
 	for r := localReason(0); r < localReasons; r++ {
 		st.local[r] = p.metrics.rejected.WithLabelValues(sc.Name, r.String())
-	}
-	for i, c := range codeClasses {
-		if i > 0 {
-			st.noneReqs[i] = p.metrics.requests.WithLabelValues(sc.Name, "none", c)
-		}
 	}
 	st.cur.Store(newGeneration(st, sc))
 	router, err := balancer.NewRouter(routerConfig(sc, p.opts.Coalesce), balancer.Hooks[*Backend]{
@@ -469,8 +467,10 @@ func (p *Proxy) Ready() bool { return p.ready.Load() }
 
 // Run serves until ctx is done, then shuts down gracefully: it stops
 // accepting, lets in-flight requests finish within the shutdown timeout,
-// and closes idle keep-alive connections. It returns nil after a clean
-// shutdown, and only after every goroutine it started has exited.
+// and closes idle keep-alive connections. Meanwhile it runs the sets'
+// Routers and reads the traffic counters every second (for Traffic's
+// rates). It returns nil after a clean shutdown, and only after every
+// goroutine it started has exited.
 func (p *Proxy) Run(ctx context.Context) error {
 	if !p.started.CompareAndSwap(false, true) {
 		return errors.New("proxy: Run called twice")
@@ -484,7 +484,12 @@ func (p *Proxy) Run(ctx context.Context) error {
 		p.startRouter(rs.st)
 	}
 	p.reloadMu.Unlock()
+	sampleCtx, stopSampling := context.WithCancel(ctx)
+	var sampler sync.WaitGroup
+	sampler.Go(func() { p.runTraffic(sampleCtx) })
 	defer func() {
+		stopSampling()
+		sampler.Wait()
 		p.stopped.Store(true)
 		p.reloadMu.Lock()
 		for _, rs := range p.routes.Load().sets {

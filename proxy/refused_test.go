@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
-
 	"keyway/balancer"
 )
 
@@ -16,7 +14,7 @@ func dialErrors(p *Proxy, set, replica string) int {
 	t := p.Router(set).Table()
 	for _, m := range t.Members() {
 		if m.Name == replica && m.Slot >= 0 {
-			return int(testutil.ToFloat64(t.Backend(m.Slot).upErrs[errDial]))
+			return int(t.Backend(m.Slot).ctr.upErrs[errDial].Load())
 		}
 	}
 	return -1

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/valyala/fasthttp"
 
 	"keyway/balancer"
@@ -137,7 +136,7 @@ func TestReloadKeepsKeysConnectionsAndRequests(t *testing.T) {
 	if sc := p.SetConfigs(); len(sc) != 2 || sc[0].Retries.Attempts != 2 || sc[1].Name != "payments" {
 		t.Fatalf("SetConfigs after reload: %+v", sc)
 	}
-	if got := testutil.ToFloat64(p.metrics.requests.WithLabelValues("payments", "p0", "2xx")); got != 1 {
+	if got, _ := sample(t, reg, "keyway_requests_total", map[string]string{"set": "payments", "replica": "p0", "code": "2xx"}); got != 1 {
 		t.Fatalf("payments p0 2xx = %v, want 1", got)
 	}
 

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 
 	"github.com/valyala/fasthttp"
 
@@ -228,7 +229,7 @@ func (p *Proxy) Explain(set, key string) (Explanation, error) {
 	}
 	order := t.Order(h)
 	for _, s := range cands {
-		if !containsSlot(order, int(s)) {
+		if !slices.Contains(order, int(s)) {
 			order = append(order, int(s))
 		}
 	}
@@ -259,13 +260,4 @@ func (p *Proxy) Explain(set, key string) (Explanation, error) {
 		}
 	}
 	return ex, nil
-}
-
-func containsSlot(order []int, s int) bool {
-	for _, o := range order {
-		if o == s {
-			return true
-		}
-	}
-	return false
 }

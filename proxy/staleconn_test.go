@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/valyala/fasthttp"
 )
 
@@ -55,10 +54,10 @@ func TestStalePooledConnectionIsNotA502(t *testing.T) {
 		t.Fatalf("POST on a connection the replica closed: %s, want 200 from r0", r)
 	}
 	b := p.Router("orders").Table().Backend(0)
-	if got := testutil.ToFloat64(b.upErrs[errStale]); got != 1 {
+	if got := b.ctr.upErrs[errStale].Load(); got != 1 {
 		t.Fatalf("stale_conn errors = %v, want 1", got)
 	}
-	if got := testutil.ToFloat64(b.upErrs[errReset]); got != 0 {
+	if got := b.ctr.upErrs[errReset].Load(); got != 0 {
 		t.Fatalf("reset errors = %v, want 0", got)
 	}
 }

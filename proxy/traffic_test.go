@@ -1,0 +1,314 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"keyway/balancer"
+)
+
+func fl(p *float64) float64 {
+	if p == nil {
+		return -1
+	}
+	return *p
+}
+
+func TestTrafficSamplerRates(t *testing.T) {
+	c := newCounters()
+	orders, other := c.addSet("orders"), c.addSet("other")
+	clk := newFakeClock()
+	s := newTrafficSampler(c, clk.Now)
+
+	// Counts before the first reading: totals, but no rate yet.
+	c.bind("orders", "orders-0").requests[2].Add(5)
+	c.bind("other", "other-0").requests[2].Add(100)
+	other.local[5].Add(7)
+	tr := s.read().report("orders")
+	if r := tr.Replicas["orders-0"]; r.RequestsTotal != 5 || r.RequestsPerSecond != nil || r.ErrorsPerSecond != nil {
+		t.Fatalf("first reading: %+v", r)
+	}
+	if tr.RequestsTotal != 5 || tr.LocalAnswersTotal != 0 || tr.RequestsPerSecond != nil || tr.WindowSeconds != nil || !strings.Contains(tr.RateNote, "no earlier reading") {
+		t.Fatalf("first reading, set: %+v", tr)
+	}
+
+	// Half a second later: too short a span for a rate, and not stored.
+	clk.advance(500 * time.Millisecond)
+	if tr := s.read().report("orders"); tr.RequestsPerSecond != nil || !strings.Contains(tr.RateNote, "0.5s old") {
+		t.Fatalf("after 0.5s: %+v", tr)
+	}
+
+	// Traffic over the next 2 s: rates over 2.5 s (since the first stored
+	// reading).
+	c.bind("orders", "orders-0").requests[2].Add(20)
+	o1 := c.bind("orders", "orders-1")
+	o1.requests[2].Add(3)
+	o1.requests[5].Add(2)
+	o2 := c.bind("orders", "orders-2")
+	o2.upErrs[errDial].Add(4) // reset stays 0: not listed
+	orders.local[5].Add(5)    // keyway answered itself
+	clk.advance(2 * time.Second)
+	tr = s.read().report("orders")
+	want := map[string]struct {
+		reqs, r5xx, transport, errs uint64
+		rps, eps                    float64
+	}{
+		"orders-0": {25, 0, 0, 0, 8, 0},
+		"orders-1": {5, 2, 0, 2, 2, 0.8},
+		"orders-2": {0, 0, 4, 4, 0, 1.6},
+	}
+	if len(tr.Replicas) != len(want) {
+		t.Errorf("replicas %v, want those with counters only", tr.Replicas)
+	}
+	for name, w := range want {
+		r := tr.Replicas[name]
+		if r.RequestsTotal != w.reqs || r.Responses5xxTotal != w.r5xx || r.TransportErrorsTotal != w.transport || r.ErrorsTotal != w.errs ||
+			fl(r.RequestsPerSecond) != w.rps || fl(r.ErrorsPerSecond) != w.eps {
+			t.Errorf("%s after 2.5s: %+v (rates %v %v), want %+v", name, r, fl(r.RequestsPerSecond), fl(r.ErrorsPerSecond), w)
+		}
+	}
+	if r := tr.Replicas["orders-2"]; len(r.TransportErrors) != 1 || r.TransportErrors["dial"] != 4 {
+		t.Errorf("orders-2 errors by kind: %v, want only dial 4", r.TransportErrors)
+	}
+	if tr.RequestsTotal != 30 || tr.ErrorsTotal != 6 || tr.LocalAnswersTotal != 5 || fl(tr.RequestsPerSecond) != 10 ||
+		fl(tr.ErrorsPerSecond) != 2.4 || fl(tr.LocalAnswersPerSecond) != 2 || fl(tr.WindowSeconds) != 2.5 || tr.RateNote != "" {
+		t.Errorf("set after 2.5s: %+v", tr)
+	}
+
+	// A reader every 2 s with no traffic: once a stored reading is 10 s
+	// old, the rates span 10 s and are measured zeros.
+	var rd *trafficReading
+	for range 5 {
+		clk.advance(2 * time.Second)
+		rd = s.read()
+	}
+	if tr := rd.report("orders"); fl(tr.WindowSeconds) != 10 || fl(tr.Replicas["orders-0"].RequestsPerSecond) != 0 || tr.Replicas["orders-0"].RequestsTotal != 25 {
+		t.Errorf("quiet 10 s: %+v", tr)
+	}
+	// Traffic in the last 2 s of a 10 s window.
+	c.bind("orders", "orders-0").requests[2].Add(30)
+	clk.advance(2 * time.Second)
+	if tr := s.read().report("orders"); fl(tr.Replicas["orders-0"].RequestsPerSecond) != 3 || fl(tr.WindowSeconds) != 10 {
+		t.Errorf("30 requests in a 10 s window: %+v", tr)
+	}
+
+	// The replica left the ring and came back: its new count is all
+	// increase.
+	c.unbind("orders", "orders-0")
+	c.bind("orders", "orders-0").requests[2].Add(4)
+	clk.advance(2 * time.Second)
+	if r := s.read().report("orders").Replicas["orders-0"]; r.RequestsTotal != 4 || fl(r.RequestsPerSecond) != 0.4 {
+		t.Errorf("after a counter reset: %+v rate %v", r, fl(r.RequestsPerSecond))
+	}
+
+	// No read for over a minute: the stored readings are forgotten.
+	clk.advance(rateMaxAge + time.Second)
+	if tr := s.read().report("orders"); tr.RequestsPerSecond != nil || tr.RateNote == "" {
+		t.Errorf("after a long pause: %+v", tr)
+	}
+	clk.advance(time.Second)
+	if tr := s.read().report("orders"); fl(tr.WindowSeconds) != 1 || fl(tr.RequestsPerSecond) != 0 {
+		t.Errorf("a second after that: %+v", tr)
+	}
+	if tr := s.read().report("other"); tr.RequestsTotal != 100 || tr.LocalAnswersTotal != 7 {
+		t.Errorf("the other set: %+v", tr)
+	}
+}
+
+func TestTrafficSamplerRun(t *testing.T) {
+	c := newCounters()
+	c.addSet("orders")
+	clk := newFakeClock()
+	s := newTrafficSampler(c, clk.Now)
+	ctx, cancel := context.WithCancel(context.Background())
+	ticks := make(chan time.Time)
+	done := make(chan struct{})
+	go func() { s.run(ctx, ticks); close(done) }()
+	// The loop takes a tick only once it has stored the previous tick's
+	// reading: each second tick (too close to store anything) waits for
+	// the first.
+	ticks <- clk.Now()
+	ticks <- clk.Now()
+	c.bind("orders", "orders-0").requests[2].Add(6)
+	clk.advance(3 * time.Second)
+	ticks <- clk.Now()
+	ticks <- clk.Now()
+	cancel()
+	within(t, done, 5*time.Second, "the sampler loop to return")
+	s.mu.Lock()
+	n := len(s.stored)
+	s.mu.Unlock()
+	if n != 2 {
+		t.Fatalf("%d stored readings after ticks at 0 s and 3 s (twice), want 2", n)
+	}
+	clk.advance(time.Second)
+	if tr := s.read().report("orders"); fl(tr.Replicas["orders-0"].RequestsPerSecond) != 1.5 || fl(tr.WindowSeconds) != 4 {
+		t.Errorf("first read after the ticks: %+v", tr)
+	}
+}
+
+func TestTrafficSamplerConcurrent(t *testing.T) {
+	c := newCounters()
+	c.addSet("orders")
+	clk := newFakeClock()
+	s := newTrafficSampler(c, clk.Now)
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 50 {
+				c.bind("orders", fmt.Sprintf("orders-%d", g)).requests[2].Add(1)
+				if i%10 == 0 {
+					clk.advance(300 * time.Millisecond)
+				}
+				s.read().report("orders")
+			}
+		})
+	}
+	wg.Wait()
+	if tr := s.read().report("orders"); tr.RequestsTotal != 400 {
+		t.Fatalf("%d requests counted, want 400", tr.RequestsTotal)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := 1; i < len(s.stored); i++ {
+		if d := s.stored[i].at.Sub(s.stored[i-1].at); d < sampleEvery {
+			t.Fatalf("stored readings %v apart, want at least %v", d, sampleEvery)
+		}
+	}
+}
+
+// Traffic counts real requests: answers by replica, failed exchanges by
+// kind, keyway's own answers; Run's ticker stores readings, so the first
+// Traffic call after a while has rates.
+func TestTrafficFromRequests(t *testing.T) {
+	clk := newFakeClock()
+	r0, r1, dead := startReplica(t, "r0"), startReplica(t, "r1"), startReplica(t, "dead")
+	r1.setHandler(func(ctx *fasthttp.RequestCtx) { ctx.SetStatusCode(503) })
+	p, addr := startProxyOpts(t, Options{clock: clk}, nil, r0, r1, dead)
+	dead.stop(t)
+	cl := newClient(addr)
+	if _, ok := p.Traffic("nope"); ok {
+		t.Fatal("Traffic answered for an unknown set")
+	}
+	// Run's sampler stores a reading at 0 s: it takes the second tick only
+	// once it has stored the first tick's reading (the second, too close,
+	// stores nothing).
+	clk.ticks <- clk.Now()
+	clk.ticks <- clk.Now()
+	k0 := keyOwnedBy(t, p, "r0")
+	for range 4 {
+		cl.do(t, "POST", "/ingest", "x", "X-Key", k0)
+	}
+	cl.do(t, "POST", "/ingest", "x", "X-Key", keyOwnedBy(t, p, "r1"))
+	cl.do(t, "POST", "/ingest", "x", "X-Key", keyWithCandidates(t, p, "dead", "r0")) // refused, then r0
+	p.SetExcluded("orders", "r0", balancer.ReasonProbe, true)
+	p.SetExcluded("orders", "r1", balancer.ReasonProbe, true)
+	cl.do(t, "POST", "/ingest", "x", "X-Key", k0) // 503 from keyway: nothing in rotation
+	clk.advance(4 * time.Second)
+
+	tr, ok := p.Traffic("orders")
+	if !ok {
+		t.Fatal("Traffic: unknown set orders")
+	}
+	want := map[string]ReplicaTraffic{
+		"r0":   {RequestsTotal: 5},
+		"r1":   {RequestsTotal: 1, Responses5xxTotal: 1, ErrorsTotal: 1},
+		"dead": {TransportErrorsTotal: 1, ErrorsTotal: 1, TransportErrors: map[string]uint64{"dial": 1}},
+	}
+	for name, w := range want {
+		g := tr.Replicas[name]
+		if g.RequestsTotal != w.RequestsTotal || g.Responses5xxTotal != w.Responses5xxTotal || g.TransportErrorsTotal != w.TransportErrorsTotal ||
+			g.ErrorsTotal != w.ErrorsTotal || fmt.Sprint(g.TransportErrors) != fmt.Sprint(w.TransportErrors) {
+			t.Errorf("%s: %+v, want %+v", name, g, w)
+		}
+	}
+	// Rates over the 4 s since the reading Run stored at 0 s: every request
+	// came after it.
+	if fl(tr.WindowSeconds) != 4 || fl(tr.Replicas["r0"].RequestsPerSecond) != 1.25 || fl(tr.Replicas["dead"].ErrorsPerSecond) != 0.25 ||
+		tr.RequestsTotal != 6 || tr.ErrorsTotal != 2 || fl(tr.RequestsPerSecond) != 1.5 || fl(tr.ErrorsPerSecond) != 0.5 ||
+		tr.LocalAnswersTotal != 1 || fl(tr.LocalAnswersPerSecond) != 0.25 || tr.RateNote != "" {
+		t.Errorf("set: %+v; window %v, r0 %v/s, dead errors %v/s, %v/s, errors %v/s, local %v/s", tr, fl(tr.WindowSeconds), fl(tr.Replicas["r0"].RequestsPerSecond),
+			fl(tr.Replicas["dead"].ErrorsPerSecond), fl(tr.RequestsPerSecond), fl(tr.ErrorsPerSecond), fl(tr.LocalAnswersPerSecond))
+	}
+	s := p.traffic
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.stored) != 2 || !s.stored[0].at.Equal(clk.Now().Add(-4*time.Second)) {
+		t.Errorf("stored readings %d, want the ticked one and Traffic's", len(s.stored))
+	}
+}
+
+// A reload that renews a replica's pool keeps its counts: the new Backend
+// counts on where the old one stopped, in Traffic and in the exposition.
+func TestCountersSurvivePoolRenewal(t *testing.T) {
+	reg := newRegistry()
+	r0, r1 := startReplica(t, "r0"), startReplica(t, "r1")
+	p, addr := startProxyOpts(t, Options{Registerer: reg}, nil, r0, r1)
+	cl := newClient(addr)
+	k0 := keyOwnedBy(t, p, "r0")
+	for range 3 {
+		cl.do(t, "POST", "/ingest", "x", "X-Key", k0)
+	}
+	backendOf := func() *Backend {
+		tbl := p.Router("orders").Table()
+		return tbl.Backend(tbl.Owner(balancer.HashString(k0)))
+	}
+	old := backendOf()
+	cfg := testConfig(r0, r1)
+	cfg.ReplicaSets[0].Timeouts.Connect = 2 * time.Second // new pools
+	mustReload(t, p, cfg)
+	if b := backendOf(); b == old || !old.released.Load() {
+		t.Fatal("the reload did not renew r0's pool")
+	}
+	cl.do(t, "POST", "/ingest", "x", "X-Key", k0)
+	if tr, _ := p.Traffic("orders"); tr.Replicas["r0"].RequestsTotal != 4 {
+		t.Errorf("Traffic after the renewal: r0 %+v, want 4 requests", tr.Replicas["r0"])
+	}
+	if got, _ := sample(t, reg, "keyway_requests_total", map[string]string{"set": "orders", "replica": "r0", "code": "2xx"}); got != 4 {
+		t.Errorf("keyway_requests_total r0 2xx = %v after the renewal, want 4", got)
+	}
+}
+
+// A replica that leaves the ring takes its counters and series with it; if
+// it comes back, it counts from 0.
+func TestDepartedReplicaCounters(t *testing.T) {
+	reg := newRegistry()
+	reps := []*testReplica{startReplica(t, "r0"), startReplica(t, "r1"), startReplica(t, "r2")}
+	p, addr := startProxyOpts(t, Options{Registerer: reg}, func(cfg *Config) { cfg.ReplicaSets[0].Replicas = 3 })
+	p.SetReplicaSet("orders", gossipReplicas(reps...))
+	cl := newClient(addr)
+	k2 := keyOwnedBy(t, p, "r2")
+	cl.do(t, "POST", "/ingest", "x", "X-Key", k2)
+	if got, _ := sample(t, reg, "keyway_requests_total", map[string]string{"set": "orders", "replica": "r2", "code": "2xx"}); got != 1 {
+		t.Fatalf("r2 2xx = %v, want 1", got)
+	}
+
+	p.SetReplicaSet("orders", gossipReplicas(reps[:2]...)) // r2 leaves for good
+	p.Router("orders").Flush()
+	for _, fam := range []string{"keyway_requests_total", "keyway_upstream_errors_total", "keyway_request_duration_seconds"} {
+		if n := seriesWith(t, reg, fam, "replica", "r2"); n != 0 {
+			t.Errorf("%s keeps %d series of the departed r2", fam, n)
+		}
+		if n := seriesWith(t, reg, fam, "replica", "r1"); n == 0 {
+			t.Errorf("%s lost r1's series", fam)
+		}
+	}
+	if tr, _ := p.Traffic("orders"); len(tr.Replicas) != 2 || tr.RequestsTotal != 0 {
+		t.Errorf("Traffic after r2 left: %+v", tr)
+	}
+
+	p.SetReplicaSet("orders", gossipReplicas(reps...)) // back
+	p.Router("orders").Flush()
+	if got, ok := sample(t, reg, "keyway_requests_total", map[string]string{"set": "orders", "replica": "r2", "code": "2xx"}); !ok || got != 0 {
+		t.Errorf("r2 2xx = %v (present %v) after coming back, want a new series at 0", got, ok)
+	}
+	if tr, _ := p.Traffic("orders"); tr.Replicas["r2"].RequestsTotal != 0 || len(tr.Replicas) != 3 {
+		t.Errorf("Traffic after r2 came back: %+v", tr)
+	}
+}
