@@ -17,6 +17,7 @@ import (
 	"keyway/admin"
 	"keyway/balancer"
 	"keyway/config"
+	"keyway/internal/poll"
 	"keyway/internal/stacktest"
 	"keyway/membership"
 )
@@ -108,13 +109,9 @@ func (st *metricsStack) scrape(t *testing.T) string {
 // waitMetric polls /metrics until it has the exact sample line.
 func (st *metricsStack) waitMetric(t *testing.T, line string) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !slices.Contains(strings.Split(st.scrape(t), "\n"), line) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no %q on /metrics within 30s", line)
-		}
-		<-time.After(20 * time.Millisecond)
-	}
+	poll.Until(t, 30*time.Second, fmt.Sprintf("%q on /metrics", line), func() bool {
+		return slices.Contains(strings.Split(st.scrape(t), "\n"), line)
+	})
 }
 
 // scenarioFamilies are the metric families whose exposition the scripted

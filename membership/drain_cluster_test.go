@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"keyway/balancer"
+	"keyway/internal/poll"
 	"keyway/membership"
 )
 
@@ -166,20 +167,6 @@ func startDrainableReplica(t *testing.T, name string, join ...string) *membershi
 	return n
 }
 
-// poll checks cond every 20ms until it holds or d passes.
-func poll(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		<-tick.C
-	}
-}
-
 // Discovery.Drain over real gossip: the drain reaches the replica's agent,
 // whose hold every proxy then sees; the undrain reaches it too and is told
 // to the other proxy.
@@ -187,10 +174,10 @@ func TestDrainOverGossip(t *testing.T) {
 	p1 := startGossipProxy(t, "proxy-1")
 	r := startDrainableReplica(t, "r0", p1.node.GossipAddr())
 	p2 := startGossipProxy(t, "proxy-2", p1.node.GossipAddr())
-	poll(t, 10*time.Second, "proxy-1 to route r0 and see proxy-2", func() bool {
+	poll.Until(t, 10*time.Second, "proxy-1 to route r0 and see proxy-2", func() bool {
 		return p1.target.state("r0") == balancer.StateReady && p1.sawJoin(p2.node.Name())
 	})
-	poll(t, 10*time.Second, "proxy-2 to route r0", func() bool { return p2.target.state("r0") == balancer.StateReady })
+	poll.Until(t, 10*time.Second, "proxy-2 to route r0", func() bool { return p2.target.state("r0") == balancer.StateReady })
 
 	if err := p1.disc.Drain("orders", "r9", true); !errors.Is(err, membership.ErrNotAdvertised) {
 		t.Fatalf("Drain of a replica nobody advertises = %v, want ErrNotAdvertised", err)
@@ -199,7 +186,7 @@ func TestDrainOverGossip(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, p := range []*gossipProxy{p1, p2} {
-		poll(t, 10*time.Second, "both proxies to see r0 held and draining", func() bool {
+		poll.Until(t, 10*time.Second, "both proxies to see r0 held and draining", func() bool {
 			return p.disc.OperatorHeld("orders", "r0") && p.target.state("r0") == balancer.StateDraining
 		})
 	}
@@ -211,11 +198,11 @@ func TestDrainOverGossip(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, p := range []*gossipProxy{p1, p2} {
-		poll(t, 10*time.Second, "both proxies to see r0 ready, not held", func() bool {
+		poll.Until(t, 10*time.Second, "both proxies to see r0 ready, not held", func() bool {
 			return !p.disc.OperatorHeld("orders", "r0") && p.target.state("r0") == balancer.StateReady
 		})
 	}
-	poll(t, 10*time.Second, "proxy-2 to be told the undrain", func() bool { return len(p2.received()) > 0 })
+	poll.Until(t, 10*time.Second, "proxy-2 to be told the undrain", func() bool { return len(p2.received()) > 0 })
 	want := membership.AdminDrain{Kind: "admin_drain", Set: "orders", Replica: "r0", Boot: r.Meta().Boot, Drain: false, By: p1.node.Name()}
 	if got := p2.received(); len(got) != 1 || got[0] != want {
 		t.Fatalf("proxy-2 was told %+v, want %+v", got, want)

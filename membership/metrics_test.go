@@ -14,6 +14,7 @@ import (
 	"keyway/balancer"
 
 	"keyway/internal/metricstest"
+	"keyway/internal/poll"
 )
 
 const membersHead = `# HELP keyway_gossip_members Gossip members this node knows, by role and status (alive, dead, left), itself included.
@@ -85,16 +86,12 @@ func lint(t *testing.T, reg prometheus.Gatherer) {
 // waitExposition polls reg until the named families read want.
 func waitExposition(t *testing.T, what string, reg prometheus.Gatherer, want string, names ...string) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		err := testutil.GatherAndCompare(reg, strings.NewReader(want), names...)
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %v", what, err)
-		}
-		<-time.After(20 * time.Millisecond)
+	var err error
+	if !poll.Within(15*time.Second, func() bool {
+		err = testutil.GatherAndCompare(reg, strings.NewReader(want), names...)
+		return err == nil
+	}) {
+		t.Fatalf("%s: %v", what, err)
 	}
 }
 

@@ -418,22 +418,6 @@ func keyOwnedBy(t testing.TB, p *Proxy, replica string) string {
 	return ""
 }
 
-// eventually polls cond every few milliseconds until it holds or d passes.
-func eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.NewTimer(d)
-	defer deadline.Stop()
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-deadline.C:
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		case <-tick.C:
-		}
-	}
-}
-
 func TestSmoke(t *testing.T) {
 	a, b, c := startReplica(t, "r0"), startReplica(t, "r1"), startReplica(t, "r2")
 	p, addr := startProxy(t, nil, a, b, c)

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"keyway/internal/poll"
+
 	"github.com/valyala/fasthttp"
 	"go.uber.org/zap/zaptest"
 )
@@ -47,7 +49,7 @@ func TestGracefulShutdown(t *testing.T) {
 	defer cancel()
 	runErr := make(chan error, 1)
 	go func() { runErr <- p.Run(ctx) }()
-	eventually(t, 5*time.Second, "the proxy to be ready", p.Ready)
+	poll.Until(t, 5*time.Second, "the proxy to be ready", p.Ready)
 
 	// One connection per in-flight request.
 	results := make(chan reply, inflight)
@@ -66,7 +68,7 @@ func TestGracefulShutdown(t *testing.T) {
 
 	cancel()
 	// New connections are refused once the listener is closed.
-	eventually(t, 5*time.Second, "new connections to be refused", func() bool {
+	poll.Until(t, 5*time.Second, "new connections to be refused", func() bool {
 		c, err := net.DialTimeout("tcp", addr, time.Second)
 		if err != nil {
 			return true
@@ -101,7 +103,7 @@ func TestGracefulShutdown(t *testing.T) {
 // TestRunTwice: a second Run is an error, not a second server.
 func TestRunTwice(t *testing.T) {
 	p, _ := startProxy(t, nil, startReplica(t, "r0"))
-	eventually(t, 5*time.Second, "the proxy to be ready", p.Ready)
+	poll.Until(t, 5*time.Second, "the proxy to be ready", p.Ready)
 	if err := p.Run(context.Background()); err == nil {
 		t.Fatal("second Run returned nil")
 	}
@@ -163,7 +165,7 @@ func TestShutdownWhileLingering(t *testing.T) {
 	defer cancel()
 	runErr := make(chan error, 1)
 	go func() { runErr <- p.Run(ctx) }()
-	eventually(t, 5*time.Second, "the proxy to be ready", p.Ready)
+	poll.Until(t, 5*time.Second, "the proxy to be ready", p.Ready)
 
 	rc := dialRaw(t, p.Addr().String())
 	rc.send(t, "GET / HTTP/1.1\r\nHost: a\r\nX-Big: "+strings.Repeat("b", 4<<10)+"\r\n\r\n")

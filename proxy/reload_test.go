@@ -13,6 +13,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"keyway/balancer"
+	"keyway/internal/poll"
 )
 
 // declRecorder remembers the declared count of every table and the sets
@@ -363,7 +364,7 @@ func TestReloadRetiredPoolClosesInflightConn(t *testing.T) {
 	if r := within(t, done, 5*time.Second, "the answer"); r.status != 200 {
 		t.Fatalf("request across the renewal: %v", r)
 	}
-	eventually(t, 5*time.Second, "the retired pool to close its connection", func() bool { return old.hc.ConnsCount() == 0 })
+	poll.Until(t, 5*time.Second, "the retired pool to close its connection", func() bool { return old.hc.ConnsCount() == 0 })
 }
 
 // A gossip feed racing the removal of its set cannot put replicas back

@@ -197,7 +197,6 @@ func (n *ProxyNode) Run(ctx context.Context) error {
 	back, stopBack := context.WithCancel(context.WithoutCancel(front))
 	defer stopBack()
 	g.Go(func() error { return n.hc.Run(back) })
-	g.Go(func() error { return n.view.Run(back) })
 	if n.node != nil {
 		g.Go(func() error { return n.node.Run(back) })
 		g.Go(func() error { return n.disc.Run(back) })

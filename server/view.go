@@ -12,6 +12,7 @@ import (
 	"keyway/config"
 	"keyway/health"
 	"keyway/membership"
+	"keyway/proxy"
 )
 
 // view adapts the node's components (the proxy, the health checker, the
@@ -22,8 +23,6 @@ import (
 type view struct {
 	n   *ProxyNode
 	cfg atomic.Pointer[config.Config] // as last applied; the sets come from the proxy
-	// traffic reads the proxy's counters from the metrics registry.
-	traffic *trafficSampler
 }
 
 // Interface guards.
@@ -36,7 +35,7 @@ var (
 )
 
 func newView(n *ProxyNode) *view {
-	v := &view{n: n, traffic: newTrafficSampler(n.reg, time.Now)}
+	v := &view{n: n}
 	v.setConfig(n.cfg)
 	return v
 }
@@ -59,11 +58,11 @@ func (v *view) declared(set string) int {
 }
 
 // Sets lists the sets without traffic figures (the list endpoint shows
-// none): no metrics are gathered.
+// none).
 func (v *view) Sets() []admin.SetStatus {
 	out := []admin.SetStatus{}
 	for _, name := range v.n.p.Sets() {
-		if st, ok := v.set(name, nil); ok {
+		if st, ok := v.set(name, false); ok {
 			out = append(out, st)
 		}
 	}
@@ -71,35 +70,28 @@ func (v *view) Sets() []admin.SetStatus {
 }
 
 // Set returns one set with its replicas and their traffic: every call
-// reads the proxy's counters afresh (and may store that reading for later
-// rates; see trafficSampler).
-func (v *view) Set(name string) (admin.SetStatus, bool) {
-	if v.n.p.Router(name) == nil {
-		return admin.SetStatus{}, false
-	}
-	var rd *trafficReading
-	if v.traffic != nil {
-		rd = v.traffic.read()
-	}
-	return v.set(name, rd)
-}
+// reads the proxy's counters afresh (see proxy.Proxy.Traffic).
+func (v *view) Set(name string) (admin.SetStatus, bool) { return v.set(name, true) }
 
-// set builds one set's status from one routing table; rd, if not nil,
-// adds the traffic figures.
-func (v *view) set(name string, rd *trafficReading) (admin.SetStatus, bool) {
+// set builds one set's status from one routing table, with the traffic
+// figures when traffic is true.
+func (v *view) set(name string, traffic bool) (admin.SetStatus, bool) {
 	r := v.n.p.Router(name)
 	if r == nil {
 		return admin.SetStatus{}, false
 	}
 	t := r.Table()
+	var tr proxy.TrafficReport
+	if traffic {
+		tr, traffic = v.n.p.Traffic(name)
+	}
 	hs := map[string]health.ReplicaHealth{}
-	if v.n.hc != nil {
-		for _, h := range v.n.hc.Snapshot(name) {
-			hs[h.Replica] = h
-		}
+	for _, h := range v.n.hc.Snapshot(name) {
+		hs[h.Replica] = h
 	}
 	st := admin.SetStatus{
 		Name:        name,
+		Phase:       string(v.n.phases.Phase(name)),
 		Declared:    v.declared(name),
 		InRotation:  len(t.Rotation()),
 		RingSize:    t.Len(),
@@ -108,9 +100,6 @@ func (v *view) set(name string, rd *trafficReading) (admin.SetStatus, bool) {
 		Fingerprint: t.Fingerprint(),
 		Generation:  t.Generation(),
 		Replicas:    []admin.ReplicaStatus{},
-	}
-	if v.n.phases != nil {
-		st.Phase = string(v.n.phases.Phase(name))
 	}
 	for _, m := range t.Members() {
 		if m.State == balancer.StateReady && !m.Down {
@@ -132,13 +121,17 @@ func (v *view) set(name string, rd *trafficReading) (admin.SetStatus, bool) {
 		if h, ok := hs[m.Name]; ok {
 			rs.Health = h
 		}
-		if rd != nil {
-			rs.Traffic = rd.replica(name, m.Name, hs[m.Name].Ejections)
+		if traffic {
+			rs.Traffic = replicaTraffic(tr, m.Name, hs[m.Name])
 		}
 		st.Replicas = append(st.Replicas, rs)
 	}
-	if rd != nil {
-		st.Traffic = rd.set(name, st.Replicas)
+	if traffic {
+		st.Traffic = &admin.SetTraffic{
+			WindowSeconds: tr.WindowSeconds, RequestsPerSecond: tr.RequestsPerSecond, ErrorsPerSecond: tr.ErrorsPerSecond,
+			LocalAnswersPerSecond: tr.LocalAnswersPerSecond, RequestsTotal: tr.RequestsTotal, ErrorsTotal: tr.ErrorsTotal,
+			LocalAnswersTotal: tr.LocalAnswersTotal, RateNote: tr.RateNote,
+		}
 	}
 	return st, true
 }
@@ -184,5 +177,23 @@ func (v *view) Config() any {
 	if err := yaml.Unmarshal(b, &out); err != nil {
 		return map[string]string{"error": "encoding the configuration: " + err.Error()}
 	}
+	return out
+}
+
+// replicaTraffic is one replica's traffic as the proxy counts it, with the
+// health checker's ejection counts. A replica that is not on this proxy's
+// ring was sent nothing: zeros, measured over the report's window.
+func replicaTraffic(tr proxy.TrafficReport, name string, h health.ReplicaHealth) *admin.ReplicaTraffic {
+	out := &admin.ReplicaTraffic{WindowSeconds: tr.WindowSeconds, Ejections: h.Ejections, EjectionsTotal: h.EjectionsTotal}
+	rt, ok := tr.Replicas[name]
+	if !ok {
+		if tr.WindowSeconds != nil {
+			out.RequestsPerSecond, out.ErrorsPerSecond = new(0.0), new(0.0)
+		}
+		return out
+	}
+	out.RequestsPerSecond, out.ErrorsPerSecond = rt.RequestsPerSecond, rt.ErrorsPerSecond
+	out.RequestsTotal, out.Responses5xxTotal = rt.RequestsTotal, rt.Responses5xxTotal
+	out.TransportErrorsTotal, out.TransportErrors, out.ErrorsTotal = rt.TransportErrorsTotal, rt.TransportErrors, rt.ErrorsTotal
 	return out
 }

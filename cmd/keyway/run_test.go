@@ -95,28 +95,6 @@ var (
 	tokenLine = regexp.MustCompile(`admin token for this run \(drain, undrain, scale\): (\S+)`)
 )
 
-// waitRotation polls the admin /metrics until n replicas of "orders" are
-// in rotation: the demo's agents join by gossip after the proxy starts.
-func waitRotation(t *testing.T, admin string, n int) {
-	t.Helper()
-	want := fmt.Sprintf(`keyway_rotation_replicas{set="orders"} %d`, n)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		resp, err := http.Get("http://" + admin + "/metrics")
-		if err == nil {
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if strings.Contains(string(b), want+"\n") {
-				return
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no %q within 30s", want)
-		}
-		<-time.After(50 * time.Millisecond)
-	}
-}
-
 // scanDemoBanner reads the demo's banner up to its token line and returns
 // the addresses and token file it names ("" for a line not seen); the rest
 // of r is drained in the background.
