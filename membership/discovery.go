@@ -69,7 +69,13 @@ type Discovery struct {
 	// feedMu serializes feeding the target: a Resync (another goroutine)
 	// must not hand it an older snapshot after a newer one.
 	feedMu sync.Mutex
-	mu     sync.Mutex
+	// cmdMu orders the operator-drain commands this proxy sends: a
+	// re-drain (report) is computed and sent under it, and an undrain
+	// forgets the hold under it before anything is sent, so that no
+	// re-drain computed before an undrain reaches the agent after it.
+	// Lock order: cmdMu, then feedMu, then mu.
+	cmdMu sync.Mutex
+	mu    sync.Mutex
 	// node is the attached Node (nil before Attach, and in tests that set
 	// send alone); self is its name, the By of the commands it sends.
 	node *Node

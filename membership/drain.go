@@ -53,6 +53,26 @@ func (d *Discovery) Drain(set, replica string, drain bool) error {
 		return fmt.Errorf("%w: %s/%s", ErrNotAdvertised, set, replica)
 	}
 	msg := AdminDrain{Set: set, Replica: replica, Boot: target.Meta.Boot, Drain: drain, By: self}.Encode()
+	if !drain {
+		// Forget the drain here and tell the other proxies first, then the
+		// agent: a proxy that still remembered it when the agent releases
+		// the drain would drain the replica again (report). Under cmdMu, so
+		// that no re-drain this proxy computed before is sent after.
+		d.cmdMu.Lock()
+		defer d.cmdMu.Unlock()
+		d.forgetHold(set, replica)
+		d.mu.Lock()
+		ms := d.members
+		d.mu.Unlock()
+		for _, m := range ms {
+			if m.Meta.Role == RoleProxy && m.Status == StatusAlive && !m.Self {
+				if err := send(m.Node, msg); err != nil {
+					d.log.Debug("undrain not told to a proxy", zap.String("proxy", m.Node), zap.String("set", set),
+						zap.String("replica", replica), zap.Error(err))
+				}
+			}
+		}
+	}
 	if err := send(target.Node, msg); err != nil {
 		return fmt.Errorf("membership: sending the command to %s: %w", target.Node, err)
 	}
@@ -60,21 +80,6 @@ func (d *Discovery) Drain(set, replica string, drain bool) error {
 		// Take the node's lock once more: it orders Send's reads before the
 		// gossip update the command triggers (see agent/helpers_test.go).
 		_ = node.Members()
-	}
-	if drain {
-		return nil
-	}
-	d.ForgetHold(set, replica)
-	d.mu.Lock()
-	ms := d.members
-	d.mu.Unlock()
-	for _, m := range ms {
-		if m.Meta.Role == RoleProxy && m.Status == StatusAlive && !m.Self {
-			if err := send(m.Node, msg); err != nil {
-				d.log.Debug("undrain not told to a proxy", zap.String("proxy", m.Node), zap.String("set", set),
-					zap.String("replica", replica), zap.Error(err))
-			}
-		}
 	}
 	return nil
 }
@@ -137,6 +142,13 @@ const MaxRedrains = 25
 // undrain asked here, or told by another proxy (HandleMessage). A new
 // incarnation is then routed by what it advertises.
 func (d *Discovery) ForgetHold(set, replica string) {
+	d.cmdMu.Lock()
+	defer d.cmdMu.Unlock()
+	d.forgetHold(set, replica)
+}
+
+// forgetHold is ForgetHold with cmdMu held.
+func (d *Discovery) forgetHold(set, replica string) {
 	d.mu.Lock()
 	_, had := d.held[[2]string{set, replica}]
 	delete(d.held, [2]string{set, replica})
@@ -200,10 +212,12 @@ func (d *Discovery) report() {
 		sent int // commands sent to this incarnation before this one
 	}
 	var redrains []redrain
+	d.cmdMu.Lock() // until the re-drains are sent
 	d.mu.Lock()
 	send, ms := d.send, d.members
 	if send == nil {
 		d.mu.Unlock()
+		d.cmdMu.Unlock()
 		return
 	}
 	// While the newest alive incarnation of a held replica does not hold
@@ -238,6 +252,7 @@ func (d *Discovery) report() {
 			d.log.Info("replica restarted during an operator drain: draining it again", fields...)
 		}
 	}
+	d.cmdMu.Unlock()
 	for _, m := range ms {
 		if m.Meta.Role != RoleReplica || m.Status != StatusAlive || (m.Meta.State != balancer.StateDraining && m.Meta.State != balancer.StateStopped) {
 			continue

@@ -135,8 +135,10 @@ func TestDiscoveryUndrainForgetsAndTellsProxies(t *testing.T) {
 	}
 	got, to := rec.take()
 	cmd := AdminDrain{Kind: "admin_drain", Set: "orders", Replica: "o-0", Boot: 2, Drain: false, By: "proxy-1"}
-	if !reflect.DeepEqual(got, []AdminDrain{cmd, cmd}) || !reflect.DeepEqual(to, []string{"o-0.c", "proxy-2"}) {
-		t.Fatalf("sent %+v to %v, want the undrain of boot 2 to o-0.c, then to proxy-2", got, to)
+	// The other proxies first: none may still remember the drain when the
+	// agent releases it.
+	if !reflect.DeepEqual(got, []AdminDrain{cmd, cmd}) || !reflect.DeepEqual(to, []string{"proxy-2", "o-0.c"}) {
+		t.Fatalf("sent %+v to %v, want the undrain of boot 2 to proxy-2, then to o-0.c", got, to)
 	}
 	d.mu.Lock()
 	_, marked := d.held[[2]string{"orders", "o-0"}]
@@ -176,8 +178,9 @@ func TestDiscoveryDrainErrors(t *testing.T) {
 		t.Fatalf("Drain before Attach = %v, want ErrNotAttached", err)
 	}
 
-	// The agent cannot be reached: the undrain is neither forgotten here
-	// nor told to the other proxies.
+	// The agent cannot be reached: an error. The drain is forgotten here
+	// and told to the other proxies all the same (they hear it first); the
+	// agent still advertises it, so the next snapshot marks it again.
 	d.mu.Lock()
 	d.held[[2]string{"orders", "o-1"}] = 1
 	d.mu.Unlock()
@@ -190,7 +193,55 @@ func TestDiscoveryDrainErrors(t *testing.T) {
 	d.mu.Lock()
 	_, marked := d.held[[2]string{"orders", "o-1"}]
 	d.mu.Unlock()
-	if !marked || !reflect.DeepEqual(tried, []string{"o-1.b"}) {
-		t.Fatalf("after a failed undrain: marked %v, tried %v; want still marked, only o-1.b tried", marked, tried)
+	if marked || !reflect.DeepEqual(tried, []string{"proxy-2", "o-1.b"}) {
+		t.Fatalf("after a failed undrain: marked %v, tried %v; want forgotten, proxy-2 then o-1.b tried", marked, tried)
+	}
+}
+
+// A re-drain this proxy computes while an undrain is under way never
+// reaches the agent after the undrain: the agent would hold the drain
+// again (report and Drain are ordered by cmdMu).
+func TestDiscoveryUndrainOrdersReDrains(t *testing.T) {
+	for round := range 50 {
+		d, _, rec := drainFixture()
+		held := rep("orders", "o-0", "a:1", balancer.StateDraining, 1, StatusAlive)
+		held.Meta.Held = true
+		d.SetMembers(append([]Member{held}, proxies...))
+		held.Status = StatusDead
+		d.SetMembers(append([]Member{held, rep("orders", "o-0", "a:1", balancer.StateReady, 2, StatusAlive)}, proxies...))
+
+		stop := make(chan struct{})
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+					d.report()
+				}
+			}
+		}()
+		if err := d.Drain("orders", "o-0", false); err != nil {
+			t.Fatal(err)
+		}
+		close(stop)
+		<-done
+		got, to := rec.take()
+		undrained := false
+		for i, c := range got {
+			if to[i] != "o-0.c" {
+				continue
+			}
+			if !c.Drain {
+				undrained = true
+			} else if undrained {
+				t.Fatalf("round %d: a drain reached the agent after its undrain: %+v to %v", round, got, to)
+			}
+		}
+		if !undrained {
+			t.Fatalf("round %d: no undrain reached the agent: %+v to %v", round, got, to)
+		}
 	}
 }
