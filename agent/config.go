@@ -137,8 +137,8 @@ func (c Config) Validate() error {
 	} else if err := validateReplicaAddr(r.Addr); err != nil {
 		add("replica.addr: %v", err)
 	}
-	if r.Weight < 1 || r.Weight > 1000 {
-		add("replica.weight: must be between 1 and 1000, got %d", r.Weight)
+	if r.Weight < 1 || r.Weight > balancer.MaxWeight {
+		add("replica.weight: must be between 1 and %d, got %d", balancer.MaxWeight, r.Weight)
 	}
 	if len(r.Zone) > 64 || strings.ContainsAny(r.Zone, " \t\r\n") {
 		add("replica.zone: %q is not a valid zone: use at most 64 bytes without spaces", r.Zone)

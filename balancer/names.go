@@ -6,6 +6,9 @@ import "strings"
 // declared count is 1..MaxReplicas).
 const MaxReplicas = 1000
 
+// MaxWeight is the largest weight a replica may have (1..MaxWeight).
+const MaxWeight = 1000
+
 // ValidSetName reports whether s may name a replica set: 1 to 63
 // lower-case ASCII letters, digits, '-' or '_' (e.g. "orders"). Set names
 // appear in metric labels, log fields, error bodies and gossip metadata.

@@ -71,21 +71,7 @@ func TestAdminAPIMatchesRouting(t *testing.T) {
 		stacktest.GetJSON(t, base+"/v1/route?set=orders&key="+url.QueryEscape(key), &ex)
 		return ex
 	}
-	send := func(key string) string {
-		req, _ := http.NewRequest("POST", "http://"+proxyAddr+"/ingest", strings.NewReader("x"))
-		req.Header.Set("X-Key", key)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var a demo.Answer
-		err = json.NewDecoder(resp.Body).Decode(&a)
-		resp.Body.Close()
-		if err != nil || a.Key != key {
-			t.Fatalf("key %q: status %d, answer %+v, %v", key, resp.StatusCode, a, err)
-		}
-		return a.Replica
-	}
+	send := func(key string) string { return stacktest.SendKey(t, proxyAddr, key) }
 	owners := map[string]bool{}
 	ownedBy := map[string]string{}
 	for i := range 40 {

@@ -294,8 +294,8 @@ func (s SetConfig) Validate() error {
 		} else {
 			addrs[r.Addr] = i
 		}
-		if r.Weight < 1 || r.Weight > 1000 {
-			errs = append(errs, fmt.Errorf("%sweight: must be between 1 and 1000, got %d", p, r.Weight))
+		if r.Weight < 1 || r.Weight > balancer.MaxWeight {
+			errs = append(errs, fmt.Errorf("%sweight: must be between 1 and %d, got %d", p, balancer.MaxWeight, r.Weight))
 		}
 	}
 	return errors.Join(errs...)

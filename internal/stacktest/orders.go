@@ -55,12 +55,19 @@ replica_sets:
 	return st
 }
 
-// Send posts one request with an X-Key and returns the replica that
-// answered (a demo replica names itself), failing the test on anything
-// but its answer.
+// Send posts one request with an X-Key through the proxy and returns the
+// replica that answered (see SendKey).
 func (st *Orders) Send(t testing.TB, key string) string {
 	t.Helper()
-	req, _ := http.NewRequest("POST", "http://"+st.Proxy+"/ingest", strings.NewReader("x"))
+	return SendKey(t, st.Proxy, key)
+}
+
+// SendKey posts one request with an X-Key to the proxy at addr, path
+// /ingest, and returns the demo replica that answered (it names itself),
+// failing the test on anything but a demo replica's answer for that key.
+func SendKey(t testing.TB, addr, key string) string {
+	t.Helper()
+	req, _ := http.NewRequest("POST", "http://"+addr+"/ingest", strings.NewReader("x"))
 	req.Header.Set("X-Key", key)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
