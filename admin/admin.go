@@ -43,6 +43,7 @@ type Options struct {
 	Members MemberLister
 	Events  EventSource
 	Config  ConfigSource
+	Fleet   FleetSource
 
 	// Drainer serves the mutating drain and undrain endpoints (drain.go);
 	// nil makes them answer 501.

@@ -29,6 +29,7 @@ var apiRoutes = []string{
 	"/v1/replica_sets/{set}",
 	"/v1/replica_sets/{set}/replicas",
 	"/v1/members",
+	"/v1/fleet",
 	"/v1/route",
 	"/v1/events",
 	"/v1/config",
@@ -39,6 +40,7 @@ func (s *Server) routeAPI(mux *http.ServeMux) {
 	mux.HandleFunc("GET /v1/replica_sets/{set}", s.getSet)
 	mux.HandleFunc("GET /v1/replica_sets/{set}/replicas", s.getReplicas)
 	mux.HandleFunc("GET /v1/members", s.listMembers)
+	mux.HandleFunc("GET /v1/fleet", s.getFleet)
 	mux.HandleFunc("GET /v1/route", s.route)
 	mux.HandleFunc("GET /v1/events", s.listEvents)
 	mux.HandleFunc("GET /v1/config", s.getConfig)
@@ -140,6 +142,16 @@ func (s *Server) listMembers(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.reply(w, MemberList{Members: nonNil(s.opts.Members.Members())})
+}
+
+func (s *Server) getFleet(w http.ResponseWriter, r *http.Request) {
+	if s.opts.Fleet == nil {
+		s.unavailable(w, "the fleet view")
+		return
+	}
+	f := s.opts.Fleet.Fleet()
+	f.Sets, f.Proxies = nonNil(f.Sets), nonNil(f.Proxies)
+	s.reply(w, f)
 }
 
 func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {

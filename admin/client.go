@@ -69,6 +69,13 @@ func (c *Client) Members() ([]MemberInfo, []byte, error) {
 	return out.Members, raw, err
 }
 
+// Fleet reports how the proxies' routing compares (GET /v1/fleet).
+func (c *Client) Fleet() (FleetStatus, []byte, error) {
+	var out FleetStatus
+	raw, err := c.get("/v1/fleet", &out)
+	return out, raw, err
+}
+
 // Route explains where a key goes (GET /v1/route).
 func (c *Client) Route(set, key string) (RouteExplain, []byte, error) {
 	var out RouteExplain

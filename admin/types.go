@@ -264,3 +264,71 @@ type ScaleResult struct {
 	// Scope is "this proxy": other proxies keep their own count.
 	Scope string `json:"scope"`
 }
+
+// FleetStatus is the answer of GET /v1/fleet: whether the proxies of the
+// fleet route every set alike, what the fleet holds out on shared
+// evidence, and whether this proxy has lost gossip contact.
+type FleetStatus struct {
+	// Self is this proxy's gossip node name ("" when gossip is off).
+	Self string `json:"self"`
+	// Share says this proxy publishes its evidence and follows the fleet's
+	// verdict (fleet.share).
+	Share bool `json:"share"`
+	// Isolated says this proxy has lost gossip contact with its peers: it
+	// keeps its last view of the replicas and takes them out only on
+	// data-path evidence. IsolatedSince is when that started.
+	Isolated      bool      `json:"isolated"`
+	IsolatedSince time.Time `json:"isolated_since,omitzero"`
+	// Agree says every other proxy with a current view routes every set
+	// this proxy serves like it does (true when there is no other proxy).
+	Agree bool `json:"agree"`
+	// Proxies are the other proxies this one has a current view of.
+	Proxies []FleetProxy `json:"proxies"`
+	// Sets compare this proxy's routing digest of each set with the
+	// others'.
+	Sets []FleetSet `json:"sets"`
+}
+
+// FleetProxy is another proxy of the fleet.
+type FleetProxy struct {
+	Node string `json:"node"`
+	// Admin is its admin API address, as it advertises it.
+	Admin string `json:"admin,omitempty"`
+	// Heard is when its last view arrived (every fleet.interval).
+	Heard time.Time `json:"heard"`
+}
+
+// FleetSet is one replica set across the fleet.
+type FleetSet struct {
+	Set string `json:"set"`
+	// Digest identifies what decides the set's routing here: ring
+	// parameters, ring members and rotation. Equal digests route every key
+	// alike.
+	Digest string `json:"digest"`
+	// Agree says every peer serving the set has the same digest.
+	Agree bool `json:"agree"`
+	// Held are the replicas the fleet holds out on proxies' shared
+	// evidence (fleet.share), with the proxies that vote against them
+	// ("self" for this one).
+	Held []FleetHeld `json:"held"`
+	// Peers are the other proxies serving the set and their digests.
+	Peers []FleetPeerDigest `json:"peers"`
+}
+
+// FleetHeld is a replica the fleet holds out.
+type FleetHeld struct {
+	Replica string    `json:"replica"`
+	Voters  []string  `json:"voters"`
+	Since   time.Time `json:"since"`
+}
+
+// FleetPeerDigest is one peer's digest of a set.
+type FleetPeerDigest struct {
+	Node   string `json:"node"`
+	Digest string `json:"digest"`
+	Agrees bool   `json:"agrees"`
+	// DisagreeingSince and DisagreeingSeconds say how long the digests
+	// have differed (absent while they agree).
+	DisagreeingSince   time.Time `json:"disagreeing_since,omitzero"`
+	DisagreeingSeconds float64   `json:"disagreeing_seconds,omitempty"`
+}

@@ -42,6 +42,12 @@ type EventSource interface {
 	Events(since time.Time, kinds []string, limit int) []any
 }
 
+// FleetSource reports how this proxy's routing compares with the other
+// proxies' (GET /v1/fleet). Safe for concurrent use.
+type FleetSource interface {
+	Fleet() FleetStatus
+}
+
 // ConfigSource returns the effective configuration with secrets redacted,
 // as a value that encodes to JSON. Safe for concurrent use.
 type ConfigSource interface {

@@ -89,12 +89,13 @@ const (
 	ReasonRefused                    // a connection was refused: ejected at once, before gossip agrees
 	ReasonFailed                     // held out after too many ejections within a window
 	ReasonAdmin                      // drained by an operator on this proxy
+	ReasonFleet                      // another proxy's evidence, adopted by the fleet (FleetVerdict)
 )
 
 var reasonNames = []struct {
 	r    Reason
 	name string
-}{{ReasonProbe, "probe"}, {ReasonEjected, "ejected"}, {ReasonRefused, "refused"}, {ReasonFailed, "failed"}, {ReasonAdmin, "admin"}}
+}{{ReasonProbe, "probe"}, {ReasonEjected, "ejected"}, {ReasonRefused, "refused"}, {ReasonFailed, "failed"}, {ReasonAdmin, "admin"}, {ReasonFleet, "fleet"}}
 
 // String lists the reasons separated by '+', or "none". Bits without a
 // name are shown in hex ("refused+0x400").

@@ -395,6 +395,7 @@ func (r *Router[B]) rebuild(cause string) {
 	}
 	r.renew = false
 	t.buildCandidates(r.cfg.Candidates)
+	t.digest = t.computeDigest()
 
 	owned := make([]int, len(rg.names))
 	for _, o := range rg.owner {

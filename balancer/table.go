@@ -50,6 +50,7 @@ type Table[B any] struct {
 	c          int       // candidates per partition
 	cand       []uint16  // per partition c in-rotation slots, noSlot padded
 	members    []Member  // every known replica, sorted by name
+	digest     string    // computeDigest, set when the table is built
 	rr         *atomic.Uint64
 }
 

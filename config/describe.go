@@ -165,6 +165,13 @@ func fieldDocs() map[string]string {
 		"server.reduce_memory":    "free the buffers of idle keep-alive client connections: 22 KiB → 10 KiB per idle connection, for one tiny allocation per request; for many idle connections",
 		"server.shutdown_timeout": "how long a graceful shutdown waits for in-flight requests; at least 100ms",
 
+		"fleet.share":              "publish this proxy's evidence (ejections, probe failures, refused connections) to the other proxies and hold out what the fleet's verdict names; false keeps rotation local",
+		"fleet.interval":           "how often this proxy's view goes to every other proxy and the verdict is evaluated; a proxy silent for 3 intervals is forgotten; 100ms to 10s",
+		"fleet.solo_vote_max":      "how long the fleet follows evidence only one proxy has (a crash is confirmed by gossip well within it; a broken path on one proxy is not followed longer); 0 = no bound",
+		"fleet.veto_window":        "a proxy vetoes others' votes against a replica it exchanged with successfully this recently (and not failed since); 100ms to 1m",
+		"fleet.max_share":          "largest share of a set's ring members the fleet holds out on votes, in (0, 1]; at least one of two",
+		"fleet.disagreement_bound": "another proxy routing a set differently for longer than this is logged at warn level and audited (fleet_disagreement); at least 1s",
+
 		"gossip.enabled":            "join the gossip cluster as a proxy and route to the replicas agents advertise, beside static ones",
 		"gossip.bind_addr":          "IP address gossip listens on (UDP and TCP); 0.0.0.0 for all interfaces",
 		"gossip.bind_port":          "gossip port; 0 picks a free one",

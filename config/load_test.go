@@ -336,7 +336,7 @@ func TestLoadProblems(t *testing.T) {
 		},
 		"unknown key from another section": {
 			yaml: "level: debug\n" + okSets,
-			want: []string{`f.yaml:1: level: unknown key "level" here (log.level is a key of another section); allowed keys here: listen, server, replica_sets, admin, log, gossip, health, audit`},
+			want: []string{`f.yaml:1: level: unknown key "level" here (log.level is a key of another section); allowed keys here: listen, server, replica_sets, fleet, admin, log, gossip, health, audit`},
 		},
 		"mapping merged into itself": {
 			yaml: "server: &a {<<: *a}\n" + okSets,

@@ -36,6 +36,11 @@ const (
 	KindPhaseChange    = "phase_change"    // a replica set's phase changed
 	KindAdminAction    = "admin_action"    // a mutating admin API call
 	KindConfigReload   = "config_reload"   // a configuration reload, applied or refused
+	// The fleet (proxy.FleetEvent).
+	KindFleetHold         = "fleet_hold"         // the fleet holds a replica out on another proxy's evidence
+	KindFleetRelease      = "fleet_release"      // the fleet lets it back
+	KindFleetDisagreement = "fleet_disagreement" // another proxy has routed a set differently for longer than fleet.disagreement_bound
+	KindFleetAgreement    = "fleet_agreement"    // it routes the set like this proxy again
 )
 
 // Event is one entry of the audit trail: one JSON object per line of a

@@ -23,6 +23,11 @@ type Backend struct {
 	addr     string
 	hc       *fasthttp.HostClient
 	inflight atomic.Int64
+	// lastOK and lastFail are when (Unix nanoseconds) the replica last
+	// answered below 500, and last answered 5xx or failed an exchange that
+	// reached it: this proxy's evidence for vetoing others' votes against
+	// the replica (fleet.go).
+	lastOK, lastFail atomic.Int64
 	// refused says this backend holds its replica out of rotation after a
 	// refused connection; refusedGen numbers those holds. refusedMu
 	// serializes taking and lifting a hold together with the Router call,

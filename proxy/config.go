@@ -21,6 +21,9 @@ type Config struct {
 	// request belongs to the first set whose match it satisfies, most
 	// specific first (see MatchConfig).
 	ReplicaSets []SetConfig `yaml:"replica_sets"`
+	// Fleet says how this proxy shares its evidence with the other
+	// proxies and follows theirs (with gossip on).
+	Fleet FleetConfig `yaml:"fleet"`
 }
 
 // ServerConfig bounds what one client may cost the proxy.
@@ -155,6 +158,7 @@ func DefaultConfig() Config {
 			MaxConns:        10000,
 			ShutdownTimeout: 30 * time.Second,
 		},
+		Fleet: DefaultFleetConfig(),
 	}
 }
 
@@ -185,6 +189,7 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("listen: %w", err))
 	}
 	errs = append(errs, prefixed("server.", c.Server.Validate()))
+	errs = append(errs, prefixed("fleet.", c.Fleet.Validate()))
 	if len(c.ReplicaSets) == 0 {
 		errs = append(errs, errors.New("replica_sets: at least one replica set is required, e.g. [{name: orders, static: [{name: orders-0, addr: \"127.0.0.1:9001\"}]}]"))
 	}

@@ -181,9 +181,15 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, rs *replicaSet, t *balancer.Ta
 			// request just returned to it.
 			b.hc.CloseIdleConnections()
 		}
-		d := time.Since(t0)
+		end := time.Now()
+		d := end.Sub(t0)
 		if err == nil {
 			code := ctx.Response.StatusCode()
+			if code >= 500 {
+				b.lastFail.Store(end.UnixNano())
+			} else {
+				b.lastOK.Store(end.UnixNano())
+			}
 			if p.opts.Observer != nil {
 				p.opts.Observer.Observe(rs.name, b.name, code, nil, d)
 			}
@@ -199,8 +205,11 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, rs *replicaSet, t *balancer.Ta
 		if lastKind == errDial && isRefused(err) {
 			p.ejectRefused(rs, b)
 		}
-		if p.opts.Observer != nil && lastKind != errStale && lastKind != errNoFreeConns {
-			p.opts.Observer.Observe(rs.name, b.name, 0, err, d)
+		if lastKind != errStale && lastKind != errNoFreeConns {
+			b.lastFail.Store(end.UnixNano())
+			if p.opts.Observer != nil {
+				p.opts.Observer.Observe(rs.name, b.name, 0, err, d)
+			}
 		}
 		if ce := p.log.Check(zapcore.DebugLevel, "upstream attempt failed"); ce != nil {
 			ce.Write(zap.String("set", rs.name), zap.String("replica", b.name), zap.Stringer("kind", lastKind), zap.Error(err), zap.Int("attempt", i+1))

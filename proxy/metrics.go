@@ -20,6 +20,7 @@ type metrics struct {
 	rotation  *prometheus.GaugeVec   // set
 	ringSize  *prometheus.GaugeVec   // set
 	rebuildSe *prometheus.HistogramVec
+	fleet     *fleetMetrics
 
 	// Pre-bound series for requests that match no set (set "none"); their
 	// requests_total{replica="none"} series are counters.noSet.
@@ -77,12 +78,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Buckets: []float64{.00001, .0001, .001, .005, .01, .05, .1, .5, 1},
 		}, []string{"set"}),
 	}
+	m.fleet = newFleetMetrics()
 	m.noSet = m.rejected.WithLabelValues("none", "no_set")
 	m.malformed = m.rejected.WithLabelValues("none", "malformed")
 	m.noSetBodyBig = m.rejected.WithLabelValues("none", lrBodyTooLarge.String())
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.counters, m.latency, m.retries, m.allDown, m.rejected, m.inflight,
-			m.rebuilds, m.moved, m.rotation, m.ringSize, m.rebuildSe} {
+		for _, c := range append([]prometheus.Collector{m.counters, m.latency, m.retries, m.allDown, m.rejected, m.inflight,
+			m.rebuilds, m.moved, m.rotation, m.ringSize, m.rebuildSe}, m.fleet.collectors()...) {
 			if err := reg.Register(c); err != nil {
 				// A second proxy on the same registry, typically: an error
 				// from New rather than MustRegister's panic.
@@ -123,4 +125,7 @@ func (m *metrics) forgetSet(set string) {
 	m.rotation.DeletePartialMatch(l)
 	m.ringSize.DeletePartialMatch(l)
 	m.rebuildSe.DeletePartialMatch(l)
+	m.fleet.disagreeing.DeletePartialMatch(l)
+	m.fleet.longest.DeletePartialMatch(l)
+	m.fleet.held.DeletePartialMatch(l)
 }

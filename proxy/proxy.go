@@ -61,6 +61,14 @@ type Options struct {
 	// Coalesce is the Router's coalescing window for bursts of replica and
 	// health changes. 0 means 50ms.
 	Coalesce time.Duration
+	// FleetChanged, if non-nil, is told that this proxy's fleet view may
+	// have changed (a table was published): the fleet exchange sends it
+	// early. It must not block.
+	FleetChanged func()
+	// FleetEvents, if non-nil, receives the fleet's holds and releases and
+	// the disagreements that outlast fleet.disagreement_bound (for the
+	// audit trail). It must not block.
+	FleetEvents func(FleetEvent)
 
 	// dial, if non-nil, replaces net.DialTimeout for connections to
 	// replicas. It is a test hook (in-memory listeners in benchmarks).
@@ -95,6 +103,8 @@ type Proxy struct {
 	reloadMu  sync.Mutex
 	runCtx    context.Context
 	routersWG sync.WaitGroup
+
+	fleet fleetView // the other proxies' views (fleet.go)
 
 	lingering  lingerTracker // connections draining before close (listener.go)
 	lingerTime time.Duration // bound on one connection's draining
@@ -152,6 +162,10 @@ type setState struct {
 	mu     sync.Mutex // guards live and gossip
 	live   map[string]*Backend
 	gossip []balancer.Replica // the last gossip list, sorted by name
+	// The fleet (fleet.go): when each shared exclusion started, and what
+	// the fleet's verdict holds out. Guarded by mu.
+	voteSince map[string]time.Time
+	fleetOut  map[string]balancer.FleetExclusion
 }
 
 type keySource struct {
@@ -381,6 +395,7 @@ func (p *Proxy) rebuilt(st *setState, info balancer.RebuildInfo) {
 	if st.removed.Load() {
 		return // the set's last table, emptied by Reload: nobody routes with it
 	}
+	p.noteVotes(st, st.router.Table())
 	if len(p.opts.Tables) > 0 {
 		// The Router has published the new table before calling this hook.
 		ms := st.router.Table().Members()

@@ -124,3 +124,24 @@ func auditPhase(l *eventlog.Log, log *zap.Logger) func(health.PhaseChange) {
 		})
 	}
 }
+
+// auditFleet records the fleet's holds and releases and the disagreements
+// that outlast fleet.disagreement_bound.
+func auditFleet(l *eventlog.Log) func(proxy.FleetEvent) {
+	return func(e proxy.FleetEvent) {
+		fields := map[string]any{}
+		if len(e.Voters) > 0 {
+			fields["voters"] = e.Voters
+		}
+		if e.Peer != "" {
+			fields["peer"] = e.Peer
+		}
+		if e.Digest != "" {
+			fields["digest"], fields["peer_digest"] = e.Digest, e.PeerDigest
+		}
+		if e.For > 0 {
+			fields["for_seconds"] = e.For.Seconds()
+		}
+		l.Record(e.Kind, e.Set, e.Replica, fields)
+	}
+}

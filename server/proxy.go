@@ -55,6 +55,7 @@ type ProxyNode struct {
 	p      *proxy.Proxy
 	node   *membership.Node      // nil when gossip is off
 	disc   *membership.Discovery // nil when gossip is off
+	fleet  *membership.Fleet     // nil when gossip is off
 	view   *view
 	adm    *admin.Server // nil when admin.listen is empty
 
@@ -115,11 +116,13 @@ func NewProxy(cfg config.Config, opts Options) (_ *ProxyNode, err error) {
 	// 3. The proxy: routing tables feed the health targets, the phases and
 	// the audit trail.
 	popts := proxy.Options{
-		Logger:     n.log.Named("proxy"),
-		AccessLog:  logs.Access,
-		Registerer: n.reg,
-		Tables:     []proxy.TableObserver{healthTargets{n.hc}, phaseObserver{n.phases}, tableAudit{n.audit}},
-		FailOpen:   cfg.Health.FailOpen(),
+		Logger:       n.log.Named("proxy"),
+		AccessLog:    logs.Access,
+		Registerer:   n.reg,
+		Tables:       []proxy.TableObserver{healthTargets{n.hc}, phaseObserver{n.phases}, tableAudit{n.audit}},
+		FailOpen:     cfg.Health.FailOpen(),
+		FleetChanged: func() { n.pokeFleet() },
+		FleetEvents:  auditFleet(n.audit),
 	}
 	if cfg.Health.Passive.Enabled {
 		popts.Observer = n.hc
@@ -139,7 +142,7 @@ func NewProxy(cfg config.Config, opts Options) (_ *ProxyNode, err error) {
 	if cfg.Admin.Listen != "" {
 		aopts := admin.Options{
 			Gatherer: n.reg, Ready: n.p, Logger: n.log.Named("admin"),
-			Sets: n.view, Members: n.view, Events: n.view, Config: n.view, Drainer: n.view,
+			Sets: n.view, Members: n.view, Events: n.view, Config: n.view, Drainer: n.view, Fleet: n.view,
 			Scaler: scaler{n.p, n.audit},
 		}
 		if opts.Load != nil {
@@ -157,18 +160,25 @@ func NewProxy(cfg config.Config, opts Options) (_ *ProxyNode, err error) {
 
 	// 5. Gossip: the node advertises this proxy (its admin address and
 	// ring fingerprints); discovery feeds the proxy's routers with the
-	// replicas agents advertise.
+	// replicas agents advertise; the fleet exchange shares this proxy's
+	// view with the other proxies and applies theirs.
 	if cfg.Gossip.Enabled {
 		n.disc = membership.NewDiscovery(n.p, membership.DiscoveryOptions{Logger: n.log.Named("discovery"), Registerer: n.reg, OnEvent: auditMember(n.audit)})
+		n.fleet = membership.NewFleet(n.p, membership.FleetOptions{Logger: n.log.Named("fleet"), Registerer: n.reg, Interval: cfg.Fleet.Interval})
+		messages := func(from string, msg []byte) {
+			n.disc.HandleMessage(from, msg)
+			n.fleet.HandleMessage(from, msg)
+		}
 		n.node, err = membership.New(cfg.Gossip.Config, membership.Meta{
 			Role:        membership.RoleProxy,
 			Addr:        adminAddr,
 			Fingerprint: membership.FingerprintMeta(n.p.Fingerprints()),
-		}, membership.Options{Logger: n.log.Named("gossip"), Registerer: n.reg, Sink: n.disc, Messages: n.disc.HandleMessage})
+		}, membership.Options{Logger: n.log.Named("gossip"), Registerer: n.reg, Sink: n.disc, Messages: messages})
 		if err != nil {
 			return nil, err
 		}
 		n.disc.Attach(n.node)
+		n.fleet.Attach(n.node)
 	}
 	n.log.Info("keyway starting", zap.String("version", opts.Version), zap.String("config", config.Summary(cfg)))
 	return n, nil
@@ -200,6 +210,7 @@ func (n *ProxyNode) Run(ctx context.Context) error {
 	if n.node != nil {
 		g.Go(func() error { return n.node.Run(back) })
 		g.Go(func() error { return n.disc.Run(back) })
+		g.Go(func() error { return n.fleet.Run(back) })
 	}
 	g.Go(func() error {
 		err := n.p.Run(front)
@@ -243,6 +254,15 @@ func (n *ProxyNode) GossipAddr() string {
 		return ""
 	}
 	return n.node.GossipAddr()
+}
+
+// pokeFleet asks the fleet exchange to send this proxy's view now (its
+// routing changed). Called by the proxy from its Router's writer: it never
+// blocks.
+func (n *ProxyNode) pokeFleet() {
+	if n.fleet != nil {
+		n.fleet.Poke()
+	}
 }
 
 // close releases what NewProxy opened when it fails half-way.

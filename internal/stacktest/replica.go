@@ -10,12 +10,14 @@ import (
 )
 
 // Replica is a fasthttp server standing in for a pipeline replica: it
-// answers 200 with its name, or 500 while failing; /healthz always
-// answers 200; a request with X-Hang waits until the test releases it.
+// answers 200 with its name, or 500 while failing or to a request with an
+// X-Fail header (a fault only some clients see); /healthz always answers
+// 200; a request with X-Hang waits until the test releases it.
 type Replica struct {
 	Name    string
 	Addr    string
 	Failing atomic.Bool // answer 500 while true
+	served  atomic.Int64
 	release chan struct{}
 	once    sync.Once
 }
@@ -29,11 +31,14 @@ func StartReplica(t testing.TB, name string) *Replica {
 	}
 	r := &Replica{Name: name, Addr: ln.Addr().String(), release: make(chan struct{})}
 	srv := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
+		if string(ctx.Path()) != "/healthz" {
+			r.served.Add(1)
+		}
 		switch {
 		case string(ctx.Path()) == "/healthz":
 		case len(ctx.Request.Header.Peek("X-Hang")) > 0:
 			<-r.release
-		case r.Failing.Load():
+		case r.Failing.Load(), len(ctx.Request.Header.Peek("X-Fail")) > 0:
 			ctx.SetStatusCode(fasthttp.StatusInternalServerError)
 		}
 		ctx.SetBodyString(r.Name)
@@ -52,3 +57,6 @@ func StartReplica(t testing.TB, name string) *Replica {
 
 // Unblock releases the requests waiting on X-Hang (idempotent).
 func (r *Replica) Unblock() { r.once.Do(func() { close(r.release) }) }
+
+// Requests counts the requests it received, /healthz aside.
+func (r *Replica) Requests() int64 { return r.served.Load() }

@@ -1,0 +1,339 @@
+package membership
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"keyway/balancer"
+)
+
+// The fleet exchange: every proxy tells every other proxy, every Interval
+// and whenever its view changes, what decides its routing per replica set
+// (a digest), its local evidence against replicas (votes) and its recent
+// good exchanges with replicas others vote against (vetoes). Each proxy
+// then applies the same rule (balancer.FleetVerdict) to all views. Direct
+// messages, not gossip broadcasts: the fleet has a handful of proxies, a
+// message is small, and a periodic resend repairs any loss.
+
+// FleetTarget is what the fleet exchange reads and feeds: the proxy.
+type FleetTarget interface {
+	// FleetSets returns this proxy's view of every set it serves, for the
+	// others.
+	FleetSets(now time.Time) []balancer.FleetSet
+	// SetFleet hands over the other proxies' views, after every change and
+	// every Interval (verdicts depend on time).
+	SetFleet(peers []balancer.FleetPeer, now time.Time)
+}
+
+// FleetOptions are a Fleet's dependencies; all optional.
+type FleetOptions struct {
+	Logger     *zap.Logger
+	Registerer prometheus.Registerer
+	// Interval is how often the view is sent to every other proxy and the
+	// verdicts are evaluated again. 0 means 1s. A peer not heard from for
+	// 3 intervals is forgotten (its votes lapse).
+	Interval time.Duration
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// Fleet exchanges proxy views with the other proxies of the gossip
+// cluster. Safe for concurrent use. Attach a Node, route messages to
+// HandleMessage, and Run it.
+type Fleet struct {
+	target   FleetTarget
+	log      *zap.Logger
+	interval time.Duration
+	now      func() time.Time
+	poke     chan struct{}
+	sends    sync.WaitGroup // reliable sends in flight (Run waits for them)
+
+	received *prometheus.CounterVec // result
+	peersG   prometheus.Gauge
+
+	mu     sync.Mutex
+	node   *Node
+	seq    uint64
+	peers  map[string]*fleetPeer // by node name
+	busy   map[string]bool       // peers with a reliable send in flight
+	sendFn func(node string, msg []byte, reliable bool) error
+}
+
+type fleetPeer struct {
+	view  balancer.FleetPeer
+	seq   uint64
+	heard time.Time
+	addr  string // the peer's admin address, from its gossip metadata
+}
+
+// PeerStatus is one other proxy as the fleet exchange knows it.
+type PeerStatus struct {
+	Node string
+	// Admin is the peer's admin API address ("" when it advertises none).
+	Admin string
+	// Heard is when its last view arrived.
+	Heard time.Time
+	// Sets are its views, by set.
+	Sets []balancer.FleetSet
+}
+
+const proxyStateKind = "proxy_state"
+
+// proxyState is the wire form of a view: JSON, kind "proxy_state".
+type proxyState struct {
+	Kind string     `json:"kind"`
+	Node string     `json:"node"`
+	Seq  uint64     `json:"seq"`
+	Sets []stateSet `json:"sets"`
+}
+
+type stateSet struct {
+	Set    string      `json:"set"`
+	Digest string      `json:"digest"`
+	Votes  []stateVote `json:"votes,omitempty"`
+	Vetoes []string    `json:"vetoes,omitempty"`
+}
+
+type stateVote struct {
+	Replica string `json:"replica"`
+	Reason  string `json:"reason"`
+	// AgeMS is how long ago the vote started, on the sender's clock:
+	// receivers need no synchronized clocks.
+	AgeMS int64 `json:"age_ms"`
+}
+
+// NewFleet returns a Fleet feeding t. Attach the Node before Run.
+func NewFleet(t FleetTarget, opts FleetOptions) *Fleet {
+	f := &Fleet{
+		target:   t,
+		log:      cmp.Or(opts.Logger, zap.NewNop()),
+		interval: cmp.Or(opts.Interval, time.Second),
+		now:      opts.Now,
+		poke:     make(chan struct{}, 1),
+		peers:    map[string]*fleetPeer{},
+		busy:     map[string]bool{},
+		received: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "keyway", Subsystem: "fleet", Name: "views_received_total",
+			Help: "Views of other proxies received, by result: applied, stale (an older one than known) or invalid.",
+		}, []string{"result"}),
+		peersG: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "keyway", Subsystem: "fleet", Name: "peers",
+			Help: "Other proxies this proxy has a current view of.",
+		}),
+	}
+	if f.now == nil {
+		f.now = time.Now
+	}
+	for _, r := range []string{"applied", "stale", "invalid"} {
+		f.received.WithLabelValues(r)
+	}
+	if opts.Registerer != nil {
+		opts.Registerer.MustRegister(f.received, f.peersG)
+	}
+	return f
+}
+
+// Attach sets the gossip node the views go through.
+func (f *Fleet) Attach(n *Node) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.node = n
+	f.sendFn = func(node string, msg []byte, reliable bool) error {
+		if reliable {
+			return n.SendReliable(node, msg)
+		}
+		return n.Send(node, msg)
+	}
+}
+
+// Poke sends this proxy's view now rather than at the next interval (the
+// proxy's rotation or evidence changed). It never blocks.
+func (f *Fleet) Poke() {
+	select {
+	case f.poke <- struct{}{}:
+	default:
+	}
+}
+
+// HandleMessage takes a view another proxy sent (a membership
+// MessageHandler; other kinds are ignored).
+func (f *Fleet) HandleMessage(from string, msg []byte) {
+	if MessageKind(msg) != proxyStateKind {
+		return
+	}
+	var ps proxyState
+	if err := json.Unmarshal(msg, &ps); err != nil || ps.Node == "" {
+		f.received.WithLabelValues("invalid").Inc()
+		return
+	}
+	now := f.now()
+	view := balancer.FleetPeer{Node: ps.Node, Sets: make([]balancer.FleetSet, 0, len(ps.Sets))}
+	for _, s := range ps.Sets {
+		fs := balancer.FleetSet{Set: s.Set, Digest: s.Digest, Vetoes: s.Vetoes}
+		for _, v := range s.Votes {
+			fs.Votes = append(fs.Votes, balancer.FleetVote{
+				Replica: v.Replica, Reason: balancer.ParseReason(v.Reason),
+				Since: now.Add(-time.Duration(max(v.AgeMS, 0)) * time.Millisecond),
+			})
+		}
+		view.Sets = append(view.Sets, fs)
+	}
+	f.mu.Lock()
+	p := f.peers[ps.Node]
+	if p != nil && ps.Seq <= p.seq && ps.Seq != 0 {
+		f.mu.Unlock()
+		f.received.WithLabelValues("stale").Inc()
+		return
+	}
+	if p == nil {
+		p = &fleetPeer{}
+		f.peers[ps.Node] = p
+	}
+	p.view, p.seq, p.heard = view, ps.Seq, now
+	f.peersG.Set(float64(len(f.peers)))
+	peers := f.viewsLocked()
+	f.mu.Unlock()
+	f.received.WithLabelValues("applied").Inc()
+	f.target.SetFleet(peers, now)
+}
+
+// viewsLocked returns the peers' views sorted by node; f.mu is held.
+func (f *Fleet) viewsLocked() []balancer.FleetPeer {
+	out := make([]balancer.FleetPeer, 0, len(f.peers))
+	for _, p := range f.peers {
+		out = append(out, p.view)
+	}
+	slices.SortFunc(out, func(a, b balancer.FleetPeer) int { return cmp.Compare(a.Node, b.Node) })
+	return out
+}
+
+// Peers returns the other proxies with a current view, sorted by node.
+func (f *Fleet) Peers() []PeerStatus {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([]PeerStatus, 0, len(f.peers))
+	for name, p := range f.peers {
+		out = append(out, PeerStatus{Node: name, Admin: p.addr, Heard: p.heard, Sets: p.view.Sets})
+	}
+	slices.SortFunc(out, func(a, b PeerStatus) int { return cmp.Compare(a.Node, b.Node) })
+	return out
+}
+
+// Run sends this proxy's view to every other alive proxy every Interval
+// and on Poke, forgets peers not heard from for 3 intervals or gone from
+// gossip, and hands the views to the target at every tick, until ctx is
+// done.
+func (f *Fleet) Run(ctx context.Context) error {
+	t := time.NewTicker(f.interval)
+	defer t.Stop()
+	defer f.sends.Wait()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			f.step()
+		case <-f.poke:
+			f.publish()
+		}
+	}
+}
+
+// step is one tick: expire, publish, evaluate.
+func (f *Fleet) step() {
+	now := f.now()
+	f.mu.Lock()
+	alive := f.aliveProxiesLocked()
+	for name, p := range f.peers {
+		if _, ok := alive[name]; !ok || now.Sub(p.heard) > 3*f.interval {
+			delete(f.peers, name)
+		} else {
+			p.addr = alive[name]
+		}
+	}
+	f.peersG.Set(float64(len(f.peers)))
+	peers := f.viewsLocked()
+	f.mu.Unlock()
+	f.target.SetFleet(peers, now)
+	f.publish()
+}
+
+// aliveProxiesLocked returns the other alive proxies' node names and admin
+// addresses; f.mu is held.
+func (f *Fleet) aliveProxiesLocked() map[string]string {
+	out := map[string]string{}
+	if f.node == nil {
+		return out
+	}
+	for _, m := range f.node.Members() {
+		if m.Meta.Role == RoleProxy && m.Status == StatusAlive && !m.Self {
+			out[m.Node] = m.Meta.Addr
+		}
+	}
+	return out
+}
+
+// maxPacket is the largest view sent as one UDP packet; larger ones go
+// over TCP, one at a time per peer.
+const maxPacket = 1200
+
+// publish sends this proxy's view to every other alive proxy.
+func (f *Fleet) publish() {
+	now := f.now()
+	f.mu.Lock()
+	ready := f.sendFn != nil
+	f.mu.Unlock()
+	if !ready {
+		return
+	}
+	sets := f.target.FleetSets(now)
+	f.mu.Lock()
+	f.seq++
+	ps := proxyState{Kind: proxyStateKind, Node: f.node.Name(), Seq: f.seq, Sets: make([]stateSet, 0, len(sets))}
+	for _, s := range sets {
+		ss := stateSet{Set: s.Set, Digest: s.Digest, Vetoes: s.Vetoes}
+		for _, v := range s.Votes {
+			ss.Votes = append(ss.Votes, stateVote{Replica: v.Replica, Reason: v.Reason.String(), AgeMS: now.Sub(v.Since).Milliseconds()})
+		}
+		ps.Sets = append(ps.Sets, ss)
+	}
+	msg, err := json.Marshal(ps)
+	if err != nil {
+		f.mu.Unlock()
+		f.log.Error("fleet view not encoded", zap.Error(err))
+		return
+	}
+	send := f.sendFn
+	targets := f.aliveProxiesLocked()
+	f.mu.Unlock()
+	for name := range targets {
+		if len(msg) <= maxPacket {
+			if err := send(name, msg, false); err != nil {
+				f.log.Debug("fleet view not sent", zap.String("proxy", name), zap.Error(err))
+			}
+			continue
+		}
+		f.mu.Lock()
+		if f.busy[name] {
+			f.mu.Unlock()
+			continue // the last one is still on its way: the next tick sends a newer one
+		}
+		f.busy[name] = true
+		f.mu.Unlock()
+		f.sends.Go(func() {
+			if err := send(name, msg, true); err != nil {
+				f.log.Debug("fleet view not sent", zap.String("proxy", name), zap.Error(err))
+			}
+			f.mu.Lock()
+			delete(f.busy, name)
+			f.mu.Unlock()
+		})
+	}
+}

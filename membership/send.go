@@ -1,0 +1,39 @@
+package membership
+
+import (
+	"fmt"
+	"net"
+	"strconv"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// SendReliable sends a user message over TCP to the alive member with this
+// gossip node name, for messages too large for one packet (Send uses one
+// UDP packet). It blocks until the message is written or memberlist's TCP
+// timeout passes.
+func (n *Node) SendReliable(node string, msg []byte) error {
+	ml := n.ml.Load()
+	if ml == nil {
+		return ErrNotRunning
+	}
+	n.mu.Lock()
+	m, ok := n.members[node]
+	alive, addr := ok && m.Status == StatusAlive, ""
+	if ok {
+		addr = m.Gossip
+	}
+	n.mu.Unlock()
+	if !alive {
+		return fmt.Errorf("membership: no live member %q", node)
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("membership: member %q has no usable address %q: %w", node, addr, err)
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil {
+		return fmt.Errorf("membership: member %q has no usable address %q: %w", node, addr, err)
+	}
+	return ml.SendReliable(&memberlist.Node{Name: node, Addr: net.ParseIP(host), Port: uint16(p)}, encodeEnvelope(n.name, msg))
+}
