@@ -85,6 +85,13 @@ func TestDashboardInBrowser(t *testing.T) {
 	if strings.Join(rows, ",") != "orders-0,orders-1,orders-2" {
 		t.Fatalf("replica rows %v, want orders-0..2", rows)
 	}
+	// The fleet panel: this proxy alone, agreeing with nobody else.
+	const fleetShown = `(() => { const r = document.querySelector('#fleet .fleet-row[data-set="orders"]');
+		return !document.getElementById('fleet-section').hidden && !!r && r.dataset.agree === 'true'; })()`
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](fleetShown, chromedp.WithPollingInterval(100*time.Millisecond))); err != nil {
+		body, _ := chromedp.Run(bctx, chromedp.Text("#fleet-section"))
+		t.Fatalf("the fleet panel did not show the set agreeing: %v\n%s", err, body)
+	}
 	if banner, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.getElementById('error').hidden`)); err != nil || !banner {
 		t.Errorf("error banner visible (hidden=%v, %v)", banner, err)
 	}

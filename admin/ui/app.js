@@ -208,6 +208,37 @@ function updateSetChoices(names) {
   if (names.includes(cur)) sel.value = cur;
 }
 
+// renderFleet shows the other proxies and, per set, whether they route it
+// like this one (GET /v1/fleet); hidden while gossip is off.
+function renderFleet(f) {
+  const sec = document.getElementById("fleet-section");
+  if (!f || !f.self) {
+    sec.hidden = true;
+    return;
+  }
+  sec.hidden = false;
+  const rows = (f.sets || []).map((s) => {
+    const dis = (s.peers || []).filter((p) => !p.agrees);
+    const n = (s.peers || []).length;
+    const agreement = n === 0 ? h("span", { class: "muted" }, "no other proxy serves it")
+      : dis.length === 0 ? h("span", { class: "pill ok" }, "agrees with all " + n)
+      : h("span", { class: "pill bad" }, "disagrees with " + dis.map((p) => p.node + " for " + (p.disagreeing_seconds || 0).toFixed(1) + " s").join(", "));
+    const held = (s.held || []).map((x) => x.replica + " (" + x.voters.join(", ") + ")").join("; ") || "—";
+    return h("tr", { class: "fleet-row", "data-set": s.set, "data-agree": String(s.agree) },
+      h("td", {}, h("strong", {}, s.set)), h("td", {}, h("code", {}, s.digest)), h("td", {}, agreement), h("td", {}, held));
+  });
+  const box = document.getElementById("fleet");
+  box.replaceChildren(...[
+    f.isolated ? h("div", { class: "banner fleet-isolated" }, "This proxy is isolated from gossip since " + fmtTime(f.isolated_since) +
+      ": it routes on its last view of the replicas and takes them out only on data-path evidence.") : null,
+    h("div", { class: "meta" }, "this proxy " + f.self + " · " + (f.proxies || []).length + " other " +
+      ((f.proxies || []).length === 1 ? "proxy" : "proxies") + ((f.proxies || []).length ? " (" + f.proxies.map((p) => p.node).join(", ") + ")" : "") +
+      " · shared evidence " + (f.share ? "on" : "off")),
+    h("table", { class: "events fleet" },
+      h("thead", {}, h("tr", {}, h("th", {}, "set"), h("th", {}, "digest"), h("th", {}, "agreement"), h("th", {}, "held by the fleet"))),
+      h("tbody", {}, ...rows))].filter((x) => x != null));
+}
+
 async function refresh() {
   const errors = [];
   try {
@@ -223,6 +254,12 @@ async function refresh() {
     updateSetChoices(sets.map((s) => s.name));
   } catch (e) {
     errors.push(e.message);
+  }
+  try {
+    renderFleet(await getJSON("/v1/fleet"));
+  } catch (e) {
+    if (e.status === 501 || e.status === 404) renderFleet(null);
+    else errors.push(e.message);
   }
   try {
     const ev = await getJSON("/v1/events?limit=" + 10 * EVENTS);

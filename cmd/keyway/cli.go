@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -113,7 +114,47 @@ func runStatus(args []string, stdout, stderr io.Writer) error {
 		}
 		printSet(stdout, s)
 	}
+	if fl, _, err := c.Fleet(); err == nil && fl.Self != "" {
+		fmt.Fprintln(stdout)
+		printFleet(stdout, fl)
+	}
 	return nil
+}
+
+// printFleet prints whether the other proxies route every set like this
+// one, and what the fleet holds out on shared evidence.
+func printFleet(w io.Writer, fl admin.FleetStatus) {
+	share := "on"
+	if !fl.Share {
+		share = "off"
+	}
+	fmt.Fprintf(w, "FLEET  this proxy %s, %d other proxies, shared evidence %s\n", fl.Self, len(fl.Proxies), share)
+	if fl.Isolated {
+		fmt.Fprintf(w, "  ISOLATED since %s: no gossip contact with the other members; routing on the last view and data-path evidence only\n", fl.IsolatedSince.UTC().Format(time.RFC3339))
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  SET\tDIGEST\tAGREEMENT\tHELD BY THE FLEET")
+	for _, s := range fl.Sets {
+		agree := fmt.Sprintf("agrees with all %d", len(s.Peers))
+		if len(s.Peers) == 0 {
+			agree = "no other proxy serves it"
+		}
+		var dis []string
+		for _, p := range s.Peers {
+			if !p.Agrees {
+				dis = append(dis, fmt.Sprintf("%s for %.1fs", p.Node, p.DisagreeingSeconds))
+			}
+		}
+		if len(dis) > 0 {
+			agree = "DISAGREES with " + strings.Join(dis, ", ")
+		}
+		var held []string
+		for _, h := range s.Held {
+			held = append(held, h.Replica+" ("+strings.Join(h.Voters, ",")+")")
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", s.Set, s.Digest, agree, dash(strings.Join(held, ", ")))
+	}
+	tw.Flush()
 }
 
 func printSet(w io.Writer, s admin.SetStatus) {
