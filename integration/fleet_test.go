@@ -1,10 +1,13 @@
 package integration
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,8 +22,10 @@ import (
 // fleet is two in-process proxy nodes joined by gossip, with three test
 // replicas of "orders" advertised by gossip members.
 type fleet struct {
-	a, b *stacktest.Stack
-	reps []*stacktest.Replica
+	a, b    *stacktest.Stack
+	reps    []*stacktest.Replica
+	members []*membership.Node // the replicas' gossip members
+	leave   []func()
 }
 
 func startFleet(t *testing.T, health string) *fleet {
@@ -57,7 +62,8 @@ replica_sets:
 		name := fmt.Sprintf("orders-%d", i)
 		r := stacktest.StartReplica(t, name)
 		f.reps = append(f.reps, r)
-		stacktest.StartGossipReplica(t, f.a.Gossip, membership.Meta{Set: "orders", Replica: name, Addr: r.Addr, State: balancer.StateReady})
+		n, leave := stacktest.StartGossipReplica(t, f.a.Gossip, membership.Meta{Set: "orders", Replica: name, Addr: r.Addr, State: balancer.StateReady})
+		f.members, f.leave = append(f.members, n), append(f.leave, leave)
 	}
 	for _, s := range []*stacktest.Stack{f.a, f.b} {
 		waitInRotation(t, s.Admin, 3)
@@ -230,4 +236,120 @@ func eventTime(t *testing.T, adminAddr, kind string) time.Time {
 		t.Fatalf("no %s event on %s", kind, adminAddr)
 	}
 	return evs.Events[0].TS
+}
+
+// A rolling restart of every replica, as agents do it (draining, stopped
+// and gone, a new incarnation starting, then ready), under traffic through
+// both proxies: how long do the two proxies' routing digests differ? They
+// learn each change by gossip at slightly different moments; the windows
+// are measured by sampling both proxies' digests.
+func TestFleetRollingRestartDisagreementWindows(t *testing.T) {
+	f := startFleet(t, "  passive: {enabled: true, consecutive_failures: 3, count: [connect, 5xx], base_ejection: 2s, interval: 50ms}")
+	var (
+		mu      sync.Mutex
+		windows []time.Duration
+		open    time.Time
+	)
+	stop := make(chan struct{})
+	sampled := make(chan struct{})
+	var sent, failed atomic.Int64
+	loadDone := make(chan struct{})
+	go func() {
+		defer close(loadDone)
+		for i := 0; i < 100000; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			px := f.a.Proxy
+			if i%2 == 1 {
+				px = f.b.Proxy
+			}
+			req, _ := http.NewRequest("GET", "http://"+px+"/ingest", nil)
+			req.Header.Set("X-Key", fmt.Sprintf("roll-%d", i))
+			sent.Add(1)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				failed.Add(1)
+				continue
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 {
+				failed.Add(1)
+			}
+		}
+	}()
+	go func() {
+		defer close(sampled)
+		for i := 0; i < 100000; i++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+			da, db := digestOf(f.a.Admin), digestOf(f.b.Admin)
+			now := time.Now()
+			mu.Lock()
+			switch {
+			case da != db && open.IsZero():
+				open = now
+			case da == db && !open.IsZero():
+				windows = append(windows, now.Sub(open))
+				open = time.Time{}
+			}
+			mu.Unlock()
+		}
+	}()
+	for i, r := range f.reps {
+		name := fmt.Sprintf("orders-%d", i)
+		old := f.members[i]
+		if err := old.UpdateMeta(func(m *membership.Meta) { m.State = balancer.StateDraining }, 5*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		waitInRotation(t, f.a.Admin, 2)
+		f.leave[i]()
+		n, leave := stacktest.StartGossipReplica(t, f.a.Gossip, membership.Meta{Set: "orders", Replica: name, Addr: r.Addr, State: balancer.StateStarting})
+		f.members[i], f.leave[i] = n, leave
+		if err := n.UpdateMeta(func(m *membership.Meta) { m.State = balancer.StateReady }, 5*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range []*stacktest.Stack{f.a, f.b} {
+			waitInRotation(t, s.Admin, 3)
+		}
+	}
+	poll.Until(t, 10*time.Second, "A and B agree after the rolling restart", func() bool { return digestOf(f.a.Admin) == digestOf(f.b.Admin) })
+	close(stop)
+	<-sampled
+	<-loadDone
+	if failed.Load() > 0 {
+		t.Fatalf("%d of %d requests failed during the rolling restart", failed.Load(), sent.Load())
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	var total, longest time.Duration
+	for _, w := range windows {
+		total += w
+		longest = max(longest, w)
+	}
+	t.Logf("rolling restart of 3 replicas under %d requests through both proxies (all 200): %d disagreement windows between the two proxies' digests, longest %v, %v in all (sampled every 5ms)", sent.Load(), len(windows), longest, total)
+	if longest > 5*time.Second {
+		t.Fatalf("the proxies disagreed for %v in one stretch", longest)
+	}
+}
+
+// digestOf is a proxy's routing digest of "orders", or "" when it cannot
+// be read.
+func digestOf(adminAddr string) string {
+	resp, err := http.Get("http://" + adminAddr + "/v1/fleet")
+	if err != nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	var fs admin.FleetStatus
+	if json.NewDecoder(resp.Body).Decode(&fs) != nil || len(fs.Sets) == 0 {
+		return ""
+	}
+	return fs.Sets[0].Digest
 }
