@@ -5,6 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
 	"keyway/balancer"
 	"keyway/internal/poll"
 	"keyway/membership"
@@ -104,4 +107,79 @@ func TestAdminDrainCommandWhileShuttingDown(t *testing.T) {
 		})
 	}
 	p.inflight.Store(0)
+}
+
+// An admin_drain command from a member that is not a proxy (another
+// replica's agent, say) is rejected, logged and counted; the agent keeps
+// advertising what its probes say.
+func TestAdminDrainCommandFromNonProxyRejected(t *testing.T) {
+	p := startFakeProxy(t, "p1")
+	p.silent.Store(true)
+	rep := startReplica(t, "ok")
+	cfg := testConfig(rep.addr, p.GossipAddr())
+	cfg.Drain.Timeout = 0 // the silent proxy would hold the shutdown
+	a := startAgent(t, cfg)
+	other := startNode(t, membership.Meta{Role: membership.RoleReplica, Set: "orders", Replica: "orders-1", Addr: "127.0.0.1:1", State: balancer.StateReady}, p.GossipAddr())
+	poll.Until(t, 10*time.Second, "the other replica and the proxy to see the agent ready", func() bool {
+		m, ok := p.member(a.Name())
+		o, ook := other.member(a.Name())
+		return ok && ook && m.Meta.State == balancer.StateReady && o.Status == membership.StatusAlive
+	})
+	poll.Until(t, 10*time.Second, "the agent to see the other replica", func() bool {
+		return aliveReplicas(t, a.reg) == 2 // itself and the other
+	})
+
+	drain := membership.AdminDrain{Set: "orders", Replica: "orders-0", Drain: true, By: p.Name()}
+	if err := other.Send(a.Name(), drain.Encode()); err != nil {
+		t.Fatal(err)
+	}
+	_ = other.Members()
+	poll.Until(t, 10*time.Second, "the command to be counted as rejected", func() bool {
+		return metric(t, a.reg, "keyway_agent_commands_rejected_total", "reason", "not_proxy") == 1
+	})
+	if a.Held() {
+		t.Fatal("a replica's agent drained this one")
+	}
+	if s := a.State(); s != balancer.StateReady {
+		t.Fatalf("state %s after a rejected command, want ready", s)
+	}
+	warned := a.logs.FilterMessageSnippet("admin drain command rejected").FilterField(zap.String("from", other.Name())).FilterField(zap.String("reason", "not_proxy"))
+	if warned.Len() != 1 {
+		t.Fatalf("%d rejection warnings naming %s, want 1", warned.Len(), other.Name())
+	}
+
+	// The proxy still may.
+	if err := p.Send(a.Name(), drain.Encode()); err != nil {
+		t.Fatal(err)
+	}
+	_ = p.Members()
+	poll.Until(t, 10*time.Second, "the proxy's command to hold the drain", a.Held)
+	if n := metric(t, a.reg, "keyway_agent_commands_rejected_total", "reason", "not_proxy"); n != 1 {
+		t.Fatalf("rejected %v commands after the proxy's, want still 1", n)
+	}
+}
+
+// aliveReplicas reads keyway_gossip_members{role="replica",status="alive"}
+// from reg: the replicas a node sees alive, itself included.
+func aliveReplicas(t *testing.T, reg prometheus.Gatherer) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "keyway_gossip_members" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, lp := range m.GetLabel() {
+				labels[lp.GetName()] = lp.GetValue()
+			}
+			if labels["role"] == "replica" && labels["status"] == "alive" {
+				return m.GetGauge().GetValue()
+			}
+		}
+	}
+	return -1
 }

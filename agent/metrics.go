@@ -18,6 +18,8 @@ type metrics struct {
 	probes      *prometheus.CounterVec // result
 	reports     *prometheus.CounterVec // result
 	transitions prometheus.Counter
+	// commandsRejected counts admin drain commands refused, by reason.
+	commandsRejected *prometheus.CounterVec
 }
 
 func newMetrics() *metrics {
@@ -38,6 +40,13 @@ func newMetrics() *metrics {
 			Namespace: "keyway", Subsystem: "agent", Name: "state_changes_total",
 			Help: "Lifecycle state changes advertised.",
 		}),
+		commandsRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "keyway", Subsystem: "agent", Name: "commands_rejected_total",
+			Help: "Admin drain commands refused because the sender is not an alive proxy, by reason (unknown_sender: no alive member of that name; not_proxy: its metadata does not say role proxy).",
+		}, []string{"reason"}),
+	}
+	for _, r := range []string{rejectUnknownSender, rejectNotProxy} {
+		m.commandsRejected.WithLabelValues(r)
 	}
 	for _, r := range []string{"pass", "fail"} {
 		m.probes.WithLabelValues(r)
@@ -50,7 +59,7 @@ func newMetrics() *metrics {
 }
 
 func (m *metrics) register(reg prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.state, m.probes, m.reports, m.transitions} {
+	for _, c := range []prometheus.Collector{m.state, m.probes, m.reports, m.transitions, m.commandsRejected} {
 		if err := reg.Register(c); err != nil {
 			return err
 		}

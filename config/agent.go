@@ -95,6 +95,7 @@ func loadAgent(name string, data []byte, hasFile bool, opts ...Option) (agent.Co
 	for _, e := range leafErrors(cfg.Validate()) {
 		d.validationProblem(src, e.Error())
 	}
+	d.checkGossipKey(src, cfg.Gossip, o.env)
 	if len(d.probs) > 0 {
 		probs := sortProblems(d.sources, d.probs)
 		for i := range probs {
@@ -299,7 +300,8 @@ func agentFieldDocs() map[string]string {
 		"gossip.join":               "required: members to join, host:port or a DNS name that resolves to several (a Kubernetes headless Service of the proxies); retried with backoff. Comma-separated in flags and the environment",
 		"gossip.rejoin_interval":    "re-join the join addresses this often so a healed partition merges; 0 disables, else at least 1s",
 		"gossip.label":              "prepended to every gossip packet: must match the proxies' gossip.label; at most 255 bytes",
-		"gossip.key_file":           "file of base64 AES keys (16, 24 or 32 bytes), one per line: the first encrypts, all decrypt (rotation). KEYWAY_GOSSIP_KEY (comma-separated keys) takes precedence. Must match the proxies'",
+		"gossip.key_file":           "file of base64 AES keys (16, 24 or 32 bytes), one per line: the first encrypts, all decrypt (rotation). KEYWAY_GOSSIP_KEY (comma-separated keys) takes precedence. Must match the proxies'. Required unless bind_addr and advertise_addr are loopback (or gossip.insecure)",
+		"gossip.insecure":           "allow gossip without an encryption key on an address off loopback; any host that reaches the gossip port can then join, claim this replica's name and drain it. Only for a trusted network; logged at error level at start. false: such an agent refuses to start",
 		"gossip.forget_after":       "how long this member keeps a dead member in its own view; proxies decide ring membership with their own value; at least 1s",
 		"gossip.profile":            "failure detection: lan (memberlist's LAN preset, about 5s to detect a crash) or fast (about 2s); use the proxies' value",
 		"gossip.push_pull_interval": "full state sync period, bounding how stale a member's view can get; at least 1s",

@@ -39,8 +39,15 @@ gossip:
   label: prod
 `
 
+// testGossipKey is a gossip key for configurations that gossip off
+// loopback.
+const testGossipKey = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY="
+
+// withKey is an environment holding only KEYWAY_GOSSIP_KEY.
+var withKey = env(map[string]string{"KEYWAY_GOSSIP_KEY": testGossipKey})
+
 func TestLoadAgentBytes(t *testing.T) {
-	c, err := LoadAgentBytes("agent.yaml", []byte(agentYAML), noEnv)
+	c, err := LoadAgentBytes("agent.yaml", []byte(agentYAML), withKey)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,6 +74,7 @@ func TestLoadAgentWithoutFile(t *testing.T) {
 		WithFlag("--replica.set", "replica.set", "orders"),
 		WithFlag("--replica.addr", "replica.addr", "127.0.0.1:9001"),
 		WithFlag("--gossip.join", "gossip.join", "127.0.0.1:7946"),
+		WithFlag("--gossip.bind_addr", "gossip.bind_addr", "127.0.0.1"),
 	}
 	for name, load := range map[string]func() (agent.Config, error){
 		"no file":       func() (agent.Config, error) { return LoadAgent("", flags...) },
@@ -88,6 +96,7 @@ func TestLoadAgentWithoutFile(t *testing.T) {
 	sameLines(t, problems(t, err), []string{
 		"(no config file): replica.addr: required: host:port proxies use to reach the replica, e.g. 10.0.0.5:9001 (pass --replica.addr or set KEYWAY_AGENT_REPLICA_ADDR)",
 		"(no config file): gossip.join: required: … (pass --gossip.join or set KEYWAY_AGENT_GOSSIP_JOIN)",
+		`(no config file): gossip.bind_addr: gossip would listen on "0.0.0.0", which is not a loopback address, without an encryption key: …`,
 	})
 	if _, err := LoadAgent("/nonexistent/agent.yaml"); err == nil || !strings.Contains(err.Error(), "read agent config") {
 		t.Fatalf("missing file: %v", err)
@@ -106,6 +115,7 @@ func TestLoadAgentPrecedence(t *testing.T) {
 		"KEYWAY_LOG_LEVEL":            "debug", // the proxy's variable: ignored
 		"KEYWAY_AGENT_DRAIN_REMOVE":   "true",
 		"KEYWAY_AGENT_REPLICA_WEIGHT": "7",
+		"KEYWAY_GOSSIP_KEY":           testGossipKey,
 	}
 	c, err := LoadAgentBytes("agent.yaml", file, env(vars), WithFlag("--probe.rise", "probe.rise", "6"), WithFlag("--replica.weight", "replica.weight", "8"))
 	if err != nil {
@@ -115,9 +125,9 @@ func TestLoadAgentPrecedence(t *testing.T) {
 		!slices.Equal(c.Gossip.Join, []string{"a:7946", "b:7946"}) || c.Listen != "" || c.Log.Level != "info" || !c.Drain.Remove || c.Replica.Weight != 8 {
 		t.Fatalf("%+v", c)
 	}
-	c, err = LoadAgentBytes("agent.yaml", file, noEnv, WithFlag("--gossip.join", "gossip.join", "[x:1, y:2]"))
-	if err != nil || !slices.Equal(c.Gossip.Join, []string{"x:1", "y:2"}) {
-		t.Fatalf("YAML list flag: %v %v", err, c.Gossip.Join)
+	c, err = LoadAgentBytes("agent.yaml", file, noEnv, WithFlag("--gossip.join", "gossip.join", "[x:1, y:2]"), WithFlag("--gossip.insecure", "gossip.insecure", "true"))
+	if err != nil || !slices.Equal(c.Gossip.Join, []string{"x:1", "y:2"}) || !c.Gossip.Insecure {
+		t.Fatalf("YAML list flag: %v %v insecure %v", err, c.Gossip.Join, c.Gossip.Insecure)
 	}
 }
 
@@ -158,7 +168,7 @@ func TestLoadAgentProblems(t *testing.T) {
 		},
 		"environment and flags are named": {
 			file: "replica: {set: orders, addr: \"127.0.0.1:9001\"}\ngossip: {join: [a:1]}\n",
-			opts: []Option{env(map[string]string{"KEYWAY_AGENT_PROBE_FALL": "0", "KEYWAY_AGENT_DRAIN_QUIET": "1"}), WithFlag("--log.level", "log.level", "loud")},
+			opts: []Option{env(map[string]string{"KEYWAY_AGENT_PROBE_FALL": "0", "KEYWAY_AGENT_DRAIN_QUIET": "1", "KEYWAY_GOSSIP_KEY": testGossipKey}), WithFlag("--log.level", "log.level", "loud")},
 			want: []string{
 				"$KEYWAY_AGENT_PROBE_FALL: probe.fall: must be between 1 and 100, got 0",
 				`$KEYWAY_AGENT_DRAIN_QUIET: drain.quiet: 1 is a bare number; write a duration with a unit, e.g. "1s"`,
@@ -181,7 +191,7 @@ func TestLoadAgentProblems(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			opts := append([]Option{noEnv}, tc.opts...)
+			opts := append([]Option{withKey}, tc.opts...)
 			_, err := LoadAgentBytes("agent.yaml", []byte(tc.file), opts...)
 			sameLines(t, problems(t, err), tc.want)
 		})

@@ -14,6 +14,7 @@ replica_sets:
     static: [{name: o0, addr: "127.0.0.1:9001"}]
 gossip:
   enabled: true
+  bind_addr: 127.0.0.1
   join: ["127.0.0.1:7946"]
 `))
 	if err != nil {

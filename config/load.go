@@ -109,6 +109,9 @@ func load(name string, data []byte, opts ...Option) (Config, map[string]loc, err
 	for _, e := range leafErrors(cfg.Validate()) {
 		d.validationProblem(name, e.Error())
 	}
+	if cfg.Gossip.Enabled {
+		d.checkGossipKey(name, cfg.Gossip.Config, o.env)
+	}
 	if len(d.probs) > 0 {
 		return Config{}, nil, &Error{Problems: sortProblems(d.sources, d.probs)}
 	}

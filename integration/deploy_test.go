@@ -117,7 +117,9 @@ func loadManifests(t *testing.T) *manifests {
 }
 
 // fakePodEnv resolves a container's env as the kubelet would, with a fake
-// pod IP and the pod name given; Secret values are placeholders.
+// pod IP and the pod name given; Secret values are placeholders, in the
+// shape of a gossip key (32 bytes, base64), the one Secret read through
+// the environment (docs/kubernetes.md).
 func fakePodEnv(c obj, podName string) map[string]string {
 	env := map[string]string{}
 	for _, e := range list(c, "env") {
@@ -128,7 +130,7 @@ func fakePodEnv(c obj, podName string) map[string]string {
 		case str(e, "valueFrom", "fieldRef", "fieldPath") == "metadata.name":
 			val = podName
 		case mapOf(e, "valueFrom", "secretKeyRef") != nil:
-			val = "secret"
+			val = "c2VjcmV0LXNlY3JldC1zZWNyZXQtc2VjcmV0LXNlY3I="
 		}
 		env[name] = regexp.MustCompile(`\$\((\w+)\)`).ReplaceAllStringFunc(val, func(s string) string { return env[s[2:len(s)-1]] })
 	}

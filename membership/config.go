@@ -36,8 +36,16 @@ type Config struct {
 	// one per line; the first is used to encrypt, all are tried to decrypt
 	// (rotation). The environment variable KEYWAY_GOSSIP_KEY, if set, is
 	// used instead. Empty means no encryption: any host that can reach the
-	// gossip port and knows the label can join.
+	// gossip port and knows the label can join, so gossip without a key
+	// must stay on loopback unless Insecure is set (see CheckKey).
 	KeyFile string `yaml:"key_file"`
+	// Insecure allows gossip without an encryption key on an address off
+	// loopback (BindAddr or AdvertiseAddr): any host that reaches the
+	// gossip port can then join, advertise a replica's name to take its
+	// keys, and send agents drain commands. Only for a network where every
+	// host is trusted; a node started so logs an error-level line saying
+	// so. Default false: such a node refuses to start.
+	Insecure bool `yaml:"insecure"`
 	// ForgetAfter is how long a dead replica stays on the ring (out of
 	// rotation) before its partitions move for good. A restart within it
 	// gets its partitions back. Default 5m.
@@ -108,14 +116,20 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
+// KeyEnv is the environment variable holding the gossip keys (comma-
+// separated base64); when set and not empty it is used instead of
+// KeyFile. Proxies and agents read the same variable.
+const KeyEnv = "KEYWAY_GOSSIP_KEY"
+
 // keys returns the gossip keys: from KEYWAY_GOSSIP_KEY (comma-separated
-// base64 keys) if set, else from KeyFile, else none.
+// base64 keys) if set, else from KeyFile, else none. An error about the
+// variable starts with "$KEYWAY_GOSSIP_KEY: ".
 func (c Config) keys(lookup func(string) (string, bool)) ([][]byte, error) {
 	if lookup == nil {
 		lookup = os.LookupEnv
 	}
-	if v, ok := lookup("KEYWAY_GOSSIP_KEY"); ok && v != "" {
-		return parseKeys(strings.Split(v, ","), "KEYWAY_GOSSIP_KEY")
+	if v, ok := lookup(KeyEnv); ok && v != "" {
+		return parseKeys(strings.Split(v, ","), "$"+KeyEnv)
 	}
 	if c.KeyFile == "" {
 		return nil, nil

@@ -110,15 +110,15 @@ type inMsg struct {
 	msg  []byte
 }
 
-// New validates the configuration and the local metadata. It does not bind
-// or join: Run does.
+// New validates the configuration (Validate, then CheckKey's key rules)
+// and the local metadata. It does not bind or join: Run does.
 func New(cfg Config, self Meta, opts Options) (*Node, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("gossip config: %w", err)
 	}
-	keys, err := cfg.keys(opts.Env)
+	keys, err := cfg.checkKey(opts.Env)
 	if err != nil {
-		return nil, fmt.Errorf("gossip key: %w", err)
+		return nil, fmt.Errorf("gossip config: %w", err)
 	}
 	now := opts.Now
 	if now == nil {
@@ -267,6 +267,7 @@ func (n *Node) Run(ctx context.Context) error {
 	close(n.started)
 	n.log.Info("gossip started", zap.String("node", n.name), zap.String("addr", ml.LocalNode().Address()),
 		zap.String("label", n.cfg.Label), zap.Bool("encrypted", len(n.keys) > 0))
+	n.warnInsecure()
 	n.signal()
 
 	var wg sync.WaitGroup
@@ -323,7 +324,7 @@ func (n *Node) memberlistConfig() *memberlist.Config {
 	c.Delegate = (*delegate)(n)
 	c.Events = (*events)(n)
 	c.Alive = (*alive)(n)
-	c.LogOutput = &logWriter{log: n.log.Named("memberlist")}
+	c.LogOutput = newLogWriter(n.log.Named("memberlist"), n.metrics.rejected)
 	return c
 }
 

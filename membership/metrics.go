@@ -15,6 +15,7 @@ type metrics struct {
 	droppedMsgs  prometheus.Counter
 	events       prometheus.Counter
 	joinFailures prometheus.Counter
+	rejected     *prometheus.CounterVec // reason
 }
 
 var (
@@ -65,9 +66,16 @@ func newMetrics(reg prometheus.Registerer, healthScore func() int) *metrics {
 			Namespace: "keyway", Subsystem: "gossip", Name: "join_failures_total",
 			Help: "Failed attempts to join the seed addresses.",
 		}),
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "keyway", Subsystem: "gossip", Name: "rejected_total",
+			Help: "Inbound gossip packets and streams this node discarded, by reason: decrypt (not encrypted with a key of this node's, or encrypted while it has none), label (another cluster label), other (malformed).",
+		}, []string{"reason"}),
+	}
+	for _, r := range rejectReasons {
+		m.rejected.WithLabelValues(r)
 	}
 	if reg != nil {
-		reg.MustRegister(m.members, m.replicas, m.healthScore, m.badMeta, m.badMsgs, m.droppedMsgs, m.events, m.joinFailures)
+		reg.MustRegister(m.members, m.replicas, m.healthScore, m.badMeta, m.badMsgs, m.droppedMsgs, m.events, m.joinFailures, m.rejected)
 	}
 	return m
 }

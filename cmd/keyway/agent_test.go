@@ -60,7 +60,7 @@ func TestAgentCheck(t *testing.T) {
 	}{
 		"file": {[]string{"-c", "../../examples/agent.yaml"},
 			"ok: replica orders/orders-0 at 127.0.0.1:9001, probe GET /readyz every 1s (rise 2, fall 3), drain timeout 30s, join [127.0.0.1:7946], listen 127.0.0.1:9902\n"},
-		"flags only": {[]string{"--replica.set", "orders", "--replica.addr", "127.0.0.1:9001", "--gossip.join", "127.0.0.1:7946"},
+		"flags only": {[]string{"--replica.set", "orders", "--replica.addr", "127.0.0.1:9001", "--gossip.join", "127.0.0.1:7946", "--gossip.bind_addr", "127.0.0.1"},
 			"ok: replica orders/(host name) at 127.0.0.1:9001, probe GET /readyz every 1s (rise 2, fall 3), drain timeout 30s, join [127.0.0.1:7946], listen 127.0.0.1:9902\n"},
 		"flags over the file": {[]string{"-c", "../../examples/agent.yaml", "--replica.name", "orders-9", "--probe.interval=250ms", "--gossip.join", "a:1", "--gossip.join", "b:2,c:3", "--listen="},
 			"ok: replica orders/orders-9 at 127.0.0.1:9001, probe GET /readyz every 250ms (rise 2, fall 3), drain timeout 30s, join [a:1 b:2 c:3], listen off\n"},
@@ -79,6 +79,7 @@ func TestAgentCheck(t *testing.T) {
 
 func TestAgentConfigErrors(t *testing.T) {
 	t.Setenv("KEYWAY_AGENT_PROBE_FALL", "0")
+	t.Setenv("KEYWAY_GOSSIP_KEY", "") // empty: no key
 	cases := map[string]struct {
 		args []string
 		want []string // substrings of the error
@@ -93,6 +94,12 @@ func TestAgentConfigErrors(t *testing.T) {
 				`--drain.remove: drain.remove: expected true or false, got "maybe"`,
 				`--probe.rise: probe.rise: expected a whole number, got "x"`,
 			},
+			code: exitConfig,
+		},
+		"keyless gossip off loopback": {
+			args: []string{"--check", "--replica.set", "orders", "--replica.addr", "127.0.0.1:9001", "--gossip.join", "127.0.0.1:7946"},
+			want: []string{`(no config file): gossip.bind_addr: gossip would listen on "0.0.0.0", which is not a loopback address, without an encryption key`,
+				"gossip.key_file or KEYWAY_GOSSIP_KEY", "gossip.insecure: true"},
 			code: exitConfig,
 		},
 		"unknown flag":    {args: []string{"--replica.nmae", "x"}, want: []string{"flag provided but not defined: -replica.nmae"}, code: exitConfig},

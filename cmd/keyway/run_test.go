@@ -322,3 +322,25 @@ func TestValidateAdminToken(t *testing.T) {
 		t.Fatalf("validate with a token: %q %v", out, err)
 	}
 }
+
+// keyway validate refuses what the proxy's gossip would refuse at start:
+// no key off loopback; a key from the environment, or gossip.insecure,
+// makes it valid.
+func TestValidateGossipKey(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "g.yaml")
+	if err := os.WriteFile(file, []byte("gossip: {enabled: true, bind_addr: 0.0.0.0}\nreplica_sets:\n  - name: orders\n    replicas: 1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("KEYWAY_GOSSIP_KEY", "")
+	_, _, err := keywayCLI(t, "validate", "-c", file)
+	if err == nil || exitCode(err) != exitConfig || !strings.Contains(err.Error(), `g.yaml:1: gossip.bind_addr: gossip would listen on "0.0.0.0", which is not a loopback address, without an encryption key`) {
+		t.Fatalf("validate off loopback without a key: %v", err)
+	}
+	if out, _, err := keywayCLI(t, "validate", "-c", file, "--set", "gossip.insecure=true"); err != nil || !strings.HasPrefix(out, "ok:") {
+		t.Fatalf("validate with gossip.insecure: %q %v", out, err)
+	}
+	t.Setenv("KEYWAY_GOSSIP_KEY", "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=")
+	if out, _, err := keywayCLI(t, "validate", "-c", file); err != nil || !strings.HasPrefix(out, "ok:") {
+		t.Fatalf("validate with a key: %q %v", out, err)
+	}
+}
