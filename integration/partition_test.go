@@ -147,6 +147,12 @@ func TestCutProxyKeepsRoutingUnderLoad(t *testing.T) {
 	if got := Metric(b.Admin, "keyway_gossip_isolation_held_members", nil); got != 4 {
 		t.Fatalf("B holds %v members as last seen alive, want 4", got)
 	}
+	// Proxy A, on the other side, routes every key as before too.
+	for k, o := range c.Owners(t, a.Proxy, keys, 8) {
+		if o != owners[k] {
+			t.Fatalf("during the cut, proxy A sends key %s to %s, owner %s", k, o, owners[k])
+		}
+	}
 
 	// The heal.
 	sw.Heal()

@@ -11,6 +11,8 @@
 //   - incoming packets are discarded before memberlist sees them;
 //   - outgoing stream dials hang until their timeout and then fail with a
 //     timeout error, as against a firewall that drops SYNs (never refused);
+//     one still waiting when the switch heals connects then, as a SYN
+//     retransmitted after the heal would;
 //   - incoming stream connections are accepted by the kernel but held
 //     unread and unanswered until the switch heals or the node shuts down,
 //     so the peer's read times out (no EOF, no reset).
@@ -36,6 +38,7 @@ type Switch struct {
 	cut atomic.Bool
 
 	mu         sync.Mutex
+	healed     chan struct{} // closed by Heal; a new one per Cut
 	transports map[*Transport]struct{}
 
 	// Counters of what was dropped, for tests and logs.
@@ -67,13 +70,24 @@ func (sw *Switch) Wrap(nt *memberlist.NetTransport) memberlist.NodeAwareTranspor
 }
 
 // Cut starts dropping every packet and stream of the wrapped nodes.
-func (sw *Switch) Cut() { sw.cut.Store(true) }
-
-// Heal stops dropping and closes the incoming streams held during the cut
-// (their peers gave up on them long ago).
-func (sw *Switch) Heal() {
-	sw.cut.Store(false)
+func (sw *Switch) Cut() {
 	sw.mu.Lock()
+	defer sw.mu.Unlock()
+	if !sw.cut.Load() {
+		sw.healed = make(chan struct{})
+		sw.cut.Store(true)
+	}
+}
+
+// Heal stops dropping, lets the dials waiting on the cut proceed, and
+// closes the incoming streams held during the cut (their peers gave up on
+// them long ago).
+func (sw *Switch) Heal() {
+	sw.mu.Lock()
+	if sw.cut.Load() {
+		sw.cut.Store(false)
+		close(sw.healed)
+	}
 	ts := make([]*Transport, 0, len(sw.transports))
 	for t := range sw.transports {
 		ts = append(ts, t)
@@ -86,6 +100,17 @@ func (sw *Switch) Heal() {
 
 // IsCut reports whether the switch is cut.
 func (sw *Switch) IsCut() bool { return sw.cut.Load() }
+
+// cutUntil returns a channel closed when the current cut heals, or nil
+// when the switch is not cut.
+func (sw *Switch) cutUntil() <-chan struct{} {
+	sw.mu.Lock()
+	defer sw.mu.Unlock()
+	if !sw.cut.Load() {
+		return nil
+	}
+	return sw.healed
+}
 
 // Stats counts what a Switch dropped since New.
 type Stats struct {
@@ -145,12 +170,15 @@ func (t *Transport) DialTimeout(addr string, timeout time.Duration) (net.Conn, e
 
 // DialAddressTimeout implements memberlist.NodeAwareTransport: while cut
 // the dial waits out its timeout (or the node's shutdown) and fails with a
-// timeout error, as when SYNs are dropped.
+// timeout error, as when SYNs are dropped; if the cut heals first, it
+// dials with the time left.
 func (t *Transport) DialAddressTimeout(a memberlist.Address, timeout time.Duration) (net.Conn, error) {
-	if !t.sw.IsCut() {
+	healed := t.sw.cutUntil()
+	if healed == nil {
 		return t.NetTransport.DialAddressTimeout(a, timeout)
 	}
 	t.sw.dialsOut.Add(1)
+	start := time.Now()
 	var expired <-chan time.Time
 	if timeout > 0 {
 		tm := time.NewTimer(timeout)
@@ -158,6 +186,10 @@ func (t *Transport) DialAddressTimeout(a memberlist.Address, timeout time.Durati
 		expired = tm.C
 	}
 	select {
+	case <-healed:
+		if left := timeout - time.Since(start); timeout <= 0 || left > 0 {
+			return t.DialAddressTimeout(a, max(left, 0))
+		}
 	case <-expired:
 	case <-t.done:
 	}

@@ -144,3 +144,44 @@ func TestShutdownWhileCut(t *testing.T) {
 		t.Fatalf("second Shutdown: %v", err)
 	}
 }
+
+// A dial still waiting when the cut heals connects then, as a SYN
+// retransmitted after the heal would.
+func TestDialWaitingOnACutConnectsAfterTheHeal(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	sw := gossipfault.New()
+	nt, err := memberlist.NewNetTransport(&memberlist.NetTransportConfig{BindAddrs: []string{"127.0.0.1"}, Logger: log.New(io.Discard, "", 0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := sw.Wrap(nt)
+	defer tr.Shutdown()
+	sw.Cut()
+	done := make(chan error, 1)
+	go func() {
+		c, err := tr.DialTimeout(ln.Addr().String(), time.Minute)
+		if err == nil {
+			c.Close()
+		}
+		done <- err
+	}()
+	poll.Until(t, 5*time.Second, "the dial is waiting", func() bool { return sw.Dropped().DialsOut == 1 })
+	select {
+	case err := <-done:
+		t.Fatalf("a cut dial returned before the heal: %v", err)
+	default:
+	}
+	sw.Heal()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("dial after the heal: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the dial did not connect within 10s of the heal")
+	}
+}
