@@ -44,6 +44,9 @@ type Gossip struct {
 	// Enabled turns gossip discovery on. Default false.
 	Enabled           bool `yaml:"enabled"`
 	membership.Config `yaml:",inline"`
+	// IsolatedNotReady makes /readyz answer not ready while this proxy is
+	// cut off from gossip (it keeps routing meanwhile). Default false.
+	IsolatedNotReady bool `yaml:"isolated_not_ready"`
 }
 
 // Validate checks the gossip keys only when gossip is enabled.

@@ -185,6 +185,7 @@ func fieldDocs() map[string]string {
 		"gossip.forget_after":       "how long a dead replica stays on the ring, out of rotation, before its partitions move for good; a restart within it gets its partitions back; at least 1s",
 		"gossip.profile":            "failure detection: lan (memberlist's LAN preset, about 5s to detect a crash) or fast (about 2s, more false suspicions under CPU stalls)",
 		"gossip.push_pull_interval": "full state sync period, bounding how stale a member's view can get; at least 1s",
+		"gossip.isolated_not_ready": "answer /readyz 503 while this proxy is cut off from gossip (keyway_gossip_isolated 1); it keeps routing meanwhile, so set it only where a load balancer in front can send clients to the proxies that still hear the fleet",
 
 		"health.all_down":                     "when no replica of a set is in rotation: fail_closed (503 with Retry-After) or fail_open (route by hash to the ring owner anyway); counted either way",
 		"health.active.enabled":               "probe every ring member over HTTP; agents already probe their replica's readiness, so this is mostly for static replicas",

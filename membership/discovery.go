@@ -39,6 +39,11 @@ type DiscoveryOptions struct {
 	// snapshots (for the audit trail). Called from the Node's emit
 	// goroutine; it must not block.
 	OnEvent func(MemberEvent)
+	// HealthScore reads this node's Lifeguard health score for the
+	// isolation rule; nil means the attached Node's.
+	HealthScore func() int
+	// Now is the clock of the isolation rule; nil means time.Now.
+	Now func() time.Time
 }
 
 // MemberEvent is one change of a member between two snapshots.
@@ -91,6 +96,15 @@ type Discovery struct {
 	redrains   map[string]int      // gossip node → drain commands sent to that incarnation
 	unknown    map[string]bool     // sets advertised that this proxy does not serve
 	sets       map[string]bool     // sets fed at least once
+
+	// Isolation (isolation.go): the rule, its state (written under
+	// feedMu and mu, read under either), its inputs and its signals.
+	rule  isolationRule
+	iso   isolation
+	score func() int
+	now   func() time.Time
+	isoM  isolationMetrics
+	isoLg *zap.Logger
 }
 
 var _ Sink = (*Discovery)(nil)
@@ -129,6 +143,7 @@ func NewDiscovery(t Target, opts DiscoveryOptions) *Discovery {
 	if opts.Registerer != nil {
 		opts.Registerer.MustRegister(d.mismatchTotal, d.mismatchPeers, d.unknownSets)
 	}
+	d.initIsolation(opts)
 	return d
 }
 
@@ -136,6 +151,7 @@ func NewDiscovery(t Target, opts DiscoveryOptions) *Discovery {
 func (d *Discovery) Attach(n *Node) {
 	d.mu.Lock()
 	d.node, d.self, d.send = n, n.Name(), n.Send
+	d.rule = isolationRuleFor(n.cfg)
 	d.mu.Unlock()
 }
 
@@ -150,10 +166,17 @@ func (d *Discovery) SetMembers(ms []Member) {
 // held, so that snapshots reach the target in the order they were taken.
 func (d *Discovery) feed(ms []Member) {
 	idx := indexIncarnations(ms)
+	// While this proxy is cut off from gossip, the replicas it cannot hear
+	// are routed as last seen alive (isolation.go).
+	iso, prev, end := d.isolationStep(ms)
 	bySet := idx.replicasBySet()
+	if iso.on {
+		bySet = indexIncarnations(iso.view(ms)).replicasBySet()
+	}
 	d.mu.Lock()
-	prev := d.members
+	before := d.members
 	d.members, d.index = ms, idx
+	d.iso = iso
 	d.trackHeldLocked(ms)
 	// A new incarnation of a replica an operator drained is routed as
 	// draining until it holds the drain itself (report sends it again):
@@ -190,8 +213,9 @@ func (d *Discovery) feed(ms []Member) {
 	}
 	d.checkFingerprints(ms)
 	if d.onEvent != nil {
-		diffMembers(prev, ms, d.onEvent)
+		diffMembers(before, ms, d.onEvent)
 	}
+	d.reportIsolation(prev, iso, end)
 }
 
 // Resync feeds the target the last member snapshot again. Call it after

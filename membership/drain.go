@@ -202,6 +202,7 @@ func (d *Discovery) Run(ctx context.Context) error {
 			return nil
 		case <-t.C:
 			d.report()
+			d.recheckIsolation()
 		}
 	}
 }

@@ -79,6 +79,14 @@ type Options struct {
 	Env func(string) (string, bool)
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// Transport, if non-nil, wraps the gossip transport: the Node binds
+	// memberlist's NetTransport on BindAddr:BindPort as memberlist would,
+	// and gossips through what Transport returns instead (which must use
+	// the NetTransport it was given, and shut it down in its Shutdown).
+	// It is a hook for tests that inject network faults
+	// (internal/gossipfault) and for special networks (a custom dialer,
+	// a proxy); production nodes leave it nil.
+	Transport func(*memberlist.NetTransport) memberlist.NodeAwareTransport
 }
 
 // Node is this process's gossip member. Construct with New, then Run. It is
@@ -256,8 +264,18 @@ func (n *Node) Send(node string, msg []byte) error {
 // Run binds, joins, and keeps the member list current until ctx is done;
 // then it leaves the cluster gracefully and shuts gossip down.
 func (n *Node) Run(ctx context.Context) error {
-	ml, err := memberlist.Create(n.memberlistConfig())
+	c := n.memberlistConfig()
+	if n.opts.Transport != nil {
+		if err := n.netTransport(c); err != nil {
+			return err
+		}
+	}
+	ml, err := memberlist.Create(c)
 	if err != nil {
+		if c.Transport != nil {
+			// memberlist shuts down only the transports it made.
+			_ = c.Transport.Shutdown()
+		}
 		return fmt.Errorf("gossip: %w", err)
 	}
 	n.ml.Store(ml)

@@ -17,6 +17,12 @@ func (v *view) Fleet() admin.FleetStatus {
 	if v.n.node != nil {
 		out.Self = v.n.node.Name()
 	}
+	if v.n.disc != nil {
+		out.Isolated, out.IsolatedSince = v.n.disc.Isolated()
+		if !out.Isolated {
+			out.IsolatedSince = time.Time{}
+		}
+	}
 	if v.n.fleet != nil {
 		for _, p := range v.n.fleet.Peers() {
 			out.Proxies = append(out.Proxies, admin.FleetProxy{Node: p.Node, Admin: p.Admin, Heard: p.Heard})

@@ -5,6 +5,7 @@ import (
 	"io"
 	"sync"
 
+	"github.com/hashicorp/memberlist"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.uber.org/zap"
@@ -35,6 +36,11 @@ type Options struct {
 	Load func() (config.Config, error)
 	// Version is logged at start.
 	Version string
+	// GossipTransport, if non-nil, wraps the proxy's gossip transport
+	// (membership.Options.Transport): a hook for tests that cut a node's
+	// gossip in-process (internal/gossipfault) and for special networks.
+	// Nil in production.
+	GossipTransport func(*memberlist.NetTransport) memberlist.NodeAwareTransport
 }
 
 // ProxyNode is one keyway proxy process: the proxy, its health checks and
@@ -141,7 +147,7 @@ func NewProxy(cfg config.Config, opts Options) (_ *ProxyNode, err error) {
 	adminAddr := ""
 	if cfg.Admin.Listen != "" {
 		aopts := admin.Options{
-			Gatherer: n.reg, Ready: n.p, Logger: n.log.Named("admin"),
+			Gatherer: n.reg, Ready: readiness{n}, Logger: n.log.Named("admin"),
 			Sets: n.view, Members: n.view, Events: n.view, Config: n.view, Drainer: n.view, Fleet: n.view,
 			Scaler: scaler{n.p, n.audit},
 		}
@@ -173,7 +179,8 @@ func NewProxy(cfg config.Config, opts Options) (_ *ProxyNode, err error) {
 			Role:        membership.RoleProxy,
 			Addr:        adminAddr,
 			Fingerprint: membership.FingerprintMeta(n.p.Fingerprints()),
-		}, membership.Options{Logger: n.log.Named("gossip"), Registerer: n.reg, Sink: n.disc, Messages: messages})
+		}, membership.Options{Logger: n.log.Named("gossip"), Registerer: n.reg, Sink: n.disc, Messages: messages,
+			Transport: opts.GossipTransport})
 		if err != nil {
 			return nil, err
 		}
@@ -281,6 +288,24 @@ func orDiscard(w io.Writer) io.Writer {
 		return io.Discard
 	}
 	return w
+}
+
+// readiness is /readyz: the proxy's, and with gossip.isolated_not_ready
+// not ready either while this proxy is cut off from gossip (a load
+// balancer in front then prefers the proxies that still hear the fleet).
+// n.disc is set before anything runs.
+type readiness struct{ n *ProxyNode }
+
+func (r readiness) Ready() bool {
+	if !r.n.p.Ready() {
+		return false
+	}
+	if r.n.disc != nil && r.n.cfg.Gossip.IsolatedNotReady {
+		if isolated, _ := r.n.disc.Isolated(); isolated {
+			return false
+		}
+	}
+	return true
 }
 
 // exclusions is the health checker's sink: the reasons the checker holds a

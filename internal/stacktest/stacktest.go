@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/memberlist"
+
 	"keyway/config"
 	"keyway/demo"
 	"keyway/internal/poll"
@@ -57,6 +59,9 @@ type Opts struct {
 	Gossip bool // wait for the gossip node and record its address
 	// Stdout receives the access log; nil discards it.
 	Stdout io.Writer
+	// GossipTransport wraps the node's gossip transport
+	// (server.Options.GossipTransport), e.g. a gossipfault.Switch's Wrap.
+	GossipTransport func(*memberlist.NetTransport) memberlist.NodeAwareTransport
 }
 
 // StartProxy builds a proxy node from cfg and runs it until the test ends,
@@ -65,7 +70,7 @@ type Opts struct {
 func StartProxy(t testing.TB, cfg config.Config, o Opts) *Stack {
 	t.Helper()
 	st := &Stack{Stderr: &SyncBuffer{}}
-	n, err := server.NewProxy(cfg, server.Options{Stdout: o.Stdout, Stderr: st.Stderr, File: o.File, Load: o.Load, Version: "test"})
+	n, err := server.NewProxy(cfg, server.Options{Stdout: o.Stdout, Stderr: st.Stderr, File: o.File, Load: o.Load, Version: "test", GossipTransport: o.GossipTransport})
 	if err != nil {
 		t.Fatalf("server.NewProxy: %v", err)
 	}
