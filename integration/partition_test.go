@@ -133,6 +133,9 @@ func TestCutProxyKeepsRoutingUnderLoad(t *testing.T) {
 	if code := readyz(b.Admin); code != http.StatusServiceUnavailable {
 		t.Fatalf("B's /readyz answers %d while isolated with isolated_not_ready, want 503", code)
 	}
+	if fb := fleetOf(t, b.Admin); !fb.Isolated || fb.IsolatedSince.IsZero() {
+		t.Fatalf("B's /v1/fleet does not say it is isolated: %+v", fb)
+	}
 	poll.Until(t, 45*time.Second, "proxy B's gossip marks 3 replicas and proxy A dead", func() bool {
 		return dead("replica") == 3 && dead("proxy") == 1
 	})
