@@ -121,6 +121,7 @@ type replicaSet struct {
 	prefix   []byte
 	sources  []keySource
 	idem     []byte
+	routeHdr []byte // route_context.header; nil when off
 	maxBody  int
 	timeout  time.Duration
 	attempts int
@@ -152,6 +153,8 @@ type setState struct {
 	mu     sync.Mutex // guards live and gossip
 	live   map[string]*Backend
 	gossip []balancer.Replica // the last gossip list, sorted by name
+
+	ring atomic.Pointer[ringID] // the newest table's ring identifier (route context)
 }
 
 type keySource struct {
@@ -287,6 +290,9 @@ func newGeneration(st *setState, sc SetConfig) *replicaSet {
 	if h := sc.Retries.IdempotencyHeader; h != "" {
 		rs.idem = []byte(h)
 	}
+	if h := sc.RouteContext.Header; h != "" {
+		rs.routeHdr = []byte(h)
+	}
 	var descr []string
 	for _, k := range sc.Key {
 		switch {
@@ -355,7 +361,8 @@ func (p *Proxy) newSetState(sc SetConfig) (*setState, error) {
 
 func (p *Proxy) newBackend(st *setState, r balancer.Replica) *Backend {
 	cfg := st.cur.Load().cfg
-	b := &Backend{name: r.Name, addr: r.Addr, hc: newHostClient(r, &cfg, p.opts.dial)}
+	b := &Backend{name: r.Name, addr: r.Addr}
+	b.hc = newHostClient(r, &cfg, p.opts.dial, &b.pool)
 	p.metrics.bind(b, st.name)
 	st.mu.Lock()
 	st.live[r.Name] = b
@@ -381,8 +388,10 @@ func (p *Proxy) rebuilt(st *setState, info balancer.RebuildInfo) {
 	if st.removed.Load() {
 		return // the set's last table, emptied by Reload: nobody routes with it
 	}
+	// The Router has published the new table before calling this hook:
+	// make its ring identifier before requests need it.
+	st.ringID(st.router.Table())
 	if len(p.opts.Tables) > 0 {
-		// The Router has published the new table before calling this hook.
 		ms := st.router.Table().Members()
 		declared := int(st.declared.Load())
 		for _, o := range p.opts.Tables {
