@@ -164,19 +164,23 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, rs *replicaSet, t *balancer.Ta
 	var lastKind errKind
 	var last *Backend
 	tried := 0
-	sameRetried := false
+	sameRetried := false // the one try again on the same replica is used up
+	same := false        // this attempt tries the previous one's replica again
 	attempts := min(len(cands), rs.attempts)
 	for i := 0; i < attempts; i++ {
 		slot := int(cands[i])
 		b := t.Backend(slot)
 		last = b
 		tried++
-		if tried > 1 {
-			// No ctx.Response.Reset() here: DoDeadline resets the response
-			// itself but keeps its no-default-Content-Type flag, which
-			// Reset would clear (and fasthttp would then add text/plain).
+		// No ctx.Response.Reset() before a retry: DoDeadline resets the
+		// response itself but keeps its no-default-Content-Type flag,
+		// which Reset would clear (and fasthttp would then add
+		// text/plain). keyway_retries_total counts retries on another
+		// candidate.
+		if i > 0 && !same {
 			rs.retries.Inc()
 		}
+		same = false
 		if rs.routeHdr != nil {
 			setRouteContext(&ctx.Request.Header, rs.routeHdr, t, keyed, hash, slot, ring)
 		}
@@ -222,11 +226,11 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, rs *replicaSet, t *balancer.Ta
 			// idle timeout closes them all): drop them, and try the same
 			// replica once more on a fresh connection. If it crashed, that
 			// dial is refused and ejects it. A stale connection sent
-			// nothing: that try is not a retry. A reused connection closed
-			// before any answer byte may have delivered the request, which
-			// is replayable: that try is a retry, though not of another
-			// candidate.
-			sameRetried = true
+			// nothing: the try again is not another attempt. A reused
+			// connection closed before any answer byte may have delivered
+			// the request (it is replayable, or we would not be here): the
+			// try again is another attempt, on the same candidate.
+			sameRetried, same = true, true
 			b.hc.CloseIdleConnections()
 			i--
 			if lastKind == errStale {
