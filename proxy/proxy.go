@@ -23,7 +23,9 @@ import (
 // Observer receives the outcome of every exchange with a replica that says
 // something about the replica (one call per attempt): an answer, or a
 // failure to connect, a timeout or a reset. Outcomes that are keyway's own
-// (no free pooled connection, a stale pooled connection) are not reported.
+// (no free pooled connection) or its pooled connections' (a stale one, or
+// a reused one the replica closed before answering: kind reused_closed)
+// are not reported.
 // It is called on the request path: it must be cheap, must not block and
 // must not retain anything. err is nil when the replica answered; status
 // is then its status code. A connect failure's err has a ConnectFailure()
