@@ -71,6 +71,12 @@ type Replica struct {
 	// forgotten): it stays on the ring, keeping its partitions for a
 	// restart, but is out of rotation.
 	Down bool `json:"down,omitempty"`
+	// Boot identifies the replica's incarnation: when its agent started
+	// (Unix nanoseconds, from gossip metadata); a restart is a new, larger
+	// Boot under the same Name. 0 when unknown (static replicas). A change
+	// of Boot alone moves no partition and keeps the replica's place on
+	// the ring; the proxy only drops its connections to the old process.
+	Boot int64 `json:"boot,omitempty"`
 }
 
 // routable reports whether the replica's own view allows traffic: ready

@@ -239,6 +239,7 @@ func fieldDocs() map[string]string {
 		"replica_sets[].static[].addr":              "required, unique in the set: host:port of the replica's HTTP listener, non-zero port",
 		"replica_sets[].static[].weight":            "advisory, reported only; 1 to 1000",
 		"replica_sets[].static[].zone":              "optional failure-domain label",
+		"replica_sets[].route_context.header":       "header telling the replica how keyway routed each attempt: partition, stand-in flag, ring identifier and ring owner (format in docs/proxy.md, Route context), e.g. X-Keyway-Route; replaces a client's header of that name; not a hop-by-hop, forwarding, key or idempotency header; empty disables",
 
 		"admin.listen":     "host:port of the admin listener (/metrics, /healthz, /readyz); empty disables it",
 		"admin.token_file": "file holding the bearer token of the admin API's mutating endpoints (drain, undrain); the admin token environment variable overrides it (docs/admin.md); a token is required when admin.listen is not loopback",

@@ -277,7 +277,7 @@ keyway_rotation_replicas{set="orders"} 1
 # TYPE keyway_table_rebuilds_total counter
 keyway_table_rebuilds_total{ring="false",set="orders"} 1
 keyway_table_rebuilds_total{ring="true",set="orders"} 1
-# HELP keyway_upstream_errors_total Failed exchanges with a replica, by kind: dial, stale_conn, no_free_conns, timeout, reset, other.
+# HELP keyway_upstream_errors_total Failed exchanges with a replica, by kind: dial, stale_conn, no_free_conns, timeout, reset, other, reused_closed.
 # TYPE keyway_upstream_errors_total counter
 keyway_upstream_errors_total{kind="dial",replica="orders-0",set="orders"} 0
 keyway_upstream_errors_total{kind="dial",replica="orders-1",set="orders"} 0
@@ -287,6 +287,8 @@ keyway_upstream_errors_total{kind="other",replica="orders-0",set="orders"} 0
 keyway_upstream_errors_total{kind="other",replica="orders-1",set="orders"} 0
 keyway_upstream_errors_total{kind="reset",replica="orders-0",set="orders"} 0
 keyway_upstream_errors_total{kind="reset",replica="orders-1",set="orders"} 0
+keyway_upstream_errors_total{kind="reused_closed",replica="orders-0",set="orders"} 0
+keyway_upstream_errors_total{kind="reused_closed",replica="orders-1",set="orders"} 0
 keyway_upstream_errors_total{kind="stale_conn",replica="orders-0",set="orders"} 0
 keyway_upstream_errors_total{kind="stale_conn",replica="orders-1",set="orders"} 0
 keyway_upstream_errors_total{kind="timeout",replica="orders-0",set="orders"} 1

@@ -30,8 +30,8 @@ func TestReplicasBySet(t *testing.T) {
 				{Node: "proxy-x", Meta: Meta{Role: RoleProxy}, Status: StatusAlive},
 			},
 			want: map[string][]balancer.Replica{
-				"orders": {{Name: "o-0", Addr: "a:1", State: balancer.StateStarting, Source: "gossip"}, {Name: "o-1", Addr: "a:2", State: balancer.StateReady, Source: "gossip"}},
-				"events": {{Name: "e-0", Addr: "a:3", State: balancer.StateDraining, Source: "gossip"}},
+				"orders": {{Name: "o-0", Addr: "a:1", State: balancer.StateStarting, Source: "gossip", Boot: 1}, {Name: "o-1", Addr: "a:2", State: balancer.StateReady, Source: "gossip", Boot: 1}},
+				"events": {{Name: "e-0", Addr: "a:3", State: balancer.StateDraining, Source: "gossip", Boot: 1}},
 			},
 		},
 		"newest boot wins, dead old entry ignored": {
@@ -39,7 +39,7 @@ func TestReplicasBySet(t *testing.T) {
 				rep("orders", "o-0", "a:1", balancer.StateReady, 1, StatusDead),
 				rep("orders", "o-0", "a:9", balancer.StateStarting, 2, StatusAlive),
 			},
-			want: map[string][]balancer.Replica{"orders": {{Name: "o-0", Addr: "a:9", State: balancer.StateStarting, Source: "gossip"}}},
+			want: map[string][]balancer.Replica{"orders": {{Name: "o-0", Addr: "a:9", State: balancer.StateStarting, Source: "gossip", Boot: 2}}},
 		},
 		"dead is down, left is stopped, left for good is dropped": {
 			in: []Member{
@@ -52,8 +52,8 @@ func TestReplicasBySet(t *testing.T) {
 				}(),
 			},
 			want: map[string][]balancer.Replica{"orders": {
-				{Name: "o-0", Addr: "a:1", State: balancer.StateReady, Source: "gossip", Down: true},
-				{Name: "o-1", Addr: "a:2", State: balancer.StateStopped, Source: "gossip"},
+				{Name: "o-0", Addr: "a:1", State: balancer.StateReady, Source: "gossip", Down: true, Boot: 1},
+				{Name: "o-1", Addr: "a:2", State: balancer.StateStopped, Source: "gossip", Boot: 1},
 			}},
 		},
 	}

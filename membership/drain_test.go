@@ -56,10 +56,10 @@ func TestIncarnationsTieRules(t *testing.T) {
 	}
 	// ReplicasBySet is built from the listed members.
 	want := []balancer.Replica{
-		{Name: "o-0", Addr: "a:3", State: balancer.StateReady, Source: "gossip", Down: true},
-		{Name: "o-1", Addr: "a:4", State: balancer.StateReady, Source: "gossip"},
-		{Name: "o-2", Addr: "a:7", State: balancer.StateReady, Source: "gossip"},
-		{Name: "o-3", Addr: "a:8", State: balancer.StateStopped, Source: "gossip"},
+		{Name: "o-0", Addr: "a:3", State: balancer.StateReady, Source: "gossip", Down: true, Boot: 3},
+		{Name: "o-1", Addr: "a:4", State: balancer.StateReady, Source: "gossip", Boot: 5},
+		{Name: "o-2", Addr: "a:7", State: balancer.StateReady, Source: "gossip", Boot: 7},
+		{Name: "o-3", Addr: "a:8", State: balancer.StateStopped, Source: "gossip", Boot: 1},
 	}
 	if got := ReplicasBySet(ms)["orders"]; !reflect.DeepEqual(got, want) {
 		t.Fatalf("ReplicasBySet\n got %+v\nwant %+v", got, want)

@@ -78,7 +78,7 @@ func (idx incarnations) replicasBySet() map[string][]balancer.Replica {
 		m := in.listed
 		r := balancer.Replica{
 			Name: m.Meta.Replica, Addr: m.Meta.Addr, State: m.Meta.State,
-			Weight: int(m.Meta.Weight), Zone: m.Meta.Zone, Source: "gossip",
+			Weight: int(m.Meta.Weight), Zone: m.Meta.Zone, Source: "gossip", Boot: m.Meta.Boot,
 		}
 		switch m.Status {
 		case StatusDead:

@@ -4,6 +4,7 @@ package proxy
 
 import (
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -39,6 +40,10 @@ func TestHandlerAllocs(t *testing.T) {
 		"keyed, owner out, failover next": {setup: excludeOwnerOf("customer-42"), uri: "/ingest", hdrs: []string{"X-Key", "customer-42"}},
 		"keyed, all out, fail open":       {failOpen: true, setup: excludeAll, uri: "/ingest", hdrs: []string{"X-Key", "customer-42"}},
 		"keyless, all out, fail open":     {failOpen: true, setup: excludeAll, uri: "/ingest"},
+		"route context, keyed":            {modify: routeContext, uri: "/ingest", hdrs: []string{"X-Key", "customer-42"}},
+		"route context, keyed, stand-in":  {modify: routeContext, setup: excludeOwnerOf("customer-42"), uri: "/ingest", hdrs: []string{"X-Key", "customer-42"}},
+		"route context, keyless":          {modify: routeContext, uri: "/ingest"},
+		"route context, client sent one":  {modify: routeContext, uri: "/ingest", hdrs: []string{"X-Key", "customer-42", "X-Keyway-Route", "forged"}},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -72,6 +77,9 @@ func TestHandlerAllocs(t *testing.T) {
 			if allocs := testing.AllocsPerRun(500, run); allocs != 0 {
 				t.Fatalf("%v allocations per proxied request, want 0", allocs)
 			}
+			if rc := ctx.Request.Header.PeekAll("X-Keyway-Route"); strings.HasPrefix(name, "route context") != (len(rc) == 1 && strings.Contains(string(rc[0]), "ring=")) {
+				t.Fatalf("route context headers forwarded: %q", rc)
+			}
 			if obs.n == 0 {
 				t.Fatal("the observer was never called")
 			}
@@ -103,6 +111,8 @@ func TestFullPathAllocs(t *testing.T) {
 func keys(src ...balancer.KeySource) func(*Config) {
 	return func(c *Config) { c.ReplicaSets[0].Key = src }
 }
+
+func routeContext(c *Config) { c.ReplicaSets[0].RouteContext.Header = "X-Keyway-Route" }
 
 func fallback(f balancer.Fallback) func(*Config) {
 	return func(c *Config) { c.ReplicaSets[0].Fallback = f }

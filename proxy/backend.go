@@ -39,6 +39,11 @@ type Backend struct {
 	// released says the Router retired this backend: requests still using
 	// it close their connection when they finish.
 	released atomic.Bool
+	// pool numbers the generations of the backend's connections: it goes
+	// up when the replica's process is replaced (a new incarnation at the
+	// same address, see retirePool). A connection made in an earlier
+	// generation is closed when handed back and never reused.
+	pool atomic.Uint64
 
 	ctr     *replicaCounters // shared by every Backend of the replica while it stays on the ring
 	latency prometheus.Observer
@@ -52,6 +57,17 @@ func (b *Backend) Addr() string { return b.addr }
 
 // Inflight returns the number of requests being forwarded to the replica now.
 func (b *Backend) Inflight() int64 { return b.inflight.Load() }
+
+// retirePool is called when the replica's process was replaced by a new
+// incarnation at the same address: the old process's connections are
+// dead or about to be. Its idle connections close now; connections in use
+// close when their request hands them back (forward compares the
+// generation), and any that slips back into the pool fails its next reuse
+// as stale before writing (staleCheckConn). Safe for concurrent use.
+func (b *Backend) retirePool() {
+	b.pool.Add(1)
+	b.hc.CloseIdleConnections()
+}
 
 type noCopy struct{}
 
@@ -76,7 +92,10 @@ func (e *DialError) ConnectFailure() bool { return true }
 // with an in-memory listener's Dial (Options.dial).
 type dialFunc func(addr string, timeout time.Duration) (net.Conn, error)
 
-func newHostClient(rep balancer.Replica, sc *SetConfig, dial dialFunc) *fasthttp.HostClient {
+// newHostClient makes the connection pool of a replica. pool is the
+// backend's pool generation (Backend.pool): each connection remembers the
+// generation it was dialed in.
+func newHostClient(rep balancer.Replica, sc *SetConfig, dial dialFunc, pool *atomic.Uint64) *fasthttp.HostClient {
 	connect := sc.Timeouts.Connect
 	if dial == nil {
 		dial = func(addr string, timeout time.Duration) (net.Conn, error) {
@@ -90,11 +109,12 @@ func newHostClient(rep balancer.Replica, sc *SetConfig, dial dialFunc) *fasthttp
 			if timeout <= 0 || timeout > connect {
 				timeout = connect
 			}
+			gen := pool.Load()
 			c, err := dial(addr, timeout)
 			if err != nil {
 				return nil, &DialError{Addr: addr, Err: err}
 			}
-			return newStaleCheckConn(c), nil
+			return newStaleCheckConn(c, gen, pool), nil
 		},
 		NoDefaultUserAgentHeader:      true,
 		DisableHeaderNamesNormalizing: true,
@@ -122,15 +142,37 @@ const (
 	errTimeout                    // no complete answer in time: fate unknown
 	errReset                      // connection closed or reset after sending: fate unknown
 	errOther                      // anything else (malformed response, ...): fate unknown
+	// A reused pooled connection closed or reset before the first response
+	// byte: the replica closed it as the request went out (a restart, its
+	// keep-alive timeout). Fate unknown, but no evidence against the
+	// replica.
+	errReusedClosed
 	errKinds
 )
 
-var errKindNames = [errKinds]string{"dial", "stale_conn", "no_free_conns", "timeout", "reset", "other"}
+var errKindNames = [errKinds]string{"dial", "stale_conn", "no_free_conns", "timeout", "reset", "other", "reused_closed"}
 
 func (k errKind) String() string { return errKindNames[k] }
 
+// evidence reports whether a failure of this kind says something about the
+// replica, for passive health checks (Observer): keyway's own outcomes (no
+// free pooled connection) and dead pooled connections (stale, or closed
+// by the replica as the request went out) do not.
+func (k errKind) evidence() bool { return k != errStale && k != errNoFreeConns && k != errReusedClosed }
+
 // neverSent reports whether the request provably did not reach the replica.
 func (k errKind) neverSent() bool { return k == errDial || k == errStale || k == errNoFreeConns }
+
+// classifyAttempt classifies a failed attempt whose response is resp: a
+// reset or close of a reused connection before the first response byte is
+// errReusedClosed (lostReusedConn), whatever error fasthttp made of it.
+func classifyAttempt(err error, resp *fasthttp.Response) errKind {
+	k := classify(err)
+	if k == errReset && lostReusedConn(resp) {
+		return errReusedClosed
+	}
+	return k
+}
 
 func classify(err error) errKind {
 	var de *DialError

@@ -88,6 +88,20 @@ type SetConfig struct {
 	// Static lists replicas that are not discovered by gossip. They are
 	// always on the ring and in rotation unless health checks exclude them.
 	Static []StaticReplica `yaml:"static"`
+	// RouteContext tells the replicas how keyway routed each request, in
+	// one header. Off by default.
+	RouteContext RouteContextConfig `yaml:"route_context"`
+}
+
+// RouteContextConfig makes every request forwarded to a replica of the
+// set carry one header describing the routing decision of that attempt,
+// e.g. "partition=1281; standin=1; ring=v1-xxh64-cons1.1-p7919-r100-l1.25/42; owner=orders-0"
+// (the format is in docs/proxy.md). Whatever a client sent under that
+// name is replaced.
+type RouteContextConfig struct {
+	// Header names the header, e.g. X-Keyway-Route. Default empty: off,
+	// and requests are forwarded without it.
+	Header string `yaml:"header"`
 }
 
 // MatchConfig selects a replica set's requests. Empty fields match
@@ -275,6 +289,9 @@ func (s SetConfig) Validate() error {
 			errs = append(errs, fmt.Errorf("retries.idempotency_header: %q is not a valid HTTP header name", h))
 		}
 	}
+	if err := s.RouteContext.validate(s); err != nil {
+		errs = append(errs, fmt.Errorf("route_context.header: %w", err))
+	}
 	if s.MaxBodyBytes < 1 || s.MaxBodyBytes > 1<<30 {
 		errs = append(errs, fmt.Errorf("max_body_bytes: must be between 1B and 1GiB, got %s", s.MaxBodyBytes))
 	}
@@ -304,6 +321,37 @@ func (s SetConfig) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// validate checks the header name of a set's route context: a valid
+// header name that keyway does not manage otherwise (hop-by-hop and
+// forwarding headers, Host, Content-Length) and that does not already
+// mean something to the set (a key source or the idempotency header).
+func (c RouteContextConfig) validate(s SetConfig) error {
+	h := c.Header
+	if h == "" {
+		return nil
+	}
+	if err := (balancer.KeySource{Header: h}).Validate(); err != nil {
+		return fmt.Errorf("%q is not a valid HTTP header name (letters, digits and !#$%%&'*+-.^_`|~ only), e.g. X-Keyway-Route", h)
+	}
+	for _, k := range hopHeaders {
+		if strings.EqualFold(h, string(k)) {
+			return fmt.Errorf("%q is a hop-by-hop header; choose a name of your own, e.g. X-Keyway-Route", h)
+		}
+	}
+	if protectedHeader([]byte(h)) || strings.EqualFold(h, "Expect") {
+		return fmt.Errorf("%q is a header keyway sets or relies on itself; choose a name of your own, e.g. X-Keyway-Route", h)
+	}
+	for _, k := range s.Key {
+		if strings.EqualFold(h, k.Header) {
+			return fmt.Errorf("%q is a key source of this set; the route context would replace the key", h)
+		}
+	}
+	if strings.EqualFold(h, s.Retries.IdempotencyHeader) {
+		return fmt.Errorf("%q is the set's retries.idempotency_header; the route context would mark every request replayable", h)
+	}
+	return nil
 }
 
 func validateListen(addr string) error {

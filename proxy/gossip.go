@@ -13,8 +13,10 @@ import (
 
 // SetReplicaSet replaces the gossip-discovered replicas of one set (the
 // membership.Target contract). It returns false for a set this proxy does
-// not serve. A replica whose address, state or liveness changed is cleared
-// of a refused-connection hold: gossip knows better now.
+// not serve. A replica whose address, state, liveness or incarnation
+// changed is cleared of a refused-connection hold: gossip knows better
+// now. A new incarnation (Replica.Boot) retires the connection pool of the
+// old one at once, without waiting for the Router.
 func (p *Proxy) SetReplicaSet(set string, reps []balancer.Replica) bool {
 	rs := p.routes.Load().byName[set]
 	if rs == nil {
@@ -32,7 +34,19 @@ func (p *Proxy) SetReplicaSet(set string, reps []balancer.Replica) bool {
 	s.mu.Unlock()
 	for _, r := range reps {
 		i, found := slices.BinarySearchFunc(prev, r.Name, func(a balancer.Replica, n string) int { return strings.Compare(a.Name, n) })
-		if found && prev[i].Addr == r.Addr && prev[i].State == r.State && prev[i].Down == r.Down {
+		if found && prev[i].Boot != r.Boot {
+			// A new incarnation: the connections to the old process are
+			// dead, or will be when it exits. Same address or not, none
+			// of them may carry another request (the Router keeps the
+			// backend when only the incarnation changed).
+			s.mu.Lock()
+			b := s.live[r.Name]
+			s.mu.Unlock()
+			if b != nil {
+				b.retirePool()
+			}
+		}
+		if found && prev[i].Addr == r.Addr && prev[i].State == r.State && prev[i].Down == r.Down && prev[i].Boot == r.Boot {
 			continue
 		}
 		t := s.router.Table()

@@ -1,7 +1,11 @@
 package proxy
 
 import (
+	"sync"
 	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
 
 	"keyway/balancer"
 )
@@ -44,5 +48,82 @@ func TestGossipAdapters(t *testing.T) {
 	}
 	if fp := p.Fingerprints(); len(fp) != 1 || fp["orders"] != DefaultSetConfig().Hash.Fingerprint() {
 		t.Fatalf("Fingerprints() = %v", fp)
+	}
+}
+
+// A new incarnation of a replica at the same address (gossip's Boot
+// changes) retires its pool at once: idle connections to the old process
+// close, a connection in use closes when its request hands it back, and
+// the Router neither rebuilds the ring nor replaces the backend.
+func TestNewIncarnationRetiresPool(t *testing.T) {
+	r0, r1 := startReplica(t, "r0"), startReplica(t, "r1")
+	held, release := make(chan struct{}, 1), make(chan struct{})
+	var once sync.Once
+	unhold := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(unhold) // before the replica's shutdown, which waits for the held request
+	r0.setHandler(func(ctx *fasthttp.RequestCtx) {
+		if len(ctx.Request.Header.Peek("X-Hold")) > 0 {
+			held <- struct{}{}
+			<-release
+		}
+		ctx.SetBodyString("r0")
+	})
+	reg := newRegistry()
+	p, addr := startProxyOpts(t, Options{Registerer: reg}, func(cfg *Config) { cfg.ReplicaSets[0].Static = nil }, r0, r1)
+	gossip := gossipReplicas(r0, r1)
+	gossip[0].Boot, gossip[1].Boot = 100, 200
+	p.SetReplicaSet("orders", gossip)
+	key := keyOwnedBy(t, p, "r0")
+	tbl := p.Router("orders").Table()
+	b := tbl.Backend(0)
+	if b.Name() != "r0" {
+		t.Fatalf("slot 0 is %s", b.Name())
+	}
+	// Two connections to r0: one idle in the pool, one in use.
+	done := make(chan reply, 1)
+	go func() { done <- newClient(addr).do(t, "POST", "/ingest", "x", "X-Key", key, "X-Hold", "1") }()
+	within(t, held, 5*time.Second, "the held request at r0")
+	if r := newClient(addr).do(t, "POST", "/ingest", "x", "X-Key", key); r.status != 200 {
+		t.Fatalf("POST: %s", r)
+	}
+	if n := b.hc.IdleConnsCount(); n != 1 {
+		t.Fatalf("%d idle connections to r0, want 1", n)
+	}
+	ringBuilt := func() float64 {
+		v, _ := sample(t, reg, "keyway_table_rebuilds_total", map[string]string{"set": "orders", "ring": "true"})
+		return v
+	}
+	rings := ringBuilt()
+
+	gossip[0].Boot = 101 // r0 restarted at the same address
+	p.SetReplicaSet("orders", gossip)
+	if n := b.hc.IdleConnsCount(); n != 0 {
+		t.Fatalf("%d idle connections to r0's earlier incarnation after the new one appeared, want 0", n)
+	}
+	unhold()
+	if r := within(t, done, 5*time.Second, "the held request's answer"); r.status != 200 {
+		t.Fatalf("held POST: %s", r)
+	}
+	if n := b.hc.ConnsCount(); n != 0 {
+		t.Fatalf("%d connections to r0 after the held request handed its connection back, want 0 (closed)", n)
+	}
+	p.Router("orders").Flush()
+	now := p.Router("orders").Table()
+	if now.Backend(0) != b {
+		t.Fatal("the new incarnation replaced r0's backend")
+	}
+	if now.Replica(0).Boot != 101 {
+		t.Fatalf("the table lists r0 with boot %d, want 101", now.Replica(0).Boot)
+	}
+	if got := ringBuilt(); got != rings {
+		t.Fatalf("the ring was rebuilt %v times for a new incarnation, want 0", got-rings)
+	}
+	if r := newClient(addr).do(t, "POST", "/ingest", "x", "X-Key", key); r.status != 200 || r.body != "r0" {
+		t.Fatalf("POST to the new incarnation: %s", r)
+	}
+	// The same list again changes nothing.
+	p.SetReplicaSet("orders", gossip)
+	if n := b.hc.IdleConnsCount(); n != 1 {
+		t.Fatalf("%d idle connections after an unchanged gossip list, want 1 (kept)", n)
 	}
 }

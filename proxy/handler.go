@@ -78,7 +78,7 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) {
 		p.respondError(ctx, rs, d.reason, d.status, d.msg, d.replica)
 		return
 	}
-	p.forward(ctx, rs, t, cands)
+	p.forward(ctx, rs, t, cands, status == balancer.KeyOK, hash)
 }
 
 // key looks for the request's key in the set's sources, in order: the
@@ -147,38 +147,53 @@ func (p *Proxy) keyless(rs *replicaSet, t *balancer.Table[*Backend], dst []uint1
 
 // forward tries the candidates in order, following the delivery contract:
 // a request that never reached a replica may go to the next candidate; one
-// whose fate is unknown only if it is replayable.
-func (p *Proxy) forward(ctx *fasthttp.RequestCtx, rs *replicaSet, t *balancer.Table[*Backend], cands []uint16) {
+// whose fate is unknown only if it is replayable. keyed says the request
+// has a key, whose hash is hash (for the route context).
+func (p *Proxy) forward(ctx *fasthttp.RequestCtx, rs *replicaSet, t *balancer.Table[*Backend], cands []uint16, keyed bool, hash uint64) {
 	start := time.Now()
 	deadline := start.Add(rs.timeout)
 	clientClose, http10 := prepareRequest(ctx)
 	replayable := isIdempotent(ctx.Request.Header.Method()) ||
 		(len(rs.idem) > 0 && len(ctx.Request.Header.PeekBytes(rs.idem)) > 0)
+	var ring []byte
+	if rs.routeHdr != nil {
+		ring = rs.st.ringID(t)
+	}
 
 	var lastErr error
 	var lastKind errKind
 	var last *Backend
 	tried := 0
-	staleRetried := false
+	sameRetried := false // the one try again on the same replica is used up
+	same := false        // this attempt tries the previous one's replica again
 	attempts := min(len(cands), rs.attempts)
 	for i := 0; i < attempts; i++ {
-		b := t.Backend(int(cands[i]))
+		slot := int(cands[i])
+		b := t.Backend(slot)
 		last = b
 		tried++
-		if tried > 1 {
-			// No ctx.Response.Reset() here: DoDeadline resets the response
-			// itself but keeps its no-default-Content-Type flag, which
-			// Reset would clear (and fasthttp would then add text/plain).
+		// No ctx.Response.Reset() before a retry: DoDeadline resets the
+		// response itself but keeps its no-default-Content-Type flag,
+		// which Reset would clear (and fasthttp would then add
+		// text/plain). keyway_retries_total counts retries on another
+		// candidate.
+		if i > 0 && !same {
 			rs.retries.Inc()
 		}
+		same = false
+		if rs.routeHdr != nil {
+			setRouteContext(&ctx.Request.Header, rs.routeHdr, t, keyed, hash, slot, ring)
+		}
 		t0 := time.Now()
+		pool := b.pool.Load()
 		b.inflight.Add(1)
 		err := b.hc.DoDeadline(&ctx.Request, &ctx.Response, deadline)
 		b.inflight.Add(-1)
-		if b.released.Load() {
+		if b.released.Load() || b.pool.Load() != pool {
 			// The pool was retired while this request used it (a reload
-			// renewed it, or the replica left): close the connection the
-			// request just returned to it.
+			// renewed it, the replica left, or a new incarnation replaced
+			// the replica's process): close the connection the request
+			// just returned to it.
 			b.hc.CloseIdleConnections()
 		}
 		end := time.Now()
@@ -200,12 +215,12 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, rs *replicaSet, t *balancer.Ta
 			p.logAccess(ctx, rs.name, b.name, code, start, tried)
 			return
 		}
-		lastErr, lastKind = err, classify(err)
+		lastErr, lastKind = err, classifyAttempt(err, &ctx.Response)
 		b.ctr.upErrs[lastKind].Add(1)
 		if lastKind == errDial && isRefused(err) {
 			p.ejectRefused(rs, b)
 		}
-		if lastKind != errStale && lastKind != errNoFreeConns {
+		if lastKind.evidence() {
 			b.lastFail.Store(end.UnixNano())
 			if p.opts.Observer != nil {
 				p.opts.Observer.Observe(rs.name, b.name, 0, err, d)
@@ -214,16 +229,22 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, rs *replicaSet, t *balancer.Ta
 		if ce := p.log.Check(zapcore.DebugLevel, "upstream attempt failed"); ce != nil {
 			ce.Write(zap.String("set", rs.name), zap.String("replica", b.name), zap.Stringer("kind", lastKind), zap.Error(err), zap.Int("attempt", i+1))
 		}
-		if lastKind == errStale && !staleRetried {
+		if !sameRetried && (lastKind == errStale || (lastKind == errReusedClosed && replayable)) {
 			// The pooled connection was dead, not necessarily the replica.
 			// Its other idle connections are suspect too (a restart or an
 			// idle timeout closes them all): drop them, and try the same
 			// replica once more on a fresh connection. If it crashed, that
-			// dial is refused and ejects it.
-			staleRetried = true
+			// dial is refused and ejects it. A stale connection sent
+			// nothing: the try again is not another attempt. A reused
+			// connection closed before any answer byte may have delivered
+			// the request (it is replayable, or we would not be here): the
+			// try again is another attempt, on the same candidate.
+			sameRetried, same = true, true
 			b.hc.CloseIdleConnections()
 			i--
-			tried--
+			if lastKind == errStale {
+				tried--
+			}
 			continue
 		}
 		if !lastKind.neverSent() && !replayable {
@@ -245,6 +266,9 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, rs *replicaSet, t *balancer.Ta
 	case lastKind == errTimeout:
 		p.answer(ctx, rs, lrTimeout, fasthttp.StatusGatewayTimeout,
 			"the replica did not answer within "+rs.timeout.String()+"; the request may or may not have been processed", last.name, start, tried)
+	case lastKind == errReusedClosed:
+		p.answer(ctx, rs, lrUpstream, fasthttp.StatusBadGateway,
+			"the replica closed a reused connection as the request was sent ("+lastKind.String()+"); the request may or may not have been processed", last.name, start, tried)
 	default:
 		p.answer(ctx, rs, lrUpstream, fasthttp.StatusBadGateway,
 			"the replica failed after the request was sent ("+lastKind.String()+"); the request may or may not have been processed", last.name, start, tried)

@@ -23,7 +23,9 @@ import (
 // Observer receives the outcome of every exchange with a replica that says
 // something about the replica (one call per attempt): an answer, or a
 // failure to connect, a timeout or a reset. Outcomes that are keyway's own
-// (no free pooled connection, a stale pooled connection) are not reported.
+// (no free pooled connection) or its pooled connections' (a stale one, or
+// a reused one the replica closed before answering: kind reused_closed)
+// are not reported.
 // It is called on the request path: it must be cheap, must not block and
 // must not retain anything. err is nil when the replica answered; status
 // is then its status code. A connect failure's err has a ConnectFailure()
@@ -131,6 +133,7 @@ type replicaSet struct {
 	prefix   []byte
 	sources  []keySource
 	idem     []byte
+	routeHdr []byte // route_context.header; nil when off
 	maxBody  int
 	timeout  time.Duration
 	attempts int
@@ -166,6 +169,8 @@ type setState struct {
 	// the fleet's verdict holds out. Guarded by mu.
 	voteSince map[string]time.Time
 	fleetOut  map[string]balancer.FleetExclusion
+
+	ring atomic.Pointer[ringID] // the newest table's ring identifier (route context)
 }
 
 type keySource struct {
@@ -301,6 +306,9 @@ func newGeneration(st *setState, sc SetConfig) *replicaSet {
 	if h := sc.Retries.IdempotencyHeader; h != "" {
 		rs.idem = []byte(h)
 	}
+	if h := sc.RouteContext.Header; h != "" {
+		rs.routeHdr = []byte(h)
+	}
 	var descr []string
 	for _, k := range sc.Key {
 		switch {
@@ -369,7 +377,8 @@ func (p *Proxy) newSetState(sc SetConfig) (*setState, error) {
 
 func (p *Proxy) newBackend(st *setState, r balancer.Replica) *Backend {
 	cfg := st.cur.Load().cfg
-	b := &Backend{name: r.Name, addr: r.Addr, hc: newHostClient(r, &cfg, p.opts.dial)}
+	b := &Backend{name: r.Name, addr: r.Addr}
+	b.hc = newHostClient(r, &cfg, p.opts.dial, &b.pool)
 	p.metrics.bind(b, st.name)
 	st.mu.Lock()
 	st.live[r.Name] = b
@@ -395,9 +404,12 @@ func (p *Proxy) rebuilt(st *setState, info balancer.RebuildInfo) {
 	if st.removed.Load() {
 		return // the set's last table, emptied by Reload: nobody routes with it
 	}
+	// The Router has published the new table before calling this hook:
+	// make its ring identifier before requests need it, and note the
+	// votes the fleet exchange publishes.
+	st.ringID(st.router.Table())
 	p.noteVotes(st, st.router.Table())
 	if len(p.opts.Tables) > 0 {
-		// The Router has published the new table before calling this hook.
 		ms := st.router.Table().Members()
 		declared := int(st.declared.Load())
 		for _, o := range p.opts.Tables {

@@ -2,37 +2,75 @@ package proxy
 
 import (
 	"errors"
+	"io"
 	"net"
+	"sync/atomic"
 	"syscall"
+
+	"github.com/valyala/fasthttp"
 )
 
 // errStaleConn is returned when keyway is about to reuse a pooled
 // connection that the replica has already closed (it crashed, restarted or
-// idled the connection out). Nothing was written: the request never
-// reached the replica, so it is always safe to send it again.
+// idled the connection out), or one that belongs to an earlier incarnation
+// of the replica. Nothing was written: the request never reached the
+// replica, so it is always safe to send it again.
 var errStaleConn = errors.New("proxy: pooled connection already closed by the replica")
 
-// staleCheckConn wraps a connection to a replica. Before the first write
-// that follows a read — that is, before a pooled connection is reused for
-// the next request — it peeks at the socket without blocking: a closed or
-// reset socket fails the write with errStaleConn instead of sending a
-// request into a dead connection, whose fate keyway could then not know
-// (a non-replayable POST would get 502). The check is one non-blocking
-// recvfrom(MSG_PEEK) per reuse and allocates nothing.
+// staleCheckConn wraps a connection to a replica and watches how each
+// exchange on it begins.
 //
-// It cannot close the race in which the replica closes the connection
-// while the request is on its way; keeping timeouts.idle below the
-// replica's keep-alive timeout does.
+// Before the first write that follows a read — that is, before a pooled
+// connection is reused for the next request — it peeks at the socket
+// without blocking: a closed or reset socket fails the write with
+// errStaleConn instead of sending a request into a dead connection, whose
+// fate keyway could then not know (a non-replayable POST would get 502).
+// The check is one non-blocking recvfrom(MSG_PEEK) per reuse and allocates
+// nothing. It runs through RawConn.Control, not RawConn.Read: Read refuses
+// to run the check at all once the connection's read deadline has passed,
+// and fasthttp leaves the previous response's read deadline on a pooled
+// connection until after it has written the next request — so every
+// connection idle for longer than timeouts.request went unchecked.
+//
+// The peek cannot close the race in which the replica closes the
+// connection while the request is on its way (keeping timeouts.idle below
+// the replica's keep-alive timeout narrows it). For that race the wrapper
+// remembers whether the exchange on a reused connection failed before its
+// first response byte — a read ending in EOF or a reset, or a write failing
+// with EPIPE or a reset — and forward learns it through the connection's
+// RemoteAddr (see lostReusedConn): fasthttp turns any error on the first
+// response byte into ErrConnectionClosed, so the error itself cannot say.
+//
+// Like the connection, it is used by one goroutine at a time.
 type staleCheckConn struct {
 	net.Conn
-	raw      syscall.RawConn // nil when the conn exposes no file descriptor
-	peek     func(fd uintptr) bool
-	readSeen bool
-	closed   bool
+	raw  syscall.RawConn // nil when the conn exposes no file descriptor
+	peek func(fd uintptr)
+	addr connAddr
+	// gen is the generation of the backend's pool when the connection
+	// was made, cur the pool's generation now (nil: no generations).
+	gen uint64
+	cur *atomic.Uint64
+
+	readSeen bool // a read since the last write: the next write reuses the connection
+	reused   bool // the current exchange runs on a reused connection
+	answered bool // a response byte of the current exchange has arrived
+	lost     bool // the current exchange on a reused connection failed before its first response byte
+	closed   bool // set by peekFD
 	buf      [1]byte
 }
 
-func newStaleCheckConn(c net.Conn) net.Conn {
+// connAddr is a staleCheckConn's remote address. fasthttp keeps the
+// RemoteAddr of the connection a response came over (Response.RemoteAddr),
+// which leads from a failed attempt back to its connection.
+type connAddr struct {
+	net.Addr
+	c *staleCheckConn
+}
+
+// newStaleCheckConn wraps c. gen and cur are the backend's pool generation
+// (see Backend.retirePool); cur may be nil.
+func newStaleCheckConn(c net.Conn, gen uint64, cur *atomic.Uint64) net.Conn {
 	sc, ok := c.(syscall.Conn)
 	if !ok {
 		return c
@@ -41,29 +79,48 @@ func newStaleCheckConn(c net.Conn) net.Conn {
 	if err != nil {
 		return c
 	}
-	s := &staleCheckConn{Conn: c, raw: raw}
+	s := &staleCheckConn{Conn: c, raw: raw, gen: gen, cur: cur}
 	s.peek = s.peekFD
+	s.addr = connAddr{Addr: c.RemoteAddr(), c: s}
 	return s
 }
 
+// RemoteAddr returns the peer's address, as a *connAddr.
+func (c *staleCheckConn) RemoteAddr() net.Addr { return &c.addr }
+
 func (c *staleCheckConn) Read(b []byte) (int, error) {
 	c.readSeen = true
-	return c.Conn.Read(b)
+	n, err := c.Conn.Read(b)
+	if n > 0 {
+		c.answered = true
+	} else if err != nil && c.reused && !c.answered && connLost(err) {
+		c.lost = true
+	}
+	return n, err
 }
 
 func (c *staleCheckConn) Write(b []byte) (int, error) {
 	if c.readSeen {
+		// The first write of an exchange on a reused connection.
 		c.readSeen = false
+		c.reused, c.answered, c.lost = true, false, false
+		if c.cur != nil && c.cur.Load() != c.gen {
+			return 0, errStaleConn // made for an earlier incarnation of the replica
+		}
 		c.closed = false
-		if err := c.raw.Read(c.peek); err == nil && c.closed {
+		if err := c.raw.Control(c.peek); err == nil && c.closed {
 			return 0, errStaleConn
 		}
 	}
-	return c.Conn.Write(b)
+	n, err := c.Conn.Write(b)
+	if err != nil && c.reused && !c.answered && connLost(err) {
+		c.lost = true
+	}
+	return n, err
 }
 
-// peekFD runs inside RawConn.Read: it never blocks (it returns true).
-func (c *staleCheckConn) peekFD(fd uintptr) bool {
+// peekFD runs inside RawConn.Control: it never blocks.
+func (c *staleCheckConn) peekFD(fd uintptr) {
 	n, _, err := syscall.Recvfrom(int(fd), c.buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
 	switch {
 	case err == nil && n == 0: // orderly shutdown by the replica
@@ -71,5 +128,19 @@ func (c *staleCheckConn) peekFD(fd uintptr) bool {
 	case err == syscall.ECONNRESET || err == syscall.EPIPE:
 		c.closed = true
 	}
-	return true
+}
+
+// connLost reports whether an I/O error says the peer closed or reset the
+// connection.
+func connLost(err error) bool {
+	return err == io.EOF || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}
+
+// lostReusedConn reports whether the attempt that filled resp ran on a
+// reused connection that the replica closed or reset before the first
+// response byte. Valid after a failed attempt only: fasthttp has closed
+// that connection, so nothing else uses it.
+func lostReusedConn(resp *fasthttp.Response) bool {
+	a, ok := resp.RemoteAddr().(*connAddr)
+	return ok && a.c.lost
 }

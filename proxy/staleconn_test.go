@@ -2,12 +2,21 @@ package proxy
 
 import (
 	"bufio"
+	"cmp"
+	"errors"
+	"io"
 	"net"
+	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"keyway/internal/poll"
 )
 
 // A replica that closed a pooled connection (idle timeout, restart) must
@@ -130,5 +139,386 @@ func TestAllPooledConnectionsStaleKeepsTheOwner(t *testing.T) {
 	mu.Unlock()
 	if r := newClient(addr).do(t, "POST", "/ingest", "x", "X-Key", key); r.status != 200 || r.body != "r0" {
 		t.Fatalf("POST for r0's key after r0 closed every pooled connection: %s, want 200 from r0", r)
+	}
+}
+
+// dialLog is an Options.dial that records the proxy's connections to
+// replicas (the raw TCP connections under the stale-check wrapper).
+type dialLog struct {
+	mu    sync.Mutex
+	conns []net.Conn
+}
+
+func (d *dialLog) dial(addr string, timeout time.Duration) (net.Conn, error) {
+	c, err := net.DialTimeout("tcp", addr, timeout)
+	if err == nil {
+		d.mu.Lock()
+		d.conns = append(d.conns, c)
+		d.mu.Unlock()
+	}
+	return c, err
+}
+
+func (d *dialLog) all() []net.Conn {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.Clone(d.conns)
+}
+
+// peerClosed reports whether the peer's FIN or RST has reached c: a
+// non-blocking peek finds the end of the stream or a reset.
+func peerClosed(c net.Conn) bool {
+	raw, err := c.(syscall.Conn).SyscallConn()
+	if err != nil {
+		return true
+	}
+	closed := false
+	if err := raw.Control(func(fd uintptr) {
+		var b [1]byte
+		n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		closed = (err == nil && n == 0) || err == syscall.ECONNRESET
+	}); err != nil {
+		return true
+	}
+	return closed
+}
+
+// tcpPair returns a connected client and server connection on loopback.
+func tcpPair(t *testing.T) (client, server net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	acc := make(chan net.Conn, 1)
+	go func() {
+		c, _ := ln.Accept()
+		acc <- c
+	}()
+	client, err = net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	server = within(t, acc, 5*time.Second, "accept")
+	if server == nil {
+		t.Fatal("accept failed")
+	}
+	t.Cleanup(func() { client.Close(); server.Close() })
+	return client, server
+}
+
+// exchange writes a request on the wrapped client connection and reads a
+// one-byte answer the server sends: afterwards the connection is one that
+// fasthttp would put back into its pool.
+func exchange(t *testing.T, w, server net.Conn) {
+	t.Helper()
+	if _, err := w.Write([]byte("q")); err != nil {
+		t.Fatal(err)
+	}
+	var b [1]byte
+	if _, err := io.ReadFull(server, b[:]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := server.Write([]byte("a")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(w, b[:]); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// fasthttp sets a connection's read deadline before reading a response
+// and leaves it there: a pooled connection idle for longer than
+// timeouts.request carries a read deadline in the past when it is reused.
+// The stale check must still look at it (RawConn.Read would refuse to).
+func TestStaleCheckIgnoresPassedReadDeadline(t *testing.T) {
+	c, s := tcpPair(t)
+	w := newStaleCheckConn(c, 0, nil)
+	exchange(t, w, s)
+	if err := c.SetReadDeadline(time.Now().Add(-time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	poll.Until(t, 5*time.Second, "the replica's FIN to arrive", func() bool { return peerClosed(c) })
+	if _, err := w.Write([]byte("q")); !errors.Is(err, errStaleConn) {
+		t.Fatalf("write on a closed pooled connection with a passed read deadline: %v, want errStaleConn", err)
+	}
+}
+
+// The race the peek cannot close: the replica closes (or resets) a reused
+// connection just after the check, before or after it read the request.
+// The exchange fails before its first response byte, and the wrapper says
+// so through the response's RemoteAddr. A fresh connection, or one whose
+// answer had begun, does not.
+func TestReusedConnectionLostBeforeFirstByte(t *testing.T) {
+	cases := map[string]struct {
+		reuse   bool // a completed exchange first
+		rst     bool // the server resets instead of closing
+		partial bool // the server sends a byte of the answer first
+		want    bool
+	}{
+		"reused, FIN":              {reuse: true, want: true},
+		"reused, RST":              {reuse: true, rst: true, want: true},
+		"fresh, FIN":               {},
+		"reused, FIN after a byte": {reuse: true, partial: true},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			c, s := tcpPair(t)
+			w := newStaleCheckConn(c, 0, nil).(*staleCheckConn)
+			w.peek = func(uintptr) {} // the replica's close comes just after the check
+			if tc.reuse {
+				exchange(t, w, s)
+			}
+			if _, err := w.Write([]byte("q")); err != nil {
+				t.Fatal(err)
+			}
+			var b [1]byte
+			if _, err := io.ReadFull(s, b[:]); err != nil { // the replica read the request
+				t.Fatal(err)
+			}
+			if tc.partial {
+				if _, err := s.Write([]byte("H")); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := io.ReadFull(w, b[:]); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tc.rst {
+				if err := s.(*net.TCPConn).SetLinger(0); err != nil {
+					t.Fatal(err)
+				}
+			}
+			s.Close()
+			if _, err := w.Read(b[:]); err == nil {
+				t.Fatal("read after the replica closed succeeded")
+			}
+			var resp fasthttp.Response
+			resp.ParseNetConn(w)
+			if got := lostReusedConn(&resp); got != tc.want {
+				t.Fatalf("lostReusedConn = %v, want %v", got, tc.want)
+			}
+		})
+	}
+	t.Run("reused, write fails", func(t *testing.T) {
+		c, s := tcpPair(t)
+		w := newStaleCheckConn(c, 0, nil).(*staleCheckConn)
+		w.peek = func(uintptr) {}
+		exchange(t, w, s)
+		if err := s.(*net.TCPConn).SetLinger(0); err != nil {
+			t.Fatal(err)
+		}
+		s.Close()
+		poll.Until(t, 5*time.Second, "the replica's RST to arrive", func() bool { return peerClosed(c) })
+		if _, err := w.Write([]byte("q")); err == nil {
+			t.Fatal("write on a reset connection succeeded")
+		}
+		var resp fasthttp.Response
+		resp.ParseNetConn(w)
+		if !lostReusedConn(&resp) {
+			t.Fatal("a reused connection whose write failed with a reset is not reported lost")
+		}
+	})
+}
+
+// A connection dialed before its replica's incarnation changed is never
+// reused: its next request fails as stale before anything is written.
+func TestStaleCheckRefusesAnEarlierIncarnation(t *testing.T) {
+	c, s := tcpPair(t)
+	var pool atomic.Uint64
+	w := newStaleCheckConn(c, pool.Load(), &pool)
+	exchange(t, w, s)
+	if _, err := w.Write([]byte("q")); err != nil {
+		t.Fatalf("reuse within the same pool generation: %v", err)
+	}
+	exchange(t, w, s) // the server reads "q" and answers
+	pool.Add(1)
+	if _, err := w.Write([]byte("q")); !errors.Is(err, errStaleConn) {
+		t.Fatalf("reuse after the pool was retired: %v, want errStaleConn", err)
+	}
+}
+
+// The bug this wrapper once had: a proxy idle for longer than
+// timeouts.request, whose replica restarted meanwhile, sent its next
+// request into the dead pooled connection and answered 502 (kind reset,
+// counted against the replica). The stale check must catch it and send
+// the request on a fresh connection.
+func TestStalePooledConnectionAfterIdleLongerThanRequestTimeout(t *testing.T) {
+	var mu sync.Mutex
+	var served []net.Conn
+	r0 := startRawReplica(t, "r0", func(_ *fasthttp.Request, c net.Conn) bool {
+		mu.Lock()
+		served = append(served, c)
+		mu.Unlock()
+		_, err := c.Write([]byte("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nr0"))
+		return err == nil
+	})
+	dl := &dialLog{}
+	obs := &recordingObserver{}
+	p, addr := startProxyOpts(t, Options{dial: dl.dial, Observer: obs}, nil, r0)
+	cl := newClient(addr)
+	if r := cl.do(t, "POST", "/ingest", "x", "X-Key", "k"); r.status != 200 {
+		t.Fatalf("first POST: %s", r)
+	}
+	// Idle for longer than timeouts.request: the pooled connection's read
+	// deadline lies in the past. Then the replica restarts.
+	for _, c := range dl.all() {
+		if err := c.SetReadDeadline(time.Now().Add(-time.Second)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mu.Lock()
+	for _, c := range served {
+		c.Close()
+	}
+	mu.Unlock()
+	poll.Until(t, 5*time.Second, "the replica's FIN to reach the proxy", func() bool {
+		for _, c := range dl.all() {
+			if !peerClosed(c) {
+				return false
+			}
+		}
+		return true
+	})
+	if r := cl.do(t, "POST", "/ingest", "x", "X-Key", "k"); r.status != 200 || r.body != "r0" {
+		t.Fatalf("POST after the replica closed an idle pooled connection: %s, want 200 from r0", r)
+	}
+	b := p.Router("orders").Table().Backend(0)
+	if got := b.ctr.upErrs[errStale].Load(); got != 1 {
+		t.Errorf("stale_conn = %d, want 1", got)
+	}
+	if got := b.ctr.upErrs[errReset].Load(); got != 0 {
+		t.Errorf("reset = %d, want 0", got)
+	}
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	for _, o := range obs.obs {
+		if o.err != nil {
+			t.Errorf("the observer was told of a failure: %v", o.err)
+		}
+	}
+}
+
+// A replica that closes or resets a kept-alive connection after reading
+// the next request on it (a restart racing the request): not evidence
+// against it; a replayable request is sent once more to the same replica
+// on a fresh connection, a non-replayable one gets 502. On a fresh
+// connection the same failure stays a reset and counts.
+func TestReusedConnectionClosedByReplica(t *testing.T) {
+	cases := map[string]struct {
+		rst      bool     // reset rather than close
+		fresh    bool     // fail the first request of every connection instead of the second
+		method   string   // default POST
+		hdrs     []string // besides X-Key
+		status   int      // the client's answer
+		kind     errKind  // the failure counted
+		observed bool     // the Observer heard of it
+		requests int64    // requests r0 received, the failed one included
+	}{
+		"close, POST":                   {status: 502, kind: errReusedClosed, requests: 2},
+		"reset, POST":                   {rst: true, status: 502, kind: errReusedClosed, requests: 2},
+		"close, PUT":                    {method: "PUT", status: 200, kind: errReusedClosed, requests: 3},
+		"reset, POST with idempotency":  {rst: true, hdrs: []string{"Idempotency-Key", "i-1"}, status: 200, kind: errReusedClosed, requests: 3},
+		"fresh connection, close, POST": {fresh: true, status: 502, kind: errReset, observed: true, requests: 1},
+		"fresh connection, reset, POST": {fresh: true, rst: true, status: 502, kind: errReset, observed: true, requests: 1},
+		"fresh connection, close, PUT":  {fresh: true, method: "PUT", status: 200, kind: errReset, observed: true, requests: 1},
+		"close, POST, retries disabled": {status: 502, kind: errReusedClosed, requests: 2},
+		"close, PUT, retries disabled":  {method: "PUT", status: 200, kind: errReusedClosed, requests: 3},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			var mu sync.Mutex
+			perConn := map[net.Conn]int{}
+			failAt := 2
+			if tc.fresh {
+				failAt = 1
+			}
+			r0 := startRawReplica(t, "r0", func(_ *fasthttp.Request, c net.Conn) bool {
+				mu.Lock()
+				perConn[c]++
+				n := perConn[c]
+				mu.Unlock()
+				if n == failAt {
+					if tc.rst {
+						_ = c.(*net.TCPConn).SetLinger(0)
+					}
+					return false // closed (or reset) without a response byte
+				}
+				_, err := c.Write([]byte("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nr0"))
+				return err == nil
+			})
+			r1 := startReplica(t, "r1")
+			obs := &recordingObserver{}
+			reg := newRegistry()
+			p, addr := startProxyOpts(t, Options{Observer: obs, Registerer: reg}, func(c *Config) {
+				if strings.HasSuffix(name, "retries disabled") {
+					c.ReplicaSets[0].Retries.Attempts = 1
+				}
+			}, r0, r1)
+			key := keyOwnedBy(t, p, "r0")
+			if !strings.HasSuffix(name, "retries disabled") {
+				key = keyWithCandidates(t, p, "r0", "r1")
+			}
+			cl := newClient(addr)
+			if !tc.fresh {
+				if r := cl.do(t, "POST", "/ingest", "x", "X-Key", key); r.status != 200 || r.body != "r0" {
+					t.Fatalf("first POST: %s", r)
+				}
+			}
+			method := cmp.Or(tc.method, "POST")
+			r := cl.do(t, method, "/ingest", "x", append([]string{"X-Key", key}, tc.hdrs...)...)
+			if r.status != tc.status {
+				t.Fatalf("%s on a connection r0 then lost: %s, want %d", method, r, tc.status)
+			}
+			if want := "r0"; tc.status == 200 && !tc.fresh && r.body != want {
+				t.Fatalf("answered by %q, want %s (the same replica, on a fresh connection)", r.body, want)
+			}
+			if want := "r1"; tc.status == 200 && tc.fresh && r.body != want {
+				t.Fatalf("answered by %q, want %s (the next candidate)", r.body, want)
+			}
+			if tc.status == 502 && !strings.Contains(r.body, tc.kind.String()) {
+				t.Errorf("502 body %q does not name %s", r.body, tc.kind)
+			}
+			b := p.Router("orders").Table().Backend(0)
+			if b.Name() != "r0" {
+				t.Fatalf("slot 0 is %s", b.Name())
+			}
+			for k := errKind(0); k < errKinds; k++ {
+				want := uint64(0)
+				if k == tc.kind {
+					want = 1
+				}
+				if got := b.ctr.upErrs[k].Load(); got != want {
+					t.Errorf("%s errors = %d, want %d", k, got, want)
+				}
+			}
+			if got := r0.count.Load(); got != tc.requests {
+				t.Errorf("r0 received %d requests, want %d", got, tc.requests)
+			}
+			wantR1 := int64(0)
+			if tc.fresh && tc.status == 200 {
+				wantR1 = 1 // a reset on a fresh connection retries on the next candidate
+			}
+			if got := r1.count.Load(); got != wantR1 {
+				t.Errorf("r1 received %d requests, want %d", got, wantR1)
+			}
+			obs.mu.Lock()
+			observed := false
+			for _, o := range obs.obs {
+				if o.err != nil {
+					observed = true
+				}
+			}
+			obs.mu.Unlock()
+			if observed != tc.observed {
+				t.Errorf("the observer heard of the failure: %v, want %v", observed, tc.observed)
+			}
+			retries, _ := sample(t, reg, "keyway_retries_total", map[string]string{"set": "orders"})
+			if want := float64(wantR1); retries != want {
+				t.Errorf("keyway_retries_total = %v, want %v (a try again on the same replica is not a retry on another candidate)", retries, want)
+			}
+		})
 	}
 }
