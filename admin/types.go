@@ -153,6 +153,14 @@ type ReplicaStatus struct {
 	Share      float64 `json:"share"`
 	// Traffic is what this proxy sent it: requests, errors, ejections.
 	Traffic *ReplicaTraffic `json:"traffic,omitempty"`
+	// Inflight counts the requests this proxy is forwarding to it now;
+	// FleetInflight adds those of the other proxies this one hears from
+	// (their last views, at most fleet.interval old), and FleetProxies
+	// says how many proxies that sum covers, this one included. A drain is
+	// over on every proxy when FleetInflight is 0.
+	Inflight      int64 `json:"inflight"`
+	FleetInflight int64 `json:"fleet_inflight"`
+	FleetProxies  int   `json:"fleet_proxies"`
 	// Health is the health checker's view (probe verdict, ejections), or
 	// nil when the checker does not track the replica.
 	Health any `json:"health,omitempty"`

@@ -45,6 +45,9 @@ type FleetSet struct {
 	Digest string
 	Votes  []FleetVote
 	Vetoes []string
+	// Inflight is the proxy's requests in flight to each replica that has
+	// any (absent means none), so that a drain can be watched fleet-wide.
+	Inflight map[string]int64
 }
 
 // FleetPeer is what one proxy published last: its node name and its sets.

@@ -353,3 +353,41 @@ func digestOf(adminAddr string) string {
 	}
 	return fs.Sets[0].Digest
 }
+
+// A request in flight through one proxy shows in the other's
+// fleet_inflight of that replica: a drain can be watched fleet-wide.
+func TestFleetInflightIsSummed(t *testing.T) {
+	f := startFleet(t, "  passive: {enabled: false}")
+	victim := f.reps[0]
+	key := ""
+	for i := 0; key == ""; i++ {
+		if k := fmt.Sprintf("k-%d", i); pickOf(t, f.a.Admin, k) == victim.Name {
+			key = k
+		}
+	}
+	done := make(chan int, 1)
+	go func() { done <- sendVia(t, f.b.Proxy, key, "X-Hang", "1") }()
+	replica := func(adminAddr string) admin.ReplicaStatus {
+		var st admin.SetStatus
+		stacktest.GetJSON(t, "http://"+adminAddr+"/v1/replica_sets/orders", &st)
+		for _, r := range st.Replicas {
+			if r.Name == victim.Name {
+				return r
+			}
+		}
+		t.Fatalf("no %s in %+v", victim.Name, st)
+		return admin.ReplicaStatus{}
+	}
+	poll.Until(t, 10*time.Second, "A to count B's request in flight", func() bool {
+		r := replica(f.a.Admin)
+		return r.Inflight == 0 && r.FleetInflight == 1 && r.FleetProxies == 2
+	})
+	if r := replica(f.b.Admin); r.Inflight != 1 || r.FleetInflight != 1 {
+		t.Fatalf("B's own view of its request in flight: %+v", r)
+	}
+	victim.Unblock()
+	if code := <-done; code != 200 {
+		t.Fatalf("the held request got %d", code)
+	}
+	poll.Until(t, 10*time.Second, "A to see nothing in flight", func() bool { return replica(f.a.Admin).FleetInflight == 0 })
+}

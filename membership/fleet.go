@@ -95,10 +95,11 @@ type proxyState struct {
 }
 
 type stateSet struct {
-	Set    string      `json:"set"`
-	Digest string      `json:"digest"`
-	Votes  []stateVote `json:"votes,omitempty"`
-	Vetoes []string    `json:"vetoes,omitempty"`
+	Set      string           `json:"set"`
+	Digest   string           `json:"digest"`
+	Votes    []stateVote      `json:"votes,omitempty"`
+	Vetoes   []string         `json:"vetoes,omitempty"`
+	Inflight map[string]int64 `json:"inflight,omitempty"`
 }
 
 type stateVote struct {
@@ -176,7 +177,7 @@ func (f *Fleet) HandleMessage(from string, msg []byte) {
 	now := f.now()
 	view := balancer.FleetPeer{Node: ps.Node, Sets: make([]balancer.FleetSet, 0, len(ps.Sets))}
 	for _, s := range ps.Sets {
-		fs := balancer.FleetSet{Set: s.Set, Digest: s.Digest, Vetoes: s.Vetoes}
+		fs := balancer.FleetSet{Set: s.Set, Digest: s.Digest, Vetoes: s.Vetoes, Inflight: s.Inflight}
 		for _, v := range s.Votes {
 			fs.Votes = append(fs.Votes, balancer.FleetVote{
 				Replica: v.Replica, Reason: balancer.ParseReason(v.Reason),
@@ -298,7 +299,7 @@ func (f *Fleet) publish() {
 	f.seq++
 	ps := proxyState{Kind: proxyStateKind, Node: f.node.Name(), Seq: f.seq, Sets: make([]stateSet, 0, len(sets))}
 	for _, s := range sets {
-		ss := stateSet{Set: s.Set, Digest: s.Digest, Vetoes: s.Vetoes}
+		ss := stateSet{Set: s.Set, Digest: s.Digest, Vetoes: s.Vetoes, Inflight: s.Inflight}
 		for _, v := range s.Votes {
 			ss.Votes = append(ss.Votes, stateVote{Replica: v.Replica, Reason: v.Reason.String(), AgeMS: now.Sub(v.Since).Milliseconds()})
 		}

@@ -121,6 +121,14 @@ func (p *Proxy) FleetSets(now time.Time) []balancer.FleetSet {
 func (p *Proxy) fleetSet(st *setState, peers []balancer.FleetPeer, now time.Time) balancer.FleetSet {
 	t := st.router.Table()
 	fs := balancer.FleetSet{Set: st.name, Digest: t.Digest()}
+	for slot := 0; slot < t.Len(); slot++ {
+		if n := t.Backend(slot).Inflight(); n > 0 {
+			if fs.Inflight == nil {
+				fs.Inflight = map[string]int64{}
+			}
+			fs.Inflight[t.Replica(slot).Name] = n
+		}
+	}
 	if !p.cfg.Fleet.Share {
 		return fs
 	}
@@ -351,4 +359,26 @@ func (p *Proxy) noteVotes(st *setState, t *balancer.Table[*Backend]) {
 	if p.opts.FleetChanged != nil {
 		p.opts.FleetChanged()
 	}
+}
+
+// FleetInflight returns, per replica of a set, the requests in flight to
+// it from the other proxies (their last views, at most fleet.interval
+// old), and how many proxies that sum covers. This proxy's own count is
+// ReplicaLoad's.
+func (p *Proxy) FleetInflight(set string) (perReplica map[string]int64, proxies int) {
+	p.fleet.mu.Lock()
+	defer p.fleet.mu.Unlock()
+	perReplica = map[string]int64{}
+	for _, peer := range p.fleet.peers {
+		for _, s := range peer.Sets {
+			if s.Set != set {
+				continue
+			}
+			proxies++
+			for name, n := range s.Inflight {
+				perReplica[name] += n
+			}
+		}
+	}
+	return perReplica, proxies
 }

@@ -101,6 +101,7 @@ func (v *view) set(name string, traffic bool) (admin.SetStatus, bool) {
 		Generation:  t.Generation(),
 		Replicas:    []admin.ReplicaStatus{},
 	}
+	others, proxies := v.n.p.FleetInflight(name)
 	for _, m := range t.Members() {
 		if m.State == balancer.StateReady && !m.Down {
 			st.Ready++
@@ -118,6 +119,10 @@ func (v *view) set(name string, traffic bool) (admin.SetStatus, bool) {
 		if n := t.Partitions(); n > 0 {
 			rs.Share = float64(m.Partitions) / float64(n)
 		}
+		if m.Slot >= 0 {
+			rs.Inflight = t.Backend(m.Slot).Inflight()
+		}
+		rs.FleetInflight, rs.FleetProxies = rs.Inflight+others[m.Name], proxies+1
 		if h, ok := hs[m.Name]; ok {
 			rs.Health = h
 		}

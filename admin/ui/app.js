@@ -124,7 +124,11 @@ function replicaRow(r) {
   return h("tr", { class: "replica-row", "data-replica": r.name },
     h("td", {}, h("strong", {}, r.name), h("div", { class: "meta" }, r.addr, r.zone ? " · " + r.zone : "", r.source ? " · " + r.source : "")),
     h("td", {}, h("span", { class: "pill " + stateClass(r) }, r.down ? r.state + " (down)" : r.state)),
-    h("td", {}, rot),
+    h("td", {}, rot,
+      (r.fleet_inflight || 0) > 0 || !r.in_rotation
+        ? h("div", { class: "meta inflight", "data-inflight": String(r.fleet_inflight || 0) },
+          (r.fleet_inflight || 0) + " in flight" + ((r.fleet_proxies || 1) > 1 ? " on " + r.fleet_proxies + " proxies" : ""))
+        : null),
     h("td", { class: "num" }, h("span", { class: "bar", style: "width:" + Math.round(80 * (r.share || 0)) + "px" }), pct(r.share),
       h("div", { class: "meta" }, (r.partitions || 0) + " partitions, slot " + r.slot)),
     rateCell(r.traffic),

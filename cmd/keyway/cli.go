@@ -67,7 +67,8 @@ const statusUsage = `Usage: keyway status [--admin ADDR] [--json]
 
 Prints every replica set one proxy routes: its phase, ready/declared replicas
 and replicas in rotation, then each replica with its state, whether it is in
-rotation (or why not), its share of the ring's partitions, the requests per
+rotation (or why not), its share of the ring's partitions, its requests in
+flight (this proxy's, and with other proxies "here/fleet"), the requests per
 second it answered and its errors per second (5xx answers and failed
 exchanges) over the last ~10 s, and its request and error totals. A rate
 is "-" until the proxy has two readings of its counters at least 1 s apart:
@@ -172,7 +173,7 @@ func printSet(w io.Writer, s admin.SetStatus) {
 		return
 	}
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "  REPLICA\tSTATE\tROTATION\tSHARE\tSLOT\tREQ/S\tERR/S\tREQUESTS\tERRORS\tADDR\tSOURCE")
+	fmt.Fprintln(tw, "  REPLICA\tSTATE\tROTATION\tSHARE\tSLOT\tIN FLIGHT\tREQ/S\tERR/S\tREQUESTS\tERRORS\tADDR\tSOURCE")
 	for _, r := range s.Replicas {
 		rot := "in"
 		if !r.InRotation {
@@ -194,7 +195,11 @@ func printSet(w io.Writer, s admin.SetStatus) {
 			rps, eps = fmtRate(tr.RequestsPerSecond), fmtRate(tr.ErrorsPerSecond)
 			reqs, errs = fmt.Sprint(tr.RequestsTotal), fmt.Sprint(tr.ErrorsTotal)
 		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%.1f%%\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Name, state, rot, 100*r.Share, slot, rps, eps, reqs, errs, r.Addr, dash(r.Source))
+		inflight := fmt.Sprint(r.Inflight)
+		if r.FleetProxies > 1 {
+			inflight = fmt.Sprintf("%d/%d", r.Inflight, r.FleetInflight) // here / the fleet
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%.1f%%\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Name, state, rot, 100*r.Share, slot, inflight, rps, eps, reqs, errs, r.Addr, dash(r.Source))
 	}
 	tw.Flush()
 	if s.Traffic != nil && s.Traffic.RequestsPerSecond == nil {
@@ -371,7 +376,11 @@ func runDrain(args []string, drain bool, stdout, stderr io.Writer) error {
 	fs.StringVar(&set, "set", "", "replica `SET`; required")
 	fs.StringVar(&replica, "replica", "", "`REPLICA` name; required")
 	fs.StringVar(&tokenFile, "token-file", "", "`FILE` holding the admin bearer token; default env "+admin.TokenEnv)
-	usage := fmt.Sprintf("Usage: keyway %s --set SET --replica REPLICA [--admin ADDR] [--token-file FILE]\n\n%s\n\n", action, what)
+	var wait time.Duration
+	if drain {
+		fs.DurationVar(&wait, "wait", 0, "after the drain is accepted, wait up to `DURATION` (e.g. 60s) until no proxy has a request in flight to the replica, printing progress; exit 1 if that does not happen in time")
+	}
+	usage := fmt.Sprintf("Usage: keyway %s --set SET --replica REPLICA [--admin ADDR] [--token-file FILE]%s\n\n%s\n\n", action, map[bool]string{true: " [--wait DURATION]"}[drain], what)
 	if err := parseCLIFlags(fs, args, stderr, usage); err != nil {
 		return err
 	}
@@ -398,5 +407,45 @@ func runDrain(args []string, drain bool, stdout, stderr io.Writer) error {
 		scope = "this proxy only (static replica, no agent)"
 	}
 	fmt.Fprintf(stdout, "%s %s/%s: accepted, scope %s\n", res.Action, res.Set, res.Replica, scope)
+	if wait > 0 {
+		return waitDrained(cf.client(""), set, replica, wait, stdout)
+	}
 	return nil
+}
+
+// waitDrained polls the set until the replica is out of rotation and no
+// proxy the asked one hears from has a request in flight to it, printing
+// each change of the figures, for at most d.
+func waitDrained(c *admin.Client, set, replica string, d time.Duration, stdout io.Writer) error {
+	start := time.Now()
+	last := ""
+	for {
+		st, _, err := c.Set(set)
+		if err != nil {
+			return err
+		}
+		var r *admin.ReplicaStatus
+		for i := range st.Replicas {
+			if st.Replicas[i].Name == replica {
+				r = &st.Replicas[i]
+			}
+		}
+		if r == nil {
+			return fmt.Errorf("replica set %q has no replica %q any more", set, replica)
+		}
+		line := fmt.Sprintf("%s/%s: state %s, %s, %d in flight on %d proxies", set, replica, r.State,
+			map[bool]string{true: "in rotation", false: "out of rotation"}[r.InRotation], r.FleetInflight, r.FleetProxies)
+		if line != last {
+			fmt.Fprintf(stdout, "%6.1fs  %s\n", time.Since(start).Seconds(), line)
+			last = line
+		}
+		if !r.InRotation && r.FleetInflight == 0 {
+			fmt.Fprintf(stdout, "%s/%s drained after %.1fs\n", set, replica, time.Since(start).Seconds())
+			return nil
+		}
+		if time.Since(start) > d {
+			return fmt.Errorf("%s/%s not drained within %s: %d requests still in flight", set, replica, d, r.FleetInflight)
+		}
+		<-time.After(200 * time.Millisecond)
+	}
 }

@@ -1,14 +1,19 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"keyway/admin"
+	"keyway/config"
+	"keyway/internal/poll"
 	"keyway/internal/stacktest"
 )
 
@@ -113,4 +118,69 @@ func replicaStatus(t *testing.T, adminAddr, name string) admin.ReplicaStatus {
 	}
 	t.Fatalf("no replica %s in %+v", name, st)
 	return admin.ReplicaStatus{}
+}
+
+// keyway drain --wait returns once no request is in flight to the
+// replica, printing its progress, and fails when that does not happen in
+// time.
+func TestCLIDrainWait(t *testing.T) {
+	t.Setenv(admin.TokenEnv, "s3cret")
+	reps := []*stacktest.Replica{stacktest.StartReplica(t, "orders-0"), stacktest.StartReplica(t, "orders-1")}
+	yml := "listen: 127.0.0.1:0\nadmin: {listen: 127.0.0.1:0}\nlog: {level: warn}\nreplica_sets:\n  - name: orders\n    replicas: 2\n    timeouts: {request: 30s}\n    static:\n"
+	for _, r := range reps {
+		yml += "      - {name: " + r.Name + ", addr: \"" + r.Addr + "\"}\n"
+	}
+	cfg, err := config.LoadBytes("drain.yaml", []byte(yml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := stacktest.StartProxy(t, cfg, stacktest.Opts{})
+	key := ""
+	for i := 0; key == ""; i++ {
+		var ex admin.RouteExplain
+		k := "k" + strings.Repeat("x", i)
+		stacktest.GetJSON(t, "http://"+st.Admin+"/v1/route?set=orders&key="+k, &ex)
+		if ex.Pick == "orders-1" {
+			key = k
+		}
+	}
+	// A request that hangs at orders-1 until the test releases it.
+	hung := make(chan int, 1)
+	go func() {
+		req, _ := http.NewRequest("GET", "http://"+st.Proxy+"/x", nil)
+		req.Header.Set("X-Key", key)
+		req.Header.Set("X-Hang", "1")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			hung <- 0
+			return
+		}
+		resp.Body.Close()
+		hung <- resp.StatusCode
+	}()
+	poll.Until(t, 10*time.Second, "the request to hang at orders-1", func() bool { return replicaStatus(t, st.Admin, "orders-1").Inflight == 1 })
+
+	// Too short a wait fails, naming what is still in flight.
+	if _, _, err := keywayCLI(t, "drain", "--admin", st.Admin, "--set", "orders", "--replica", "orders-1", "--wait", "300ms"); err == nil || !strings.Contains(err.Error(), "1 requests still in flight") {
+		t.Fatalf("drain --wait 300ms with a request in flight: %v", err)
+	}
+	progress := &stacktest.SyncBuffer{}
+	out := make(chan string, 1)
+	go func() {
+		err := run(context.Background(), []string{"drain", "--admin", st.Admin, "--set", "orders", "--replica", "orders-1", "--wait", "20s"}, progress, io.Discard)
+		o := progress.String()
+		if err != nil {
+			o += "error: " + err.Error()
+		}
+		out <- o
+	}()
+	poll.Until(t, 10*time.Second, "drain --wait to report the request in flight", func() bool { return strings.Contains(progress.String(), "1 in flight on 1 proxies") })
+	reps[1].Unblock()
+	if code := <-hung; code != 200 {
+		t.Fatalf("the request in flight during the drain got %d", code)
+	}
+	o := <-out
+	if !strings.Contains(o, "1 in flight on 1 proxies") || !strings.Contains(o, "orders/orders-1 drained after") {
+		t.Fatalf("drain --wait output:\n%s", o)
+	}
 }
