@@ -52,6 +52,9 @@ type Options struct {
 	// /v1/replica_sets/{set} (operate.go); nil makes them answer 501.
 	Reloader Reloader
 	Scaler   Scaler
+	// Repairer serves POST /v1/replica_sets/{set}/repair (repair.go); nil
+	// makes it answer 501.
+	Repairer Repairer
 	// Env looks up KEYWAY_ADMIN_TOKEN; nil means os.LookupEnv.
 	Env func(string) (string, bool)
 }
@@ -102,6 +105,7 @@ func New(cfg Config, opts Options) (*Server, error) {
 	})
 	s.routeMutating(mux)
 	s.routeOperate(mux)
+	s.routeRepair(mux)
 	s.routeAPI(mux)
 	s.routeUI(mux)
 	mux.HandleFunc("GET /debug/pprof/", pprof.Index)

@@ -104,6 +104,13 @@ func (c *Client) Reload() (ReloadResult, []byte, error) {
 	return out, raw, err
 }
 
+// Repair revives a set (POST /v1/replica_sets/{set}/repair).
+func (c *Client) Repair(set string) (RepairResult, []byte, error) {
+	var out RepairResult
+	raw, err := c.call(http.MethodPost, "/v1/replica_sets/"+url.PathEscape(set)+"/repair", nil, http.StatusAccepted, &out, c.timeout())
+	return out, raw, err
+}
+
 // Scale changes a set's declared replica count on the proxy (PATCH
 // /v1/replica_sets/{set}).
 func (c *Client) Scale(set string, replicas int) (ScaleResult, []byte, error) {

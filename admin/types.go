@@ -340,3 +340,17 @@ type FleetPeerDigest struct {
 	DisagreeingSince   time.Time `json:"disagreeing_since,omitzero"`
 	DisagreeingSeconds float64   `json:"disagreeing_seconds,omitempty"`
 }
+
+// RepairResult is the 202 answer of POST /v1/replica_sets/{set}/repair.
+type RepairResult struct {
+	Set string `json:"set"`
+	// Agents are the gossip nodes of the set's replicas that were told to
+	// restart a replica that gave up; Failed are those of them that
+	// advertised failed (the ones a repair restarts).
+	Agents []string `json:"agents"`
+	Failed []string `json:"failed"`
+	// Proxies counts the other proxies told to lift their holds.
+	Proxies int `json:"proxies"`
+	// Reset lists the replicas this proxy lifted a health hold of.
+	Reset []string `json:"reset"`
+}

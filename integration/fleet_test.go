@@ -391,3 +391,57 @@ func TestFleetInflightIsSummed(t *testing.T) {
 	}
 	poll.Until(t, 10*time.Second, "A to see nothing in flight", func() bool { return replica(f.a.Admin).FleetInflight == 0 })
 }
+
+// A repair asked of one proxy lifts the health holds of every proxy: a
+// replica A ejected for 10 minutes (and B holds out on A's evidence) is
+// back in rotation on both at once when B is asked.
+func TestRepairLiftsHoldsOnEveryProxy(t *testing.T) {
+	t.Setenv(admin.TokenEnv, "s3cret")
+	f := startFleet(t, "  passive: {enabled: true, consecutive_failures: 1, count: [5xx], base_ejection: 10m, max_ejection: 10m, interval: 50ms}")
+	victim := f.reps[1]
+	key := ""
+	for i := 0; key == ""; i++ {
+		if k := fmt.Sprintf("k-%d", i); pickOf(t, f.a.Admin, k) == victim.Name {
+			key = k
+		}
+	}
+	// A ejects it; B holds it out on A's evidence.
+	if code := sendVia(t, f.a.Proxy, key, "X-Fail", "1"); code != 500 {
+		t.Fatalf("the failing replica answered %d", code)
+	}
+	for _, s := range []*stacktest.Stack{f.a, f.b} {
+		poll.Until(t, 10*time.Second, "the replica out of rotation", func() bool { return pickOf(t, s.Admin, key) != victim.Name })
+	}
+	req, _ := http.NewRequest("POST", "http://"+f.b.Admin+"/v1/replica_sets/orders/repair", nil)
+	req.Header.Set("Authorization", "Bearer s3cret")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res admin.RepairResult
+	err = json.NewDecoder(resp.Body).Decode(&res)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusAccepted || len(res.Agents) != 3 || res.Proxies != 1 || len(res.Reset) != 0 {
+		t.Fatalf("repair: %d %+v %v", resp.StatusCode, res, err)
+	}
+	start := time.Now()
+	for _, s := range []*stacktest.Stack{f.a, f.b} {
+		poll.Until(t, 10*time.Second, "the replica back in rotation", func() bool { return pickOf(t, s.Admin, key) == victim.Name })
+	}
+	t.Logf("repair through B: the replica ejected for 10m was back on both proxies %v after the answer", time.Since(start).Round(time.Millisecond))
+	if code := sendVia(t, f.a.Proxy, key); code != 200 {
+		t.Fatalf("after the repair the replica answered %d through A", code)
+	}
+	poll.Until(t, 10*time.Second, "a repair audit event on A, from B", func() bool {
+		var evs struct {
+			Events []map[string]any `json:"events"`
+		}
+		stacktest.GetJSON(t, "http://"+f.a.Admin+"/v1/events?kind=admin_action", &evs)
+		for _, e := range evs.Events {
+			if e["action"] == "repair" && e["by"] != nil {
+				return true
+			}
+		}
+		return false
+	})
+}

@@ -35,6 +35,10 @@ type DiscoveryOptions struct {
 	// ReportInterval is how often drain reports go to draining replicas'
 	// agents. 0 means 200ms.
 	ReportInterval time.Duration
+	// OnRepair, if non-nil, is told about a repair of a set that another
+	// proxy's admin API received (see Repair): this proxy lifts its own
+	// holds. Called from the Node's message goroutine; it must not block.
+	OnRepair func(set, by string)
 	// OnEvent, if non-nil, is told about every member change between two
 	// snapshots (for the audit trail). Called from the Node's emit
 	// goroutine; it must not block.
@@ -69,7 +73,8 @@ type Discovery struct {
 	mismatchPeers prometheus.Gauge
 	unknownSets   prometheus.Counter
 
-	onEvent func(MemberEvent)
+	onEvent  func(MemberEvent)
+	onRepair func(set, by string)
 
 	// feedMu serializes feeding the target: a Resync (another goroutine)
 	// must not hand it an older snapshot after a newer one.
@@ -116,6 +121,7 @@ func NewDiscovery(t Target, opts DiscoveryOptions) *Discovery {
 		log:        opts.Logger,
 		interval:   opts.ReportInterval,
 		onEvent:    opts.OnEvent,
+		onRepair:   opts.OnRepair,
 		mismatched: map[string]bool{},
 		held:       map[[2]string]int64{},
 		redrains:   map[string]int{},

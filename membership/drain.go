@@ -169,6 +169,12 @@ func (d *Discovery) forgetHold(set, replica string) {
 // every proxy) makes this one forget the drain too, so that no proxy
 // drains a later incarnation again.
 func (d *Discovery) HandleMessage(from string, msg []byte) {
+	if MessageKind(msg) == RepairKind {
+		if r, err := DecodeRepair(msg); err == nil && d.onRepair != nil {
+			d.onRepair(r.Set, r.By)
+		}
+		return
+	}
 	if MessageKind(msg) != adminDrainKind {
 		return
 	}

@@ -149,7 +149,7 @@ func NewProxy(cfg config.Config, opts Options) (_ *ProxyNode, err error) {
 		aopts := admin.Options{
 			Gatherer: n.reg, Ready: readiness{n}, Logger: n.log.Named("admin"),
 			Sets: n.view, Members: n.view, Events: n.view, Config: n.view, Drainer: n.view, Fleet: n.view,
-			Scaler: scaler{n.p, n.audit},
+			Scaler: scaler{n.p, n.audit}, Repairer: n.view,
 		}
 		if opts.Load != nil {
 			aopts.Reloader = n
@@ -169,7 +169,7 @@ func NewProxy(cfg config.Config, opts Options) (_ *ProxyNode, err error) {
 	// replicas agents advertise; the fleet exchange shares this proxy's
 	// view with the other proxies and applies theirs.
 	if cfg.Gossip.Enabled {
-		n.disc = membership.NewDiscovery(n.p, membership.DiscoveryOptions{Logger: n.log.Named("discovery"), Registerer: n.reg, OnEvent: auditMember(n.audit)})
+		n.disc = membership.NewDiscovery(n.p, membership.DiscoveryOptions{Logger: n.log.Named("discovery"), Registerer: n.reg, OnEvent: auditMember(n.audit), OnRepair: n.repairedElsewhere})
 		n.fleet = membership.NewFleet(n.p, membership.FleetOptions{Logger: n.log.Named("fleet"), Registerer: n.reg, Interval: cfg.Fleet.Interval})
 		messages := func(from string, msg []byte) {
 			n.disc.HandleMessage(from, msg)

@@ -134,3 +134,45 @@ func runScale(args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "scale %s: declared %d (was %d), scope %s\n", res.Set, res.Replicas, res.Previous, res.Scope)
 	return nil
 }
+
+const repairUsage = `Usage: keyway repair --set SET [--admin ADDR] [--token-file FILE] [--json]
+
+Revives a replica set: every agent of the set whose supervised replica gave
+up (state failed) resets its restart budget and starts it again, and every
+proxy lifts its health holds (ejections, supervision holds) on the set's
+replicas, so that a repaired replica comes back into rotation. Ask any proxy:
+it tells the agents and the other proxies by gossip.
+
+`
+
+func runRepair(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("repair", flag.ContinueOnError)
+	cf := newCLIFlags(fs)
+	var set, tokenFile string
+	fs.StringVar(&set, "set", "", "replica `SET`; required")
+	fs.StringVar(&tokenFile, "token-file", "", "`FILE` holding the admin bearer token; default env "+admin.TokenEnv)
+	if err := parseCLIFlags(fs, args, stderr, repairUsage); err != nil {
+		return err
+	}
+	if set == "" {
+		return usageError{"keyway repair needs --set"}
+	}
+	token, err := cliToken(tokenFile, "repair")
+	if err != nil {
+		return err
+	}
+	if err := cf.checkAddr(); err != nil {
+		return err
+	}
+	res, body, err := cf.client(token).Repair(set)
+	if err != nil {
+		return err
+	}
+	if cf.rawJSON {
+		_, err := stdout.Write(body)
+		return err
+	}
+	fmt.Fprintf(stdout, "repair %s: accepted; told %d agents (%d of them failed: %s) and %d other proxies; holds lifted here: %s\n",
+		res.Set, len(res.Agents), len(res.Failed), dash(strings.Join(res.Failed, ", ")), res.Proxies, dash(strings.Join(res.Reset, ", ")))
+	return nil
+}

@@ -184,3 +184,22 @@ func TestCLIDrainWait(t *testing.T) {
 		t.Fatalf("drain --wait output:\n%s", o)
 	}
 }
+
+// keyway repair: the token is required; an unknown set is a 404; a set of
+// static replicas is repaired on the asked proxy (its holds lifted).
+func TestCLIRepair(t *testing.T) {
+	t.Setenv(admin.TokenEnv, "s3cret")
+	st := stacktest.StartOrders(t)
+	t.Setenv(admin.TokenEnv, "") // the proxy read it at start; the CLI now has none
+	if _, _, err := keywayCLI(t, "repair", "--admin", st.Admin, "--set", "orders"); err == nil || !strings.Contains(err.Error(), "--token-file") {
+		t.Fatalf("repair without a token: %v", err)
+	}
+	t.Setenv(admin.TokenEnv, "s3cret")
+	if _, _, err := keywayCLI(t, "repair", "--admin", st.Admin, "--set", "nope"); err == nil || !strings.Contains(err.Error(), "HTTP 404") {
+		t.Fatalf("repair of an unknown set: %v", err)
+	}
+	out, _, err := keywayCLI(t, "repair", "--admin", st.Admin, "--set", "orders")
+	if err != nil || !strings.Contains(out, "repair orders: accepted; told 0 agents") {
+		t.Fatalf("repair: %q %v", out, err)
+	}
+}

@@ -58,6 +58,7 @@ Usage:
   keyway undrain --set S --replica R  end that drain
   keyway reload                 make a running proxy re-read its configuration file (like SIGHUP)
   keyway scale --set S --replicas N   change a set's declared replica count on a running proxy
+  keyway repair --set S         restart a set's replicas that gave up, lift every proxy's holds
   keyway version                print the version
 
 Run 'keyway COMMAND --help' for a command's flags.
@@ -93,6 +94,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runReload(rest, stdout, stderr)
 	case "scale":
 		return runScale(rest, stdout, stderr)
+	case "repair":
+		return runRepair(rest, stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintln(stdout, versionString())
 		return nil
