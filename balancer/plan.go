@@ -25,7 +25,7 @@ import (
 var ErrBadPlan = errors.New("balancer: bad plan")
 
 // PlanError is a change that cannot be planned: Param ("add" or "remove")
-// and Value name what was given ("" when nothing was), Problem says what is wrong with it and
+// and Value name what was given, Problem says what is wrong with it and
 // how to fix it. It wraps [ErrBadPlan].
 type PlanError struct {
 	Param   string
@@ -34,9 +34,6 @@ type PlanError struct {
 }
 
 func (e *PlanError) Error() string {
-	if e.Value == "" {
-		return e.Param + ": " + e.Problem
-	}
 	return fmt.Sprintf("%s %q: %s", e.Param, e.Value, e.Problem)
 }
 
@@ -122,7 +119,8 @@ func (b Balance) MinOverMean() float64 {
 // not a valid replica name, given twice, or in both lists; a name to add
 // that is already a current member; a name to remove that is not one; a
 // change that would leave the ring empty or with more than [MaxReplicas]
-// members; or no change at all. An invalid cfg is an error too.
+// members. No change at all, or an invalid cfg, is an error wrapping
+// ErrBadPlan too.
 func PlanChange(cfg HashConfig, current, add, remove []string) (Plan, error) {
 	if err := cfg.Validate(); err != nil {
 		return Plan{}, fmt.Errorf("%w: hash config: %w", ErrBadPlan, err)
@@ -150,7 +148,7 @@ func (t *Table[B]) Plan(add, remove []string) (Plan, error) {
 // checkChange validates a change of the sorted ring members cur.
 func checkChange(cur, add, remove []string) error {
 	if len(add) == 0 && len(remove) == 0 {
-		return &PlanError{Param: "add or remove", Problem: "no change given: name at least one replica to add or to remove"}
+		return fmt.Errorf("%w: no change given: name at least one replica to add or to remove", ErrBadPlan)
 	}
 	seen := make(map[string]string, len(add)+len(remove))
 	for _, l := range []struct {

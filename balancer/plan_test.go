@@ -208,7 +208,6 @@ func TestPlanErrors(t *testing.T) {
 		param, value string
 		says         string
 	}{
-		"no change":            {nil, nil, "add or remove", "", "no change"},
 		"add on the ring":      {[]string{"orders-001"}, nil, "add", "orders-001", "already a ring member"},
 		"remove not on ring":   {nil, []string{"orders-9"}, "remove", "orders-9", "ring members: orders-000, orders-001, orders-002"},
 		"empty ring":           {nil, []string{"orders-002", "orders-000", "orders-001"}, "remove", "orders-000,orders-001,orders-002", "empty"},
@@ -231,6 +230,9 @@ func TestPlanErrors(t *testing.T) {
 				t.Fatalf("err %q (param %q value %q), want param %q value %q saying %q", err, pe.Param, pe.Value, tc.param, tc.value, tc.says)
 			}
 		})
+	}
+	if _, err := PlanChange(DefaultHashConfig(), cur, nil, []string{}); !errors.Is(err, ErrBadPlan) || !strings.Contains(err.Error(), "no change given") {
+		t.Errorf("no change: %v", err)
 	}
 	if _, err := PlanChange(HashConfig{}, cur, []string{"n"}, nil); !errors.Is(err, ErrBadPlan) || !strings.Contains(err.Error(), "partitions") {
 		t.Errorf("a zero hash config: %v", err)
