@@ -1,5 +1,5 @@
 // Package admin serves keyway's admin listener: the JSON API under /v1/
-// (read: replica sets, routes, gossip members, audit events, config;
+// (read: replica sets, routes, plans, gossip members, audit events, config;
 // mutating, with the bearer token: drain, undrain, reload, scale; see
 // docs/admin.md), Prometheus metrics at /metrics, liveness at
 // /healthz, readiness at /readyz and Go profiles at /debug/pprof/. It uses net/http on its own listener (loopback by
@@ -44,6 +44,7 @@ type Options struct {
 	Events  EventSource
 	Config  ConfigSource
 	Fleet   FleetSource
+	Planner Planner
 
 	// Drainer serves the mutating drain and undrain endpoints (drain.go);
 	// nil makes them answer 501.
@@ -106,6 +107,7 @@ func New(cfg Config, opts Options) (*Server, error) {
 	s.routeMutating(mux)
 	s.routeOperate(mux)
 	s.routeRepair(mux)
+	s.routePlan(mux)
 	s.routeAPI(mux)
 	s.routeUI(mux)
 	mux.HandleFunc("GET /debug/pprof/", pprof.Index)

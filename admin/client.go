@@ -14,7 +14,7 @@ import (
 )
 
 // Client calls one proxy's admin API: the keyway CLI's status, members,
-// route, drain, undrain, reload and scale. Every method returns the decoded
+// route, plan, drain, undrain, reload and scale. Every method returns the decoded
 // answer and the raw JSON body (for --json), or an error that names the
 // address and says what to check. Safe for concurrent use.
 type Client struct {
@@ -80,6 +80,15 @@ func (c *Client) Fleet() (FleetStatus, []byte, error) {
 func (c *Client) Route(set, key string) (RouteExplain, []byte, error) {
 	var out RouteExplain
 	raw, err := c.get("/v1/route?"+url.Values{"set": {set}, "key": {key}}.Encode(), &out)
+	return out, raw, err
+}
+
+// Plan computes what adding and removing ring members of a set would do
+// (GET /v1/replica_sets/{set}/plan); it changes nothing.
+func (c *Client) Plan(set string, add, remove []string) (ReplicaSetPlan, []byte, error) {
+	var out ReplicaSetPlan
+	q := url.Values{"add": add, "remove": remove}.Encode()
+	raw, err := c.get("/v1/replica_sets/"+url.PathEscape(set)+"/plan?"+q, &out)
 	return out, raw, err
 }
 

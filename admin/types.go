@@ -354,3 +354,79 @@ type RepairResult struct {
 	// Reset lists the replicas this proxy lifted a health hold of.
 	Reset []string `json:"reset"`
 }
+
+// ReplicaSetPlan is the answer of GET /v1/replica_sets/{set}/plan: what
+// adding and removing ring members would do to the set's partitions (and
+// so to its keys), computed from the set's current ring and hash config
+// with the placement code the proxy routes with. Nothing changes. A plain
+// value.
+type ReplicaSetPlan struct {
+	Set string `json:"set"`
+	// Generation is the routing table the plan starts from.
+	Generation uint64 `json:"generation"`
+	// Fingerprint is the ring's shape, the same before and after.
+	Fingerprint string `json:"fingerprint"`
+	Partitions  int    `json:"partitions"`
+	// Add and Remove are the change, sorted.
+	Add    []string `json:"add"`
+	Remove []string `json:"remove"`
+	// MovedPartitions counts the partitions whose owner changes: the
+	// moved_partitions of the ring_rebuild event the change will cause.
+	// MovedShare is that count / Partitions (0..1): the share of keys that
+	// move.
+	MovedPartitions int     `json:"moved_partitions"`
+	MovedShare      float64 `json:"moved_share"`
+	// Now and After are the balance of the ring before and after.
+	Now   PlanBalance `json:"now"`
+	After PlanBalance `json:"after"`
+	// Replicas has one row per replica of either ring, sorted by name.
+	Replicas []PlanReplica `json:"replicas"`
+	// Notes say what the plan does not cover (rotation, weights).
+	Notes []string `json:"notes"`
+}
+
+// PlanBalance is how evenly one ring spreads its partitions. All zero for
+// an empty ring.
+type PlanBalance struct {
+	// Members counts ring members.
+	Members int `json:"members"`
+	// MinPartitions and MaxPartitions are the fewest and most partitions a
+	// member owns; MeanPartitions is partitions / members.
+	MinPartitions  int     `json:"min_partitions"`
+	MaxPartitions  int     `json:"max_partitions"`
+	MeanPartitions float64 `json:"mean_partitions"`
+	// MaxOverMean and MinOverMean are MaxPartitions and MinPartitions
+	// divided by the mean (1 is perfectly even; the load bound caps the
+	// first near the hash config's load).
+	MaxOverMean float64 `json:"max_over_mean"`
+	MinOverMean float64 `json:"min_over_mean"`
+}
+
+// PlanReplica is one replica in a plan.
+type PlanReplica struct {
+	Name string `json:"name"`
+	// Change is "joins" (in add), "leaves" (in remove) or "stays".
+	Change string `json:"change"`
+	// PartitionsNow and PartitionsAfter are the partitions it owns before
+	// and after (0 off that ring); ShareNow and ShareAfter the same
+	// divided by the partition count.
+	PartitionsNow   int     `json:"partitions_now"`
+	PartitionsAfter int     `json:"partitions_after"`
+	ShareNow        float64 `json:"share_now"`
+	ShareAfter      float64 `json:"share_after"`
+	// Gained counts the partitions it would take over, Lost those it would
+	// hand over, and GainedShare and LostShare are their shares of all
+	// partitions (= of all keys). A replica that stays may both gain and
+	// lose some: the load bound moves a few between members that stay.
+	Gained      int     `json:"gained"`
+	Lost        int     `json:"lost"`
+	GainedShare float64 `json:"gained_share"`
+	LostShare   float64 `json:"lost_share"`
+}
+
+// Values of PlanReplica.Change.
+const (
+	PlanJoins  = "joins"
+	PlanLeaves = "leaves"
+	PlanStays  = "stays"
+)

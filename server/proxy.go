@@ -149,7 +149,7 @@ func NewProxy(cfg config.Config, opts Options) (_ *ProxyNode, err error) {
 		aopts := admin.Options{
 			Gatherer: n.reg, Ready: readiness{n}, Logger: n.log.Named("admin"),
 			Sets: n.view, Members: n.view, Events: n.view, Config: n.view, Drainer: n.view, Fleet: n.view,
-			Scaler: scaler{n.p, n.audit}, Repairer: n.view,
+			Scaler: scaler{n.p, n.audit}, Repairer: n.view, Planner: n.view,
 		}
 		if opts.Load != nil {
 			aopts.Reloader = n

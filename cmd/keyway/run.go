@@ -54,6 +54,7 @@ Usage:
   keyway status                 replica sets, phases and replicas of a running proxy (--admin ADDR)
   keyway members                gossip members a running proxy knows (--admin ADDR)
   keyway route --set S --key K  where a key goes now and why (--admin ADDR)
+  keyway plan --set S --add R --remove R  what adding or removing ring members would move (nothing changes)
   keyway drain --set S --replica R    take a replica out of rotation on every proxy (--token-file F)
   keyway undrain --set S --replica R  end that drain
   keyway reload                 make a running proxy re-read its configuration file (like SIGHUP)
@@ -88,6 +89,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runMembers(rest, stdout, stderr)
 	case "route":
 		return runRoute(rest, stdout, stderr)
+	case "plan":
+		return runPlan(rest, stdout, stderr)
 	case "drain", "undrain":
 		return runDrain(rest, cmd == "drain", stdout, stderr)
 	case "reload":
