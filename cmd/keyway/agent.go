@@ -58,8 +58,11 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.BoolVar(&check, "check", false, "load and validate the configuration, print a one-line summary and exit")
 	keys := config.NewAgentFlags(fs)
 	args, command, supervise := splitCommand(args)
-	if supervise && len(command) == 0 {
+	switch {
+	case supervise && len(command) == 0:
 		return usageError{"nothing after --: write the replica's command after it, e.g. keyway agent … -- keyway replica --name orders-0 --listen 127.0.0.1:9001, or drop the -- to supervise no process"}
+	case supervise && command[0] == "":
+		return usageError{"the command after -- is an empty string: write the replica's program there, e.g. -- keyway replica --name orders-0"}
 	}
 	if err := parseArgs(fs, args, stderr, func() {
 		fmt.Fprint(stderr, agentUsage)
@@ -71,9 +74,6 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	cfg, err := config.LoadAgent(file, keys.Options()...)
 	if err != nil {
 		return err
-	}
-	if len(command) > 0 && command[0] == "" {
-		return usageError{"the command after -- is an empty string: write the replica's program there, e.g. -- keyway replica --name orders-0"}
 	}
 	cfg.Command = command
 	if check {
