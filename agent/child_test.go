@@ -410,3 +410,41 @@ func TestNoCommandNoSupervision(t *testing.T) {
 		}
 	}
 }
+
+// A process that exits while the replica drains is not restarted: the
+// replica is going away.
+func TestSupervisedNoRestartWhileDraining(t *testing.T) {
+	p := startFakeProxy(t, "p1")
+	rep := startReplica(t, "ok")
+	cs := &children{exitOnTerm: true}
+	a := startSupervising(t, superviseConfig(rep.addr, p.GossipAddr()), cs)
+	poll.Until(t, 10*time.Second, "the proxy to see the agent ready", func() bool {
+		m, ok := p.member(a.Name())
+		return ok && m.Meta.State == balancer.StateReady
+	})
+	p.inflight.Store(1)
+	a.cancel()
+	poll.Until(t, 10*time.Second, "draining", func() bool { return a.State() == balancer.StateDraining })
+	cs.last().exit(agent.Exit{Code: 1})
+	poll.Until(t, 10*time.Second, "the exit to be handled", func() bool {
+		return len(a.logs.FilterMessage("replica process exited").All()) == 1
+	})
+	// A round trip through the supervisor: the exit has been handled
+	// completely, restart or not.
+	if err := a.Repair(); !errors.Is(err, agent.ErrNotRunning) {
+		t.Fatalf("Repair while draining: %v, want ErrNotRunning", err)
+	}
+	if n := len(a.logs.FilterMessage("replica process restart scheduled").All()); n != 0 || cs.count() != 1 {
+		t.Fatalf("%d restarts scheduled, %d starts while draining; want 0 and 1", n, cs.count())
+	}
+	if a.State() != balancer.StateDraining {
+		t.Fatalf("state %s after the exit while draining", a.State())
+	}
+	p.inflight.Store(0)
+	if err := a.stop(t, 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if len(cs.last().signals()) != 0 {
+		t.Fatalf("the exited process was signalled: %v", cs.last().signals())
+	}
+}

@@ -596,3 +596,27 @@ func TestSupervisorStartError(t *testing.T) {
 	r.expect(t, childExit)
 	r.expect(t, childGiveUp)
 }
+
+// Every path that could restart notices quiesce, and the first to notice
+// cancels a pending restart; Run's loop is not needed for it.
+func TestSupervisorQuiesceNoticed(t *testing.T) {
+	clk := newFakeClock()
+	st := &fakeStarter{}
+	var events []childEvent
+	s := newSupervisor([]string{"x"}, testSupervise(), st.start, clk, 1, zaptest.NewLogger(t), func(ev childEvent) { events = append(events, ev) })
+	s.afterExit(childEvent{Kind: childExit, Reason: reasonExitCode, Exit: Exit{Code: 1}})
+	if len(clk.pending()) != 1 {
+		t.Fatal("no restart pending")
+	}
+	s.quiesce()
+	if err := s.onRepair(); !errors.Is(err, ErrNotRunning) {
+		t.Fatalf("repair: %v", err)
+	}
+	if len(clk.pending()) != 0 {
+		t.Fatal("the pending restart survived")
+	}
+	s.afterExit(childEvent{Kind: childExit, Reason: reasonExitCode, Exit: Exit{Code: 1}})
+	if len(clk.pending()) != 0 || events[len(events)-1].Kind != childExit {
+		t.Fatalf("after an exit while quiesced: %d timers, last event %+v", len(clk.pending()), events[len(events)-1])
+	}
+}
