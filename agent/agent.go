@@ -104,6 +104,9 @@ type Agent struct {
 	childSig chan struct{}      // capacity 1: childQ is not empty
 	childSeq uint64             // the last ProcessEvent.Seq; the supervisor's goroutine
 
+	reportMu      sync.Mutex // guards reportPending
+	reportPending [][]byte   // process events not sent yet: no proxy known
+
 	mu sync.Mutex // guards ln
 	ln net.Listener
 }
@@ -364,6 +367,10 @@ loop:
 			a.onHold()
 		case <-a.childSig:
 			a.onChildEvents()
+		case <-a.members:
+			if a.sup != nil {
+				a.sendReports(nil) // the first proxies may have appeared
+			}
 		case err := <-httpDone:
 			httpUp = false
 			runErr = fmt.Errorf("agent http: %w", err)

@@ -157,13 +157,45 @@ func (a *Agent) reportChild(ev childEvent) {
 			msg.Error = ev.Err.Error()
 		}
 	}
-	b := msg.Encode()
-	for _, m := range a.node.Members() {
-		if m.Self || m.Meta.Role != membership.RoleProxy || m.Status != membership.StatusAlive {
-			continue
-		}
-		if err := a.node.Send(m.Node, b); err != nil {
-			a.log.Debug("replica process event not sent", zap.String("proxy", m.Node), zap.String("event", msg.Event), zap.Error(err))
+	a.sendReports(msg.Encode())
+}
+
+// maxPendingReports bounds the process events kept for the first proxy:
+// the oldest go first.
+const maxPendingReports = 16
+
+// sendReports sends msg (nil for none) and the messages held before to
+// every alive proxy. While the agent knows no proxy yet (the process
+// starts as gossip joins) it holds them, at most maxPendingReports, for
+// the first proxies it learns of (the run loop calls it on membership
+// changes). Safe for concurrent use.
+func (a *Agent) sendReports(msg []byte) {
+	a.reportMu.Lock()
+	defer a.reportMu.Unlock()
+	if msg != nil {
+		a.reportPending = append(a.reportPending, msg)
+		if n := len(a.reportPending); n > maxPendingReports {
+			a.reportPending = append(a.reportPending[:0], a.reportPending[n-maxPendingReports:]...)
 		}
 	}
+	if len(a.reportPending) == 0 {
+		return
+	}
+	var proxies []string
+	for _, m := range a.node.Members() {
+		if !m.Self && m.Meta.Role == membership.RoleProxy && m.Status == membership.StatusAlive {
+			proxies = append(proxies, m.Node)
+		}
+	}
+	if len(proxies) == 0 {
+		return
+	}
+	for _, b := range a.reportPending {
+		for _, p := range proxies {
+			if err := a.node.Send(p, b); err != nil {
+				a.log.Debug("replica process event not sent", zap.String("proxy", p), zap.Error(err))
+			}
+		}
+	}
+	a.reportPending = a.reportPending[:0]
 }
