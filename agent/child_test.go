@@ -131,11 +131,11 @@ type auditProxy struct {
 	events []membership.ProcessEvent
 }
 
-func startAuditProxy(t *testing.T) *auditProxy {
+func startAuditProxy(t *testing.T, join ...string) *auditProxy {
 	t.Helper()
 	log, _ := testLogger(t)
 	p := &auditProxy{}
-	n, err := membership.New(gossipConfig(), membership.Meta{Role: membership.RoleProxy, Addr: "audit"}, membership.Options{
+	n, err := membership.New(gossipConfig(join...), membership.Meta{Role: membership.RoleProxy, Addr: "audit"}, membership.Options{
 		Logger: log.Named("proxy"),
 		Messages: func(from string, msg []byte) {
 			if e, err := membership.DecodeProcessEvent(msg); err == nil {
@@ -447,4 +447,17 @@ func TestSupervisedNoRestartWhileDraining(t *testing.T) {
 	if len(cs.last().signals()) != 0 {
 		t.Fatalf("the exited process was signalled: %v", cs.last().signals())
 	}
+}
+
+// Process events from before the agent knew any proxy (the first start,
+// as gossip joins) are held and sent to the first proxy that appears.
+func TestProcessEventsHeldForTheFirstProxy(t *testing.T) {
+	seed := startNode(t, membership.Meta{Role: membership.RoleReplica, Set: "other", Replica: "seed", Addr: "127.0.0.1:1"})
+	rep := startReplica(t, "ok")
+	cfg := superviseConfig(rep.addr, seed.GossipAddr())
+	cfg.Drain.Timeout = 100 * time.Millisecond
+	a := startSupervising(t, cfg, &children{exitOnTerm: true})
+	poll.Until(t, 10*time.Second, "the agent to be ready", func() bool { return a.State() == balancer.StateReady })
+	px := startAuditProxy(t, seed.GossipAddr())
+	poll.Until(t, 10*time.Second, "the proxy to receive the first start", func() bool { return slices.Equal(px.seen(), []string{"start"}) })
 }
