@@ -65,9 +65,9 @@ type Options struct {
 // Agent is the sidecar runtime beside one replica: a gossip member with
 // role replica that probes the replica's readiness and advertises its
 // lifecycle state, and drains it on shutdown. Given a command
-// (Config.Command) it also runs the replica's process and supervises it. Construct it with New, then
-// call Run once. Its methods are safe for concurrent use; it must not be
-// copied.
+// (Config.Command) it also runs the replica's process and supervises it.
+// Construct it with New, then call Run once. Its methods are safe for
+// concurrent use; it must not be copied.
 type Agent struct {
 	cfg      Config
 	log      *zap.Logger
@@ -97,7 +97,6 @@ type Agent struct {
 	// Supervision (supervise.go, child.go); sup is nil without a command.
 	sup      *supervisor
 	child    *childMetrics
-	clock    clock              // the supervisor's; in-package tests replace it before Run
 	stopSup  context.CancelFunc // Run's goroutine
 	childMu  sync.Mutex         // guards childQ
 	childQ   []event            // lifecycle events from the supervisor, for the run loop
@@ -187,7 +186,6 @@ func New(cfg Config, opts Options) (*Agent, error) {
 		prober:   newProber(cfg.Replica.Addr, cfg.Probe.Path, cfg.Probe.Timeout, expect),
 		book:     newReportBook(cfg.Replica.Set, name, boot, m),
 		lc:       lifecycle{State: balancer.StateStarting},
-		clock:    realClock{},
 
 		holdSignal: make(chan struct{}, 1),
 		childSig:   make(chan struct{}, 1),
@@ -214,7 +212,7 @@ func New(cfg Config, opts Options) (*Agent, error) {
 			_, _ = io.WriteString(h, cfg.Replica.Set+"/"+name)
 			seed = h.Sum64() ^ uint64(boot)
 		}
-		a.sup = newSupervisor(slices.Clone(cfg.Command), cfg.Supervise, start, nil, seed, log.Named("supervisor"), a.onChild)
+		a.sup = newSupervisor(slices.Clone(cfg.Command), cfg.Supervise, start, realClock{}, seed, log.Named("supervisor"), a.onChild)
 	}
 	a.state.Store(uint32(balancer.StateStarting))
 	gossip := cfg.Gossip

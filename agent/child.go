@@ -20,7 +20,6 @@ func (a *Agent) startSupervisor(ctx context.Context) {
 	if a.sup == nil {
 		return
 	}
-	a.sup.clock = a.clock
 	supCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	a.stopSup = stop
 	go a.sup.Run(supCtx)
