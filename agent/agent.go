@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
+	"io"
 	"net"
 	"net/http"
 	"os"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -44,13 +47,27 @@ type Options struct {
 	// Hostname gives the replica name when replica.name is empty; nil
 	// means os.Hostname.
 	Hostname func() (string, error)
+
+	// The supervised process (Config.Command); unused without one.
+
+	// Stdout and Stderr receive the process's output; nil means os.Stdout
+	// and os.Stderr.
+	Stdout, Stderr io.Writer
+	// StartProcess starts the command; nil means a real process in its own
+	// process group (see Process). Tests pass a fake.
+	StartProcess StartFunc
+	// JitterSeed seeds the restart backoff's jitter; 0 means one derived
+	// from the replica name and the boot time, so that agents restarted
+	// together do not restart their processes in step.
+	JitterSeed uint64
 }
 
 // Agent is the sidecar runtime beside one replica: a gossip member with
 // role replica that probes the replica's readiness and advertises its
-// lifecycle state, and drains it on shutdown. Construct it with New, then
-// call Run once. Its methods are safe for concurrent use; it must not be
-// copied.
+// lifecycle state, and drains it on shutdown. Given a command
+// (Config.Command) it also runs the replica's process and supervises it.
+// Construct it with New, then call Run once. Its methods are safe for
+// concurrent use; it must not be copied.
 type Agent struct {
 	cfg      Config
 	log      *zap.Logger
@@ -76,6 +93,18 @@ type Agent struct {
 
 	lc   lifecycle   // owned by Run's goroutine
 	last probeResult // the latest probe, for transition logs; Run's goroutine
+
+	// Supervision (supervise.go, child.go); sup is nil without a command.
+	sup      *supervisor
+	child    *childMetrics
+	stopSup  context.CancelFunc // Run's goroutine
+	childMu  sync.Mutex         // guards childQ
+	childQ   []event            // lifecycle events from the supervisor, for the run loop
+	childSig chan struct{}      // capacity 1: childQ is not empty
+	childSeq uint64             // the last ProcessEvent.Seq; the supervisor's goroutine
+
+	reportMu      sync.Mutex // guards reportPending
+	reportPending [][]byte   // process events not sent yet: no proxy known
 
 	mu sync.Mutex // guards ln
 	ln net.Listener
@@ -159,6 +188,31 @@ func New(cfg Config, opts Options) (*Agent, error) {
 		lc:       lifecycle{State: balancer.StateStarting},
 
 		holdSignal: make(chan struct{}, 1),
+		childSig:   make(chan struct{}, 1),
+	}
+	if len(cfg.Command) > 0 {
+		a.child = newChildMetrics()
+		if err := a.child.register(reg); err != nil {
+			return nil, fmt.Errorf("agent metrics: %w", err)
+		}
+		start := opts.StartProcess
+		if start == nil {
+			stdout, stderr := opts.Stdout, opts.Stderr
+			if stdout == nil {
+				stdout = os.Stdout
+			}
+			if stderr == nil {
+				stderr = os.Stderr
+			}
+			start = startCommand(stdout, stderr)
+		}
+		seed := opts.JitterSeed
+		if seed == 0 {
+			h := fnv.New64a()
+			_, _ = io.WriteString(h, cfg.Replica.Set+"/"+name)
+			seed = h.Sum64() ^ uint64(boot)
+		}
+		a.sup = newSupervisor(slices.Clone(cfg.Command), cfg.Supervise, start, realClock{}, seed, log.Named("supervisor"), a.onChild)
 	}
 	a.state.Store(uint32(balancer.StateStarting))
 	gossip := cfg.Gossip
@@ -241,11 +295,14 @@ func (a *Agent) Addr() net.Addr {
 	return a.ln.Addr()
 }
 
-// Run joins the gossip cluster as starting, probes the replica and
-// advertises its state until ctx is done; then it drains: it advertises
-// draining, waits until every live proxy reports that it sends nothing more
-// to the replica (or drain.timeout passes), waits drain.quiet, advertises
-// stopped, leaves the cluster and returns. It returns nil after a graceful
+// Run joins the gossip cluster as starting, starts the replica's process
+// when there is a command (and supervises it: supervise.go), probes the
+// replica and advertises its state until ctx is done; then it drains: it
+// advertises draining, waits until every live proxy reports that it sends
+// nothing more to the replica (or drain.timeout passes), waits
+// drain.quiet, stops the process (SIGTERM, SIGKILL after
+// supervise.stop_grace), advertises stopped, leaves the cluster and
+// returns. It returns nil after a graceful
 // exit, and an error when the listener or gossip cannot start or the HTTP
 // server fails (after draining). Run may be called once.
 func (a *Agent) Run(ctx context.Context) error {
@@ -276,10 +333,16 @@ func (a *Agent) Run(ctx context.Context) error {
 	if ln != nil {
 		httpAddr = ln.Addr().String()
 	}
-	a.log.Info("agent started",
+	fields := []zap.Field{
 		zap.String("set", a.cfg.Replica.Set), zap.String("replica", a.replica), zap.String("addr", a.cfg.Replica.Addr),
 		zap.String("node", a.node.Name()), zap.String("gossip", a.node.GossipAddr()),
-		zap.String("probe", a.prober.url), zap.String("http", httpAddr), zap.Stringer("state", a.State()))
+		zap.String("probe", a.prober.url), zap.String("http", httpAddr), zap.Stringer("state", a.State()),
+	}
+	if a.sup != nil {
+		fields = append(fields, zap.Strings("command", a.cfg.Command))
+	}
+	a.log.Info("agent started", fields...)
+	a.startSupervisor(ctx)
 
 	probeCtx, stopProbe := context.WithCancel(ctx)
 	results := make(chan probeResult)
@@ -300,6 +363,12 @@ loop:
 			a.onProbe(r)
 		case <-a.holdSignal:
 			a.onHold()
+		case <-a.childSig:
+			a.onChildEvents()
+		case <-a.members:
+			if a.sup != nil {
+				a.sendReports(nil) // the first proxies may have appeared
+			}
 		case err := <-httpDone:
 			httpUp = false
 			runErr = fmt.Errorf("agent http: %w", err)
@@ -319,6 +388,8 @@ loop:
 		a.drain()
 		stopNode()
 		<-nodeDone
+	} else {
+		a.stopChild() // drain stops it otherwise
 	}
 	if httpUp {
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -425,6 +496,9 @@ func (a *Agent) drain() {
 	timeout := time.NewTimer(a.cfg.Drain.Timeout)
 	defer timeout.Stop()
 	a.book.begin()
+	if a.sup != nil {
+		a.sup.quiesce() // no restart from here on: the replica is going away
+	}
 	a.apply(evDrain)
 	for {
 		members := a.node.Members()
@@ -461,6 +535,8 @@ func (a *Agent) drain() {
 		t := time.NewTimer(q)
 		<-t.C
 	}
+	// Drained: only now may the replica's process go.
+	a.stopChild()
 	select {
 	case <-a.holdSignal: // the last command before stopped carries its flag
 		a.onHold()

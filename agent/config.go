@@ -16,9 +16,9 @@ import (
 
 // Config is the agent's whole configuration: the file given to
 // `keyway agent -c FILE`. Each field's comment gives its unit, its default
-// and what the zero value means. A Config is a plain value; Gossip.Join is
-// the only slice, so treat a loaded Config as read-only or copy Join
-// before changing it.
+// and what the zero value means. A Config is a plain value; Gossip.Join
+// and Command are its only slices, so treat a loaded Config as read-only
+// or copy them before changing it.
 type Config struct {
 	// Replica describes the replica this agent runs beside.
 	Replica ReplicaConfig `yaml:"replica"`
@@ -26,6 +26,9 @@ type Config struct {
 	Probe ProbeConfig `yaml:"probe"`
 	// Drain configures what happens on SIGTERM.
 	Drain DrainConfig `yaml:"drain"`
+	// Supervise configures how the agent runs the replica's process when
+	// it is given one (Command). Without a command it is not used.
+	Supervise SuperviseConfig `yaml:"supervise"`
 	// Listen is host:port of the agent's own HTTP listener (/healthz,
 	// /readyz, /metrics). Default "127.0.0.1:9902"; empty disables it. In
 	// Kubernetes the kubelet probes the pod IP, so use ":9902" there.
@@ -37,6 +40,36 @@ type Config struct {
 	// BindPort defaults to 0 (a free port, advertised to the cluster) so
 	// that several agents and a proxy can share one host.
 	Gossip membership.Config `yaml:"gossip"`
+	// Command is the replica's command line (`keyway agent … -- CMD
+	// ARGS…`): the program and its arguments. Empty (the default) means the
+	// agent supervises no process, only probes the replica at
+	// Replica.Addr. It is not a key of the file: only the command line
+	// sets it.
+	Command []string `yaml:"-"`
+}
+
+// SuperviseConfig says how the agent supervises the replica's process
+// (Config.Command): restarts with backoff, giving up, and stopping it.
+type SuperviseConfig struct {
+	// StopGrace is how long the agent waits, after sending SIGTERM to the
+	// process group on shutdown (once drained), before it sends SIGKILL.
+	// Default 10s; 0 sends SIGKILL right after SIGTERM.
+	StopGrace time.Duration `yaml:"stop_grace"`
+	// BackoffMin is the delay before the first restart within Window.
+	// Each further restart within Window doubles it, up to BackoffMax; a
+	// random 0-25% is added to every delay. Default 1s; at least 10ms.
+	BackoffMin time.Duration `yaml:"backoff_min"`
+	// BackoffMax caps the doubling delay (before jitter). Default 30s; at
+	// least BackoffMin.
+	BackoffMax time.Duration `yaml:"backoff_max"`
+	// MaxRestarts is how many restarts the agent makes within Window; the
+	// next unexpected exit within Window makes it give up: no more
+	// restarts, state failed, until a repair. Default 5; 1 to 1000.
+	MaxRestarts int `yaml:"max_restarts"`
+	// Window is the sliding period over which unexpected exits are
+	// counted, for MaxRestarts and for the backoff's doubling. Default
+	// 10m; at least 1s.
+	Window time.Duration `yaml:"window"`
 }
 
 // ReplicaConfig identifies the replica and tells proxies how to reach it.
@@ -109,7 +142,14 @@ func DefaultConfig() Config {
 			Fall:         3,
 			ExpectStatus: "200-399",
 		},
-		Drain:  DrainConfig{Timeout: 30 * time.Second},
+		Drain: DrainConfig{Timeout: 30 * time.Second},
+		Supervise: SuperviseConfig{
+			StopGrace:   10 * time.Second,
+			BackoffMin:  time.Second,
+			BackoffMax:  30 * time.Second,
+			MaxRestarts: 5,
+			Window:      10 * time.Minute,
+		},
 		Listen: "127.0.0.1:9902",
 		Log:    logging.DefaultConfig(),
 		Gossip: g,
@@ -169,6 +209,26 @@ func (c Config) Validate() error {
 	}
 	if c.Drain.Quiet < 0 {
 		add("drain.quiet: must not be negative, got %s", c.Drain.Quiet)
+	}
+
+	s := c.Supervise
+	if s.StopGrace < 0 {
+		add("supervise.stop_grace: must not be negative, got %s (0 sends SIGKILL right after SIGTERM)", s.StopGrace)
+	}
+	if s.BackoffMin < 10*time.Millisecond {
+		add("supervise.backoff_min: must be at least 10ms, got %s", s.BackoffMin)
+	}
+	if s.BackoffMax < s.BackoffMin {
+		add("supervise.backoff_max: must be at least supervise.backoff_min (%s), got %s", s.BackoffMin, s.BackoffMax)
+	}
+	if s.MaxRestarts < 1 || s.MaxRestarts > 1000 {
+		add("supervise.max_restarts: must be between 1 and 1000, got %d", s.MaxRestarts)
+	}
+	if s.Window < time.Second {
+		add("supervise.window: must be at least 1s, got %s", s.Window)
+	}
+	if len(c.Command) > 0 && c.Command[0] == "" {
+		add("command: the program after -- is empty; write the replica's command after --, e.g. keyway agent … -- /usr/bin/orders-pipeline --port 9001")
 	}
 
 	if c.Listen != "" {

@@ -42,10 +42,19 @@ func TestConfigValidate(t *testing.T) {
 		"drain negative": {modify: func(c *Config) { c.Drain.Timeout, c.Drain.Quiet = -time.Second, -time.Second },
 			want: []string{"drain.timeout: must not be negative", "drain.quiet: must not be negative"}},
 		"drain zero is allowed": {modify: func(c *Config) { c.Drain.Timeout = 0 }},
-		"listen":                {modify: func(c *Config) { c.Listen = "9902" }, want: []string{`listen: "9902" is not host:port`}},
-		"listen off":            {modify: func(c *Config) { c.Listen = "" }},
-		"log":                   {modify: func(c *Config) { c.Log.Level = "loud"; c.Log.AccessLog = true }, want: []string{"log.level: must be one of", "log.access_log: the agent forwards no requests"}},
-		"gossip":                {modify: func(c *Config) { c.Gossip.BindAddr = "here"; c.Gossip.Join = []string{"a/b"} }, want: []string{`gossip.bind_addr: "here" is not an IP address`, `gossip.join[0]: "a/b" is not host or host:port`}},
+		"supervise": {modify: func(c *Config) {
+			c.Supervise.StopGrace, c.Supervise.BackoffMin, c.Supervise.MaxRestarts, c.Supervise.Window = -time.Second, 5*time.Millisecond, 1001, 999*time.Millisecond
+		}, want: []string{"supervise.stop_grace: must not be negative, got -1s", "supervise.backoff_min: must be at least 10ms, got 5ms",
+			"supervise.max_restarts: must be between 1 and 1000, got 1001", "supervise.window: must be at least 1s, got 999ms"}},
+		"supervise backoff_max below min": {modify: func(c *Config) { c.Supervise.BackoffMax = 500 * time.Millisecond },
+			want: []string{"supervise.backoff_max: must be at least supervise.backoff_min (1s), got 500ms"}},
+		"supervise zero grace is allowed": {modify: func(c *Config) { c.Supervise.StopGrace = 0 }},
+		"command":                         {modify: func(c *Config) { c.Command = []string{"/usr/bin/orders", "--port", "9001"} }},
+		"command empty program":           {modify: func(c *Config) { c.Command = []string{"", "x"} }, want: []string{"command: the program after -- is empty"}},
+		"listen":                          {modify: func(c *Config) { c.Listen = "9902" }, want: []string{`listen: "9902" is not host:port`}},
+		"listen off":                      {modify: func(c *Config) { c.Listen = "" }},
+		"log":                             {modify: func(c *Config) { c.Log.Level = "loud"; c.Log.AccessLog = true }, want: []string{"log.level: must be one of", "log.access_log: the agent forwards no requests"}},
+		"gossip":                          {modify: func(c *Config) { c.Gossip.BindAddr = "here"; c.Gossip.Join = []string{"a/b"} }, want: []string{`gossip.bind_addr: "here" is not an IP address`, `gossip.join[0]: "a/b" is not host or host:port`}},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

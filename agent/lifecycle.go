@@ -6,12 +6,15 @@ import "keyway/balancer"
 type event uint8
 
 const (
-	evProbePass event = iota + 1 // the readiness probe passed
-	evProbeFail                  // the readiness probe failed
-	evDrain                      // shutdown requested (SIGTERM): stop taking new requests
-	evStop                       // drained (or drain timed out) and the quiet period is over
-	evHold                       // an operator drained the replica (admin API); step ignores it
-	evRelease                    // an operator undrained it; step ignores it
+	evProbePass  event = iota + 1 // the readiness probe passed
+	evProbeFail                   // the readiness probe failed
+	evDrain                       // shutdown requested (SIGTERM): stop taking new requests
+	evStop                        // drained (or drain timed out) and the quiet period is over
+	evHold                        // an operator drained the replica (admin API); step ignores it
+	evRelease                     // an operator undrained it; step ignores it
+	evChildStart                  // the supervised process started (first start, restart or repair)
+	evChildExit                   // the supervised process exited unexpectedly; a restart may follow
+	evGiveUp                      // the supervisor gave up restarting the process
 )
 
 func (e event) String() string {
@@ -28,6 +31,12 @@ func (e event) String() string {
 		return "hold"
 	case evRelease:
 		return "release"
+	case evChildStart:
+		return "process_start"
+	case evChildExit:
+		return "process_exit"
+	case evGiveUp:
+		return "give_up"
 	}
 	return "unknown"
 }
@@ -40,6 +49,11 @@ type lifecycle struct {
 	State  balancer.State
 	Passes int // consecutive passes since the last failure or transition
 	Fails  int // consecutive failures since the last pass or transition
+	// Down says the supervised process is not running (it exited, or the
+	// supervisor gave up): probe results are ignored until it starts
+	// again, so that a probe answered before the exit cannot make the
+	// replica ready. Always false without supervision.
+	Down bool
 }
 
 // step returns the lifecycle after ev and whether the state changed. It is
@@ -48,17 +62,26 @@ type lifecycle struct {
 //	starting   --rise passes-->  ready
 //	ready      --fall fails-->   recovering
 //	recovering --rise passes-->  ready
-//	starting, ready, recovering --drain--> draining
+//	starting, ready, recovering, failed --drain--> draining
 //	any        --stop-->         stopped
 //
-// Probe results are ignored once draining or stopped; stopped is final.
-// Counters reset on every transition, so each threshold counts results
-// observed in the current state only.
+// and, with a supervised process:
+//
+//	starting, ready, recovering --process exit--> recovering (down)
+//	starting, recovering, failed --process start--> starting
+//	starting, ready, recovering --give up--> failed (down)
+//
+// Probe results are ignored once draining, stopped or failed, and while
+// the process is down; stopped is final. Once draining, process events
+// change nothing: the replica is going away. Counters reset on every
+// transition, so each threshold counts results observed in the current
+// state only.
 func step(l lifecycle, ev event, rise, fall int) (lifecycle, bool) {
 	prev := l.State
+	live := l.State == balancer.StateStarting || l.State == balancer.StateReady || l.State == balancer.StateRecovering
 	switch ev {
 	case evProbePass, evProbeFail:
-		if l.State != balancer.StateStarting && l.State != balancer.StateReady && l.State != balancer.StateRecovering {
+		if !live || l.Down {
 			return l, false
 		}
 		if ev == evProbePass {
@@ -79,6 +102,24 @@ func step(l lifecycle, ev event, rise, fall int) (lifecycle, bool) {
 		l.State = balancer.StateDraining
 	case evStop:
 		l.State = balancer.StateStopped
+	case evChildExit:
+		if !live {
+			return l, false
+		}
+		l.Down, l.Passes, l.Fails = true, 0, 0
+		l.State = balancer.StateRecovering
+	case evChildStart:
+		if !live && l.State != balancer.StateFailed {
+			return l, false
+		}
+		l.Down, l.Passes, l.Fails = false, 0, 0
+		l.State = balancer.StateStarting
+	case evGiveUp:
+		if !live {
+			return l, false
+		}
+		l.Down = true
+		l.State = balancer.StateFailed
 	}
 	if l.State != prev {
 		l.Passes, l.Fails = 0, 0

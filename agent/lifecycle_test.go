@@ -27,31 +27,46 @@ func TestStep(t *testing.T) {
 		want    lifecycle
 		changed bool
 	}{
-		"starting: first pass counts":             {lifecycle{starting, 0, 0}, evProbePass, lifecycle{starting, 1, 0}, false},
-		"starting: rise-th pass makes ready":      {lifecycle{starting, 1, 0}, evProbePass, lifecycle{ready, 0, 0}, true},
-		"starting: a failure resets passes":       {lifecycle{starting, 1, 0}, evProbeFail, lifecycle{starting, 0, 1}, false},
-		"starting: failures never leave it":       {lifecycle{starting, 0, 99}, evProbeFail, lifecycle{starting, 0, 100}, false},
-		"starting: pass after failures":           {lifecycle{starting, 0, 5}, evProbePass, lifecycle{starting, 1, 0}, false},
-		"starting: drain":                         {lifecycle{starting, 1, 0}, evDrain, lifecycle{draining, 0, 0}, true},
-		"starting: stop":                          {lifecycle{starting, 0, 0}, evStop, lifecycle{stopped, 0, 0}, true},
-		"ready: pass keeps it":                    {lifecycle{ready, 0, 2}, evProbePass, lifecycle{ready, 1, 0}, false},
-		"ready: failures below fall keep it":      {lifecycle{ready, 0, 1}, evProbeFail, lifecycle{ready, 0, 2}, false},
-		"ready: fall-th failure makes recovering": {lifecycle{ready, 0, 2}, evProbeFail, lifecycle{recovering, 0, 0}, true},
-		"ready: a pass resets failures":           {lifecycle{ready, 3, 2}, evProbePass, lifecycle{ready, 4, 0}, false},
-		"ready: drain":                            {lifecycle{ready, 5, 0}, evDrain, lifecycle{draining, 0, 0}, true},
-		"recovering: first pass counts":           {lifecycle{recovering, 0, 0}, evProbePass, lifecycle{recovering, 1, 0}, false},
-		"recovering: rise-th pass makes ready":    {lifecycle{recovering, 1, 0}, evProbePass, lifecycle{ready, 0, 0}, true},
-		"recovering: failure resets passes":       {lifecycle{recovering, 1, 0}, evProbeFail, lifecycle{recovering, 0, 1}, false},
-		"recovering: drain":                       {lifecycle{recovering, 0, 4}, evDrain, lifecycle{draining, 0, 0}, true},
-		"draining: probe pass ignored":            {lifecycle{draining, 0, 0}, evProbePass, lifecycle{draining, 0, 0}, false},
-		"draining: probe fail ignored":            {lifecycle{draining, 0, 0}, evProbeFail, lifecycle{draining, 0, 0}, false},
-		"draining: drain again":                   {lifecycle{draining, 0, 0}, evDrain, lifecycle{draining, 0, 0}, false},
-		"draining: stop":                          {lifecycle{draining, 0, 0}, evStop, lifecycle{stopped, 0, 0}, true},
-		"stopped: final for probes":               {lifecycle{stopped, 0, 0}, evProbePass, lifecycle{stopped, 0, 0}, false},
-		"stopped: final for drain":                {lifecycle{stopped, 0, 0}, evDrain, lifecycle{stopped, 0, 0}, false},
-		"stopped: stop again":                     {lifecycle{stopped, 0, 0}, evStop, lifecycle{stopped, 0, 0}, false},
-		"failed: probes ignored":                  {lifecycle{failed, 0, 0}, evProbePass, lifecycle{failed, 0, 0}, false},
-		"failed: drain":                           {lifecycle{failed, 0, 0}, evDrain, lifecycle{draining, 0, 0}, true},
+		"starting: first pass counts":             {lifecycle{starting, 0, 0, false}, evProbePass, lifecycle{starting, 1, 0, false}, false},
+		"starting: rise-th pass makes ready":      {lifecycle{starting, 1, 0, false}, evProbePass, lifecycle{ready, 0, 0, false}, true},
+		"starting: a failure resets passes":       {lifecycle{starting, 1, 0, false}, evProbeFail, lifecycle{starting, 0, 1, false}, false},
+		"starting: failures never leave it":       {lifecycle{starting, 0, 99, false}, evProbeFail, lifecycle{starting, 0, 100, false}, false},
+		"starting: pass after failures":           {lifecycle{starting, 0, 5, false}, evProbePass, lifecycle{starting, 1, 0, false}, false},
+		"starting: drain":                         {lifecycle{starting, 1, 0, false}, evDrain, lifecycle{draining, 0, 0, false}, true},
+		"starting: stop":                          {lifecycle{starting, 0, 0, false}, evStop, lifecycle{stopped, 0, 0, false}, true},
+		"ready: pass keeps it":                    {lifecycle{ready, 0, 2, false}, evProbePass, lifecycle{ready, 1, 0, false}, false},
+		"ready: failures below fall keep it":      {lifecycle{ready, 0, 1, false}, evProbeFail, lifecycle{ready, 0, 2, false}, false},
+		"ready: fall-th failure makes recovering": {lifecycle{ready, 0, 2, false}, evProbeFail, lifecycle{recovering, 0, 0, false}, true},
+		"ready: a pass resets failures":           {lifecycle{ready, 3, 2, false}, evProbePass, lifecycle{ready, 4, 0, false}, false},
+		"ready: drain":                            {lifecycle{ready, 5, 0, false}, evDrain, lifecycle{draining, 0, 0, false}, true},
+		"recovering: first pass counts":           {lifecycle{recovering, 0, 0, false}, evProbePass, lifecycle{recovering, 1, 0, false}, false},
+		"recovering: rise-th pass makes ready":    {lifecycle{recovering, 1, 0, false}, evProbePass, lifecycle{ready, 0, 0, false}, true},
+		"recovering: failure resets passes":       {lifecycle{recovering, 1, 0, false}, evProbeFail, lifecycle{recovering, 0, 1, false}, false},
+		"recovering: drain":                       {lifecycle{recovering, 0, 4, false}, evDrain, lifecycle{draining, 0, 0, false}, true},
+		"draining: probe pass ignored":            {lifecycle{draining, 0, 0, false}, evProbePass, lifecycle{draining, 0, 0, false}, false},
+		"draining: probe fail ignored":            {lifecycle{draining, 0, 0, false}, evProbeFail, lifecycle{draining, 0, 0, false}, false},
+		"draining: drain again":                   {lifecycle{draining, 0, 0, false}, evDrain, lifecycle{draining, 0, 0, false}, false},
+		"draining: stop":                          {lifecycle{draining, 0, 0, false}, evStop, lifecycle{stopped, 0, 0, false}, true},
+		"stopped: final for probes":               {lifecycle{stopped, 0, 0, false}, evProbePass, lifecycle{stopped, 0, 0, false}, false},
+		"stopped: final for drain":                {lifecycle{stopped, 0, 0, false}, evDrain, lifecycle{stopped, 0, 0, false}, false},
+		"stopped: stop again":                     {lifecycle{stopped, 0, 0, false}, evStop, lifecycle{stopped, 0, 0, false}, false},
+		"failed: probes ignored":                  {lifecycle{failed, 0, 0, false}, evProbePass, lifecycle{failed, 0, 0, false}, false},
+		"failed: drain":                           {lifecycle{failed, 0, 0, false}, evDrain, lifecycle{draining, 0, 0, false}, true},
+		// A supervised process.
+		"starting: process exit":          {lifecycle{starting, 1, 0, false}, evChildExit, lifecycle{recovering, 0, 0, true}, true},
+		"ready: process exit":             {lifecycle{ready, 3, 0, false}, evChildExit, lifecycle{recovering, 0, 0, true}, true},
+		"recovering: process exit":        {lifecycle{recovering, 1, 0, false}, evChildExit, lifecycle{recovering, 0, 0, true}, false},
+		"down: probe pass ignored":        {lifecycle{recovering, 1, 0, true}, evProbePass, lifecycle{recovering, 1, 0, true}, false},
+		"down: probe fail ignored":        {lifecycle{recovering, 0, 0, true}, evProbeFail, lifecycle{recovering, 0, 0, true}, false},
+		"down: process start":             {lifecycle{recovering, 0, 0, true}, evChildStart, lifecycle{starting, 0, 0, false}, true},
+		"starting: first process start":   {lifecycle{starting, 1, 0, false}, evChildStart, lifecycle{starting, 0, 0, false}, false},
+		"down: give up":                   {lifecycle{recovering, 0, 0, true}, evGiveUp, lifecycle{failed, 0, 0, true}, true},
+		"failed: process start (repair)":  {lifecycle{failed, 0, 0, true}, evChildStart, lifecycle{starting, 0, 0, false}, true},
+		"failed: process exit ignored":    {lifecycle{failed, 0, 0, true}, evChildExit, lifecycle{failed, 0, 0, true}, false},
+		"draining: process exit ignored":  {lifecycle{draining, 0, 0, false}, evChildExit, lifecycle{draining, 0, 0, false}, false},
+		"draining: process start ignored": {lifecycle{draining, 0, 0, false}, evChildStart, lifecycle{draining, 0, 0, false}, false},
+		"draining: give up ignored":       {lifecycle{draining, 0, 0, false}, evGiveUp, lifecycle{draining, 0, 0, false}, false},
+		"stopped: process start ignored":  {lifecycle{stopped, 0, 0, false}, evChildStart, lifecycle{stopped, 0, 0, false}, false},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -102,10 +117,10 @@ func TestStepSequences(t *testing.T) {
 
 func TestEventString(t *testing.T) {
 	var names []string
-	for _, e := range []event{evProbePass, evProbeFail, evDrain, evStop, 0} {
+	for _, e := range []event{evProbePass, evProbeFail, evDrain, evStop, evChildStart, evChildExit, evGiveUp, 0} {
 		names = append(names, e.String())
 	}
-	if got := fmt.Sprint(names); got != "[probe_pass probe_fail drain stop unknown]" {
+	if got := fmt.Sprint(names); got != "[probe_pass probe_fail drain stop process_start process_exit give_up unknown]" {
 		t.Fatal(got)
 	}
 }

@@ -22,6 +22,49 @@ type metrics struct {
 	commandsRejected *prometheus.CounterVec
 }
 
+// childMetrics count what happens to the supervised process; registered
+// only when the agent supervises one.
+type childMetrics struct {
+	starts   prometheus.Counter
+	exits    *prometheus.CounterVec // reason
+	restarts prometheus.Counter
+	gaveUp   prometheus.Counter
+	repairs  prometheus.Counter
+	running  prometheus.Gauge
+}
+
+func newChildMetrics() *childMetrics {
+	opts := func(name, help string) prometheus.CounterOpts {
+		return prometheus.CounterOpts{Namespace: "keyway", Subsystem: "agent", Name: name, Help: help}
+	}
+	m := &childMetrics{
+		starts: prometheus.NewCounter(opts("child_starts_total", "Starts of the supervised replica process (the first, restarts and repairs).")),
+		exits: prometheus.NewCounterVec(opts("child_exits_total",
+			"Exits of the supervised replica process, by reason: exit_code (it exited by itself), signal (a signal the agent did not send), stop (the agent stopped it on shutdown), start_error (it could not be started)."),
+			[]string{"reason"}),
+		restarts: prometheus.NewCounter(opts("child_restarts_total", "Restarts of the replica process scheduled after an unexpected exit.")),
+		gaveUp:   prometheus.NewCounter(opts("child_gave_up_total", "Times the agent gave up restarting the replica process (supervise.max_restarts within supervise.window) and advertised failed.")),
+		repairs:  prometheus.NewCounter(opts("child_repairs_total", "Repairs: restarts of a given-up replica process with a fresh restart budget.")),
+		running: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "keyway", Subsystem: "agent", Name: "child_running",
+			Help: "1 while the supervised replica process runs, else 0.",
+		}),
+	}
+	for _, r := range exitReasons {
+		m.exits.WithLabelValues(r)
+	}
+	return m
+}
+
+func (m *childMetrics) register(reg prometheus.Registerer) error {
+	for _, c := range []prometheus.Collector{m.starts, m.exits, m.restarts, m.gaveUp, m.repairs, m.running} {
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func newMetrics() *metrics {
 	m := &metrics{
 		state: prometheus.NewGaugeVec(prometheus.GaugeOpts{

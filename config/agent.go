@@ -109,7 +109,7 @@ func loadAgent(name string, data []byte, hasFile bool, opts ...Option) (agent.Co
 // parseAgentDocument parses at most one YAML document whose top level is
 // a mapping; an empty document (nil root) is allowed.
 func parseAgentDocument(name string, data []byte) (*yaml.Node, []Problem) {
-	return parseOneDocument(name, data, true, "replica, probe, drain, listen, log, gossip")
+	return parseOneDocument(name, data, true, "replica, probe, drain, supervise, listen, log, gossip")
 }
 
 // agentProblem rewords a problem for the agent's file: an unknown key's
@@ -260,9 +260,16 @@ func AgentSummary(c agent.Config) string {
 	if listen == "" {
 		listen = "off"
 	}
-	return fmt.Sprintf("ok: replica %s/%s at %s, probe GET %s every %s (rise %d, fall %d), drain timeout %s, join %v, listen %s",
+	s := fmt.Sprintf("ok: replica %s/%s at %s, probe GET %s every %s (rise %d, fall %d), drain timeout %s, join %v, listen %s",
 		c.Replica.Set, name, c.Replica.Addr, c.Probe.Path, formatDuration(c.Probe.Interval), c.Probe.Rise, c.Probe.Fall,
 		formatDuration(c.Drain.Timeout), c.Gossip.Join, listen)
+	if len(c.Command) > 0 {
+		sv := c.Supervise
+		s += fmt.Sprintf(", supervises %q (restart backoff %s to %s, give up after %d restarts in %s, stop grace %s)",
+			c.Command, formatDuration(sv.BackoffMin), formatDuration(sv.BackoffMax), sv.MaxRestarts, formatDuration(sv.Window),
+			formatDuration(sv.StopGrace))
+	}
+	return s
 }
 
 // agentFieldDocs holds the one-line note of every agent key, for
@@ -286,6 +293,12 @@ func agentFieldDocs() map[string]string {
 		"drain.timeout": "on SIGTERM, the longest wait for every live proxy to report nothing in flight to the replica; 0 does not wait",
 		"drain.quiet":   "extra wait after the replica is drained, before advertising stopped; 0 for none",
 		"drain.remove":  "leave for good (scale-in): proxies drop the replica from the ring at once. false: a restart, which gets its partitions back",
+
+		"supervise.stop_grace":   "with -- CMD: on shutdown, once drained, the agent sends SIGTERM to the process group, then SIGKILL after this long; 0 sends SIGKILL right after SIGTERM",
+		"supervise.backoff_min":  "with -- CMD: delay before the first restart within supervise.window; doubled for each further one, plus a random 0-25%; at least 10ms",
+		"supervise.backoff_max":  "with -- CMD: the longest restart delay before jitter; at least supervise.backoff_min",
+		"supervise.max_restarts": "with -- CMD: restarts allowed within supervise.window; the next unexpected exit makes the agent give up and advertise failed; 1 to 1000",
+		"supervise.window":       "with -- CMD: sliding period over which unexpected exits count, for max_restarts and the backoff's doubling; at least 1s",
 
 		"listen": "host:port of the agent's HTTP listener (/healthz, /readyz, /metrics); empty disables it. In Kubernetes use :9902 so the kubelet can reach it",
 

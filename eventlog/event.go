@@ -36,6 +36,9 @@ const (
 	KindPhaseChange    = "phase_change"    // a replica set's phase changed
 	KindAdminAction    = "admin_action"    // a mutating admin API call
 	KindConfigReload   = "config_reload"   // a configuration reload, applied or refused
+	// A supervising agent's report about its replica's process: started,
+	// exited, restart scheduled, given up, repaired (field "event").
+	KindReplicaProcess = "replica_process"
 	// The fleet (proxy.FleetEvent).
 	KindFleetHold         = "fleet_hold"         // the fleet holds a replica out on another proxy's evidence
 	KindFleetRelease      = "fleet_release"      // the fleet lets it back

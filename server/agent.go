@@ -30,7 +30,10 @@ func NewAgent(cfg agent.Config, opts Options) (*AgentNode, error) {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	a, err := agent.New(cfg, agent.Options{Logger: logs.App.Named("agent"), Registerer: reg, Gatherer: reg})
+	// The supervised replica process (cfg.Command) writes to the agent's
+	// own stdout and stderr.
+	a, err := agent.New(cfg, agent.Options{Logger: logs.App.Named("agent"), Registerer: reg, Gatherer: reg,
+		Stdout: orDiscard(opts.Stdout), Stderr: orDiscard(opts.Stderr)})
 	if err != nil {
 		logs.Close()
 		return nil, err

@@ -5,6 +5,7 @@ import (
 	"os"
 	"strconv"
 	"sync/atomic"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -144,4 +145,71 @@ func auditFleet(l *eventlog.Log) func(proxy.FleetEvent) {
 		}
 		l.Record(e.Kind, e.Set, e.Replica, fields)
 	}
+}
+
+// processAudit records the reports of supervising agents about their
+// replica's process (membership.ProcessEvent: start, exit, restart,
+// give_up, repair), one replica_process event each. It accepts a report
+// only from an alive member with role replica whose metadata names the
+// same set, replica and boot; others are dropped (logged at debug). It
+// runs on the gossip message worker and only records.
+type processAudit struct {
+	l       *eventlog.Log
+	members func() []membership.Member
+	log     *zap.Logger
+}
+
+func (p processAudit) HandleMessage(from string, msg []byte) {
+	if membership.MessageKind(msg) != membership.ProcessEventKind {
+		return
+	}
+	e, err := membership.DecodeProcessEvent(msg)
+	if err != nil {
+		p.log.Debug("malformed replica process event dropped", zap.String("from", from), zap.Error(err))
+		return
+	}
+	if !processSender(p.members(), from, e) {
+		p.log.Debug("replica process event from a member that is not its agent dropped", zap.String("from", from),
+			zap.String("set", e.Set), zap.String("replica", e.Replica))
+		return
+	}
+	p.l.Record(eventlog.KindReplicaProcess, e.Set, e.Replica, processFields(from, e))
+}
+
+// processSender reports whether from is the alive agent of the replica
+// incarnation e is about.
+func processSender(ms []membership.Member, from string, e membership.ProcessEvent) bool {
+	for _, m := range ms {
+		if m.Node == from {
+			return m.Status == membership.StatusAlive && m.Meta.Role == membership.RoleReplica &&
+				m.Meta.Set == e.Set && m.Meta.Replica == e.Replica && m.Meta.Boot == e.Boot
+		}
+	}
+	return false
+}
+
+// processFields are a replica_process event's details (docs/audit.md).
+func processFields(from string, e membership.ProcessEvent) map[string]any {
+	f := map[string]any{"event": e.Event, "member": from, "seq": e.Seq}
+	if e.Pid != 0 {
+		f["pid"] = e.Pid
+	}
+	switch e.Event {
+	case "exit":
+		f["reason"], f["restarts"] = e.Reason, e.Restarts
+		switch {
+		case e.Signal != "":
+			f["signal"] = e.Signal
+		case e.Reason != "start_error":
+			f["code"] = e.Code
+		}
+		if e.Error != "" {
+			f["error"] = e.Error
+		}
+	case "restart":
+		f["restarts"], f["backoff"] = e.Restarts, time.Duration(e.BackoffMS)*time.Millisecond
+	case "give_up":
+		f["restarts"] = e.Restarts
+	}
+	return f
 }

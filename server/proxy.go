@@ -171,9 +171,11 @@ func NewProxy(cfg config.Config, opts Options) (_ *ProxyNode, err error) {
 	if cfg.Gossip.Enabled {
 		n.disc = membership.NewDiscovery(n.p, membership.DiscoveryOptions{Logger: n.log.Named("discovery"), Registerer: n.reg, OnEvent: auditMember(n.audit), OnRepair: n.repairedElsewhere})
 		n.fleet = membership.NewFleet(n.p, membership.FleetOptions{Logger: n.log.Named("fleet"), Registerer: n.reg, Interval: cfg.Fleet.Interval})
+		procs := processAudit{l: n.audit, members: func() []membership.Member { return n.node.Members() }, log: n.log.Named("audit")}
 		messages := func(from string, msg []byte) {
 			n.disc.HandleMessage(from, msg)
 			n.fleet.HandleMessage(from, msg)
+			procs.HandleMessage(from, msg)
 		}
 		n.node, err = membership.New(cfg.Gossip.Config, membership.Meta{
 			Role:        membership.RoleProxy,

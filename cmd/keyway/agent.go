@@ -11,7 +11,7 @@ import (
 	"keyway/server"
 )
 
-const agentUsage = `Usage: keyway agent [-c FILE] [flags]
+const agentUsage = `Usage: keyway agent [-c FILE] [flags] [-- CMD [ARGS...]]
 
 Runs the sidecar beside one replica: joins the gossip cluster, probes the
 replica's readiness and advertises its lifecycle state (starting, ready,
@@ -19,10 +19,22 @@ recovering) to every proxy. On SIGINT or SIGTERM it drains: it advertises
 draining, waits until every proxy reports no request in flight to the
 replica (or drain.timeout), advertises stopped, leaves and exits.
 
+With -- CMD ARGS..., the agent also runs the replica: it starts CMD in a
+process group of its own (output passed through), restarts it when it
+exits (backoff supervise.backoff_min to supervise.backoff_max), gives up
+after supervise.max_restarts restarts within supervise.window (state
+failed), and on SIGINT or SIGTERM stops it only once drained: SIGTERM,
+then SIGKILL after supervise.stop_grace.
+
 Every configuration key is a flag (written with - or --); the file is
 optional. Example without a file:
 
   keyway agent --replica.set orders --replica.addr 127.0.0.1:9001 --gossip.join 127.0.0.1:7946
+
+and supervising the replica:
+
+  keyway agent --replica.set orders --replica.name orders-1 --replica.addr 127.0.0.1:9001 \
+    --gossip.join 127.0.0.1:7946 -- keyway replica --name orders-1 --listen 127.0.0.1:9001
 
 Flags:
 `
@@ -45,6 +57,13 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&file, "config", "", "same as -c `FILE`")
 	fs.BoolVar(&check, "check", false, "load and validate the configuration, print a one-line summary and exit")
 	keys := config.NewAgentFlags(fs)
+	args, command, supervise := splitCommand(args)
+	switch {
+	case supervise && len(command) == 0:
+		return usageError{"nothing after --: write the replica's command after it, e.g. keyway agent … -- keyway replica --name orders-0 --listen 127.0.0.1:9001, or drop the -- to supervise no process"}
+	case supervise && command[0] == "":
+		return usageError{"the command after -- is an empty string: write the replica's program there, e.g. -- keyway replica --name orders-0"}
+	}
 	if err := parseArgs(fs, args, stderr, func() {
 		fmt.Fprint(stderr, agentUsage)
 		keys.PrintDefaults(stderr)
@@ -56,6 +75,7 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
+	cfg.Command = command
 	if check {
 		fmt.Fprintln(stdout, config.AgentSummary(cfg))
 		return nil
@@ -70,4 +90,16 @@ func serveAgent(ctx context.Context, cfg agent.Config, stdout, stderr io.Writer)
 		return err
 	}
 	return node.Run(ctx)
+}
+
+// splitCommand splits the agent's arguments at the first "--": the flags
+// before it, and the replica's command after it (supervise reports that
+// there was a "--").
+func splitCommand(args []string) (flags, command []string, supervise bool) {
+	for i, a := range args {
+		if a == "--" {
+			return args[:i], args[i+1:], true
+		}
+	}
+	return args, nil, false
 }

@@ -62,6 +62,9 @@ func TestAgentCheck(t *testing.T) {
 			"ok: replica orders/orders-0 at 127.0.0.1:9001, probe GET /readyz every 1s (rise 2, fall 3), drain timeout 30s, join [127.0.0.1:7946], listen 127.0.0.1:9902\n"},
 		"flags only": {[]string{"--replica.set", "orders", "--replica.addr", "127.0.0.1:9001", "--gossip.join", "127.0.0.1:7946", "--gossip.bind_addr", "127.0.0.1"},
 			"ok: replica orders/(host name) at 127.0.0.1:9001, probe GET /readyz every 1s (rise 2, fall 3), drain timeout 30s, join [127.0.0.1:7946], listen 127.0.0.1:9902\n"},
+		"a command after --": {[]string{"-c", "../../examples/agent.yaml", "--supervise.backoff_min", "100ms", "--", "keyway", "replica", "--name", "orders-0", "--", "x"},
+			"ok: replica orders/orders-0 at 127.0.0.1:9001, probe GET /readyz every 1s (rise 2, fall 3), drain timeout 30s, join [127.0.0.1:7946], listen 127.0.0.1:9902, " +
+				`supervises ["keyway" "replica" "--name" "orders-0" "--" "x"] (restart backoff 100ms to 30s, give up after 5 restarts in 10m, stop grace 10s)` + "\n"},
 		"flags over the file": {[]string{"-c", "../../examples/agent.yaml", "--replica.name", "orders-9", "--probe.interval=250ms", "--gossip.join", "a:1", "--gossip.join", "b:2,c:3", "--listen="},
 			"ok: replica orders/orders-9 at 127.0.0.1:9001, probe GET /readyz every 250ms (rise 2, fall 3), drain timeout 30s, join [a:1 b:2 c:3], listen off\n"},
 	} {
@@ -102,9 +105,18 @@ func TestAgentConfigErrors(t *testing.T) {
 				"gossip.key_file or KEYWAY_GOSSIP_KEY", "gossip.insecure: true"},
 			code: exitConfig,
 		},
-		"unknown flag":    {args: []string{"--replica.nmae", "x"}, want: []string{"flag provided but not defined: -replica.nmae"}, code: exitConfig},
-		"extra arguments": {args: []string{"orders"}, want: []string{"unexpected arguments: orders"}, code: exitConfig},
-		"missing file":    {args: []string{"-c", "/nonexistent/agent.yaml"}, want: []string{"read agent config"}, code: exitRuntime},
+		"unknown flag":              {args: []string{"--replica.nmae", "x"}, want: []string{"flag provided but not defined: -replica.nmae"}, code: exitConfig},
+		"extra arguments":           {args: []string{"orders"}, want: []string{"unexpected arguments: orders"}, code: exitConfig},
+		"extra arguments before --": {args: []string{"orders", "--", "replica"}, want: []string{"unexpected arguments: orders"}, code: exitConfig},
+		"nothing after --":          {args: []string{"--replica.set", "orders", "--"}, want: []string{"nothing after --"}, code: exitConfig},
+		"empty program after --": {args: []string{"--check", "--replica.set", "orders", "--replica.addr", "127.0.0.1:9001", "--gossip.join", "127.0.0.1:7946",
+			"--gossip.bind_addr", "127.0.0.1", "--", ""}, want: []string{"the command after -- is an empty string"}, code: exitConfig},
+		"bad supervise values": {args: []string{"--supervise.backoff_min", "5ms", "--supervise.max_restarts", "0", "--supervise.window=500ms", "--", "replica"},
+			want: []string{"--supervise.backoff_min: supervise.backoff_min: must be at least 10ms, got 5ms",
+				"--supervise.max_restarts: supervise.max_restarts: must be between 1 and 1000, got 0",
+				"--supervise.window: supervise.window: must be at least 1s, got 500ms"},
+			code: exitConfig},
+		"missing file": {args: []string{"-c", "/nonexistent/agent.yaml"}, want: []string{"read agent config"}, code: exitRuntime},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

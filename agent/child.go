@@ -1,0 +1,200 @@
+package agent
+
+import (
+	"context"
+
+	"go.uber.org/zap"
+
+	"keyway/membership"
+)
+
+// The agent's side of supervision: it starts and stops the supervisor
+// (supervise.go), and turns each of its reports into a log line, metrics,
+// an audit message to every alive proxy and, for starts, unexpected exits
+// and give-ups, a lifecycle event for the run loop.
+
+// startSupervisor starts the supervisor, when there is a command, on a
+// context of its own: the process must outlive Run's ctx until the
+// replica has drained (stopChild).
+func (a *Agent) startSupervisor(ctx context.Context) {
+	if a.sup == nil {
+		return
+	}
+	supCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	a.stopSup = stop
+	go a.sup.Run(supCtx)
+}
+
+// stopChild stops the supervised process (SIGTERM, SIGKILL after
+// supervise.stop_grace) and waits until it has exited. It does nothing
+// without a command, or the second time. Run's goroutine.
+func (a *Agent) stopChild() {
+	if a.stopSup == nil {
+		return
+	}
+	a.stopSup()
+	a.stopSup = nil
+	<-a.sup.done
+}
+
+// Repair ends a give-up: it resets the restart budget (supervise.max_restarts
+// within supervise.window) and starts the replica's process again; the
+// agent advertises starting, then ready once the probe passes. It returns
+// ErrNotSupervising without a command, ErrNotFailed unless the agent has
+// given up (state failed), and ErrNotRunning unless Run is running and not
+// shutting down. Safe for concurrent use; it returns once the start has
+// been attempted (a failed start counts as an exit, with backoff).
+func (a *Agent) Repair() error {
+	if a.sup == nil {
+		return ErrNotSupervising
+	}
+	return a.sup.repair()
+}
+
+// onChild is the supervisor's callback, on the supervisor's goroutine. It
+// never blocks: gossip messages are single UDP packets, and the lifecycle
+// event is queued for the run loop.
+func (a *Agent) onChild(ev childEvent) {
+	a.logChild(ev)
+	a.countChild(ev)
+	a.reportChild(ev)
+	var le event
+	switch {
+	case ev.Kind == childStart:
+		le = evChildStart
+	case ev.unexpected():
+		le = evChildExit
+	case ev.Kind == childGiveUp:
+		le = evGiveUp
+	default:
+		return
+	}
+	a.childMu.Lock()
+	a.childQ = append(a.childQ, le)
+	a.childMu.Unlock()
+	select {
+	case a.childSig <- struct{}{}:
+	default:
+	}
+}
+
+// onChildEvents applies the queued lifecycle events, on Run's goroutine.
+func (a *Agent) onChildEvents() {
+	a.childMu.Lock()
+	q := a.childQ
+	a.childQ = nil
+	a.childMu.Unlock()
+	for _, ev := range q {
+		a.apply(ev)
+	}
+}
+
+func (a *Agent) logChild(ev childEvent) {
+	sup := a.cfg.Supervise
+	switch ev.Kind {
+	case childStart:
+		a.log.Info("replica process started", zap.Int("pid", ev.Pid), zap.Strings("command", a.cfg.Command))
+	case childExit:
+		if ev.Reason == reasonStartError {
+			a.log.Error("replica process could not be started", zap.Strings("command", a.cfg.Command), zap.Error(ev.Err),
+				zap.Int("restarts", ev.Restarts))
+			return
+		}
+		fields := []zap.Field{zap.Int("pid", ev.Pid), zap.String("reason", ev.Reason), zap.Int("code", ev.Exit.Code),
+			zap.Duration("uptime", ev.Uptime), zap.Int("restarts", ev.Restarts)}
+		if ev.Exit.Signal != "" {
+			fields = append(fields, zap.String("signal", ev.Exit.Signal))
+		}
+		if ev.Killed {
+			fields = append(fields, zap.Bool("killed", true))
+		}
+		lvl := zap.WarnLevel
+		if ev.Reason == reasonStop {
+			lvl = zap.InfoLevel
+		}
+		a.log.Log(lvl, "replica process exited", fields...)
+	case childRestart:
+		a.log.Warn("replica process restart scheduled", zap.Duration("backoff", ev.Backoff), zap.Int("restarts", ev.Restarts),
+			zap.Int("max_restarts", sup.MaxRestarts), zap.Duration("window", sup.Window))
+	case childGiveUp:
+		a.log.Error("replica process keeps exiting; gave up restarting it", zap.Int("restarts", ev.Restarts),
+			zap.Int("max_restarts", sup.MaxRestarts), zap.Duration("window", sup.Window))
+	case childRepair:
+		a.log.Info("replica process repaired; starting it again")
+	}
+}
+
+func (a *Agent) countChild(ev childEvent) {
+	m := a.child
+	switch ev.Kind {
+	case childStart:
+		m.starts.Inc()
+		m.running.Set(1)
+	case childExit:
+		m.exits.WithLabelValues(ev.Reason).Inc()
+		m.running.Set(0)
+	case childRestart:
+		m.restarts.Inc()
+	case childGiveUp:
+		m.gaveUp.Inc()
+	case childRepair:
+		m.repairs.Inc()
+	}
+}
+
+// reportChild sends the event to every alive proxy, for its audit trail.
+// Best effort: a proxy that misses it misses an audit line.
+func (a *Agent) reportChild(ev childEvent) {
+	a.childSeq++
+	msg := membership.ProcessEvent{
+		Set: a.cfg.Replica.Set, Replica: a.replica, Boot: a.book.boot, Seq: a.childSeq,
+		Event: ev.Kind.String(), Pid: ev.Pid, Restarts: ev.Restarts, BackoffMS: ev.Backoff.Milliseconds(),
+	}
+	if ev.Kind == childExit {
+		msg.Reason, msg.Code, msg.Signal = ev.Reason, ev.Exit.Code, ev.Exit.Signal
+		if ev.Err != nil {
+			msg.Error = ev.Err.Error()
+		}
+	}
+	a.sendReports(msg.Encode())
+}
+
+// maxPendingReports bounds the process events kept for the first proxy:
+// the oldest go first.
+const maxPendingReports = 16
+
+// sendReports sends msg (nil for none) and the messages held before to
+// every alive proxy. While the agent knows no proxy yet (the process
+// starts as gossip joins) it holds them, at most maxPendingReports, for
+// the first proxies it learns of (the run loop calls it on membership
+// changes). Safe for concurrent use.
+func (a *Agent) sendReports(msg []byte) {
+	a.reportMu.Lock()
+	defer a.reportMu.Unlock()
+	if msg != nil {
+		a.reportPending = append(a.reportPending, msg)
+		if n := len(a.reportPending); n > maxPendingReports {
+			a.reportPending = append(a.reportPending[:0], a.reportPending[n-maxPendingReports:]...)
+		}
+	}
+	if len(a.reportPending) == 0 {
+		return
+	}
+	var proxies []string
+	for _, m := range a.node.Members() {
+		if !m.Self && m.Meta.Role == membership.RoleProxy && m.Status == membership.StatusAlive {
+			proxies = append(proxies, m.Node)
+		}
+	}
+	if len(proxies) == 0 {
+		return
+	}
+	for _, b := range a.reportPending {
+		for _, p := range proxies {
+			if err := a.node.Send(p, b); err != nil {
+				a.log.Debug("replica process event not sent", zap.String("proxy", p), zap.Error(err))
+			}
+		}
+	}
+	a.reportPending = a.reportPending[:0]
+}

@@ -1,0 +1,16 @@
+//go:build !unix
+
+package agent
+
+import (
+	"errors"
+	"io"
+)
+
+// startCommand refuses: supervising a process needs Unix process groups
+// and signals.
+func startCommand(io.Writer, io.Writer) StartFunc {
+	return func([]string) (Process, error) {
+		return nil, errors.New("agent: supervising the replica's process (-- CMD) needs a Unix system")
+	}
+}
