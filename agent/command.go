@@ -21,6 +21,10 @@ import (
 // the run loop, everything else to the drain report book. It runs on the
 // membership message worker and never blocks.
 func (a *Agent) onMessage(from string, msg []byte) {
+	if membership.MessageKind(msg) == membership.RepairKind {
+		a.onRepair(from, msg)
+		return
+	}
 	if membership.MessageKind(msg) != "admin_drain" {
 		a.book.record(from, msg)
 		return
@@ -102,3 +106,33 @@ func (a *Agent) onHold() {
 
 // Held reports whether an operator drain is in force.
 func (a *Agent) Held() bool { return a.holdWanted.Load() }
+
+// onRepair handles a membership.Repair of this agent's set, from a proxy:
+// a supervised replica that gave up (failed) gets a fresh restart budget
+// and is started again. Anything else is left as it is (a repair also
+// reaches agents whose replica is fine). It runs on the membership
+// message worker and never blocks: Repair only signals the supervisor.
+func (a *Agent) onRepair(from string, msg []byte) {
+	r, err := membership.DecodeRepair(msg)
+	if err != nil {
+		a.log.Warn("malformed repair command", zap.String("from", from), zap.Error(err))
+		return
+	}
+	if why := commandSender(a.node.Members(), from); why != "" {
+		a.metrics.commandsRejected.WithLabelValues(why).Inc()
+		a.log.Warn("repair command rejected: only an alive proxy may command an agent", zap.String("from", from), zap.String("reason", why))
+		return
+	}
+	if r.Set != a.cfg.Replica.Set {
+		return
+	}
+	if a.sup == nil {
+		a.log.Info("repair command: this agent supervises no process; nothing to restart", zap.String("by", r.By))
+		return
+	}
+	if err := a.Repair(); err != nil {
+		a.log.Info("repair command: nothing to repair", zap.String("by", r.By), zap.Error(err))
+		return
+	}
+	a.log.Info("repair command: restarting the replica that gave up", zap.String("by", r.By))
+}

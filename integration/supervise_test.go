@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -362,4 +364,43 @@ func cutLast(s, sep string) (string, string, bool) {
 		return s[:i], s[i+len(sep):], true
 	}
 	return s, "", false
+}
+
+// A replica that gave up comes back with a repair: its process keeps
+// failing until the operator fixes it (here: a file appears), then
+// keyway repair, asked of a proxy, makes its agent start it again; it is
+// back in rotation and the set Running.
+func TestRepairRestartsAReplicaThatGaveUp(t *testing.T) {
+	skipShort(t)
+	t.Setenv("KEYWAY_ADMIN_TOKEN", "s3cret")
+	px := StartProxy(t, "proxy-a", nil, 3)
+	for i := range 2 {
+		StartSupervisedReplica(t, fmt.Sprintf("orders-%d", i), []string{px.Gossip})
+	}
+	fixed := filepath.Join(t.TempDir(), "fixed")
+	addr := freeAddr(t)
+	StartSupervised(t, "orders-2", addr, []string{px.Gossip},
+		[]string{"--supervise.max_restarts", "2", "--supervise.backoff_min", "50ms", "--supervise.backoff_max", "100ms", "--supervise.window", "1m"},
+		"/bin/sh", "-c", `test -f "$1" || exit 1; exec "$2" replica --name orders-2 --listen "$3"`, "sh", fixed, Binary, addr)
+	poll.Until(t, 30*time.Second, "orders-2 failed", func() bool {
+		state, _, _, ok := setReplica(t, px.Admin, "orders-2")
+		return ok && state == "failed"
+	})
+	if err := os.WriteFile(fixed, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	res, _, err := (&admin.Client{Addr: px.Admin, Token: "s3cret"}).Repair("orders")
+	if err != nil || len(res.Failed) != 1 || len(res.Agents) != 3 {
+		t.Fatalf("repair: %+v %v", res, err)
+	}
+	start := time.Now()
+	px.WaitRotation(t, 3, 30*time.Second)
+	t.Logf("repair: orders-2 back in rotation %s after the answer", time.Since(start).Round(time.Millisecond))
+	s, _, err := (&admin.Client{Addr: px.Admin}).Set("orders")
+	if err != nil || s.Phase != "Running" {
+		t.Fatalf("after the repair: phase %s, %v", s.Phase, err)
+	}
+	poll.Until(t, 10*time.Second, "a repair event in the proxy's audit trail", func() bool {
+		return slices.Contains(describeEvents(processEvents(t, px.Admin, "orders-2")), "repair")
+	})
 }
