@@ -535,6 +535,7 @@ func (a *Agent) drain() {
 		t := time.NewTimer(q)
 		<-t.C
 	}
+	a.waitDrainProbe()
 	// Drained: only now may the replica's process go.
 	a.stopChild()
 	select {

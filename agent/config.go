@@ -124,6 +124,17 @@ type DrainConfig struct {
 	// replica from the ring at once and its partitions move. Default false:
 	// a restart, whose partitions wait for it (gossip.forget_after).
 	Remove bool `yaml:"remove"`
+	// ProbePath, when set, is an HTTP path on the replica that answers 200
+	// once the replica's own pending work is done (exchanges waiting at a
+	// barrier, retries, an inbox). After the proxies report the replica
+	// drained, the agent polls it (every probe.interval) before it stops
+	// the replica's process and leaves: work the replica still holds is not
+	// lost by a scale-in or a restart. Default "" (no drain probe).
+	ProbePath string `yaml:"probe_path"`
+	// ProbeTimeout bounds that wait; when it passes, the agent leaves
+	// anyway and says so (a warning and keyway_agent_drain_probe_timeouts_total).
+	// Default 1m; at least 100ms.
+	ProbeTimeout time.Duration `yaml:"probe_timeout"`
 }
 
 // DefaultConfig returns the configuration used for every key the file,
@@ -142,7 +153,7 @@ func DefaultConfig() Config {
 			Fall:         3,
 			ExpectStatus: "200-399",
 		},
-		Drain: DrainConfig{Timeout: 30 * time.Second},
+		Drain: DrainConfig{Timeout: 30 * time.Second, ProbeTimeout: time.Minute},
 		Supervise: SuperviseConfig{
 			StopGrace:   10 * time.Second,
 			BackoffMin:  time.Second,
@@ -209,6 +220,12 @@ func (c Config) Validate() error {
 	}
 	if c.Drain.Quiet < 0 {
 		add("drain.quiet: must not be negative, got %s", c.Drain.Quiet)
+	}
+	if p := c.Drain.ProbePath; p != "" && (p[0] != '/' || strings.ContainsAny(p, " \t\r\n#")) {
+		add("drain.probe_path: must start with '/' and contain no spaces or '#', got %q (or leave it empty: no drain probe)", p)
+	}
+	if c.Drain.ProbeTimeout < 100*time.Millisecond {
+		add("drain.probe_timeout: must be at least 100ms, got %s", c.Drain.ProbeTimeout)
 	}
 
 	s := c.Supervise

@@ -20,6 +20,8 @@ type metrics struct {
 	transitions prometheus.Counter
 	// commandsRejected counts admin drain commands refused, by reason.
 	commandsRejected *prometheus.CounterVec
+	// drainProbe counts drain probe waits by result (done, timeout).
+	drainProbe *prometheus.CounterVec
 }
 
 // childMetrics count what happens to the supervised process; registered
@@ -87,7 +89,13 @@ func newMetrics() *metrics {
 			Namespace: "keyway", Subsystem: "agent", Name: "commands_rejected_total",
 			Help: "Admin drain commands refused because the sender is not an alive proxy, by reason (unknown_sender: no alive member of that name; not_proxy: its metadata does not say role proxy).",
 		}, []string{"reason"}),
+		drainProbe: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "keyway", Subsystem: "agent", Name: "drain_probes_total",
+			Help: "Waits on the replica's drain probe (drain.probe_path) after a drain, by result: done (it answered 200) or timeout (drain.probe_timeout passed; the agent left anyway).",
+		}, []string{"result"}),
 	}
+	m.drainProbe.WithLabelValues("done")
+	m.drainProbe.WithLabelValues("timeout")
 	for _, r := range []string{rejectUnknownSender, rejectNotProxy} {
 		m.commandsRejected.WithLabelValues(r)
 	}
@@ -102,7 +110,7 @@ func newMetrics() *metrics {
 }
 
 func (m *metrics) register(reg prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.state, m.probes, m.reports, m.transitions, m.commandsRejected} {
+	for _, c := range []prometheus.Collector{m.state, m.probes, m.reports, m.transitions, m.commandsRejected, m.drainProbe} {
 		if err := reg.Register(c); err != nil {
 			return err
 		}

@@ -290,9 +290,11 @@ func agentFieldDocs() map[string]string {
 		"probe.fall":          "consecutive failures that make a ready replica recovering; 1 to 100",
 		"probe.expect_status": "status codes that pass, codes and ranges separated by commas, e.g. 200-399 or 200,204; redirects are not followed",
 
-		"drain.timeout": "on SIGTERM, the longest wait for every live proxy to report nothing in flight to the replica; 0 does not wait",
-		"drain.quiet":   "extra wait after the replica is drained, before advertising stopped; 0 for none",
-		"drain.remove":  "leave for good (scale-in): proxies drop the replica from the ring at once. false: a restart, which gets its partitions back",
+		"drain.timeout":       "on SIGTERM, the longest wait for every live proxy to report nothing in flight to the replica; 0 does not wait",
+		"drain.quiet":         "extra wait after the replica is drained, before advertising stopped; 0 for none",
+		"drain.probe_path":    "HTTP path on the replica answering 200 once its own pending work is done; after the proxies report it drained the agent waits for it before stopping the process and leaving. Empty: no drain probe",
+		"drain.probe_timeout": "the longest wait for the drain probe; then the agent leaves anyway, with a warning; at least 100ms",
+		"drain.remove":        "leave for good (scale-in): proxies drop the replica from the ring at once. false: a restart, which gets its partitions back",
 
 		"supervise.stop_grace":   "with -- CMD: on shutdown, once drained, the agent sends SIGTERM to the process group, then SIGKILL after this long; 0 sends SIGKILL right after SIGTERM",
 		"supervise.backoff_min":  "with -- CMD: delay before the first restart within supervise.window; doubled for each further one, plus a random 0-25%; at least 10ms",

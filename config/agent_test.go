@@ -54,7 +54,7 @@ func TestLoadAgentBytes(t *testing.T) {
 	want := agent.DefaultConfig()
 	want.Replica = agent.ReplicaConfig{Set: "orders", Name: "orders-0", Addr: "10.0.0.5:9001", Weight: 3, Zone: "eu-1"}
 	want.Probe = agent.ProbeConfig{Path: "/ready", Interval: 2 * time.Second, Timeout: time.Second, Rise: 1, Fall: 5, ExpectStatus: "200,204"}
-	want.Drain = agent.DrainConfig{Timeout: time.Minute, Quiet: 2 * time.Second, Remove: true}
+	want.Drain = agent.DrainConfig{Timeout: time.Minute, Quiet: 2 * time.Second, Remove: true, ProbeTimeout: time.Minute}
 	want.Listen = ":9902"
 	want.Log.Level, want.Log.Format = "debug", "console"
 	want.Gossip.BindAddr = "10.0.0.5"
