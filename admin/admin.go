@@ -56,6 +56,9 @@ type Options struct {
 	// Repairer serves POST /v1/replica_sets/{set}/repair (repair.go); nil
 	// makes it answer 501.
 	Repairer Repairer
+	// Restarter serves /v1/replica_sets/{set}/restart (restart.go); nil
+	// makes it answer 501.
+	Restarter Restarter
 	// Env looks up KEYWAY_ADMIN_TOKEN; nil means os.LookupEnv.
 	Env func(string) (string, bool)
 }
@@ -107,6 +110,7 @@ func New(cfg Config, opts Options) (*Server, error) {
 	s.routeMutating(mux)
 	s.routeOperate(mux)
 	s.routeRepair(mux)
+	s.routeRestart(mux)
 	s.routePlan(mux)
 	s.routeAPI(mux)
 	s.routeUI(mux)

@@ -113,6 +113,26 @@ func (c *Client) Reload() (ReloadResult, []byte, error) {
 	return out, raw, err
 }
 
+// Restart starts a rolling restart of a set (POST
+// /v1/replica_sets/{set}/restart); stepTimeout 0 means the server's
+// default.
+func (c *Client) Restart(set string, stepTimeout time.Duration) (RestartStatus, []byte, error) {
+	path := "/v1/replica_sets/" + url.PathEscape(set) + "/restart"
+	if stepTimeout > 0 {
+		path += "?step_timeout=" + url.QueryEscape(stepTimeout.String())
+	}
+	var out RestartStatus
+	raw, err := c.call(http.MethodPost, path, nil, http.StatusAccepted, &out, c.timeout())
+	return out, raw, err
+}
+
+// RestartStatus returns a set's last rolling restart on the proxy.
+func (c *Client) RestartStatus(set string) (RestartStatus, []byte, error) {
+	var out RestartStatus
+	raw, err := c.get("/v1/replica_sets/"+url.PathEscape(set)+"/restart", &out)
+	return out, raw, err
+}
+
 // Repair revives a set (POST /v1/replica_sets/{set}/repair).
 func (c *Client) Repair(set string) (RepairResult, []byte, error) {
 	var out RepairResult

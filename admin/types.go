@@ -430,3 +430,34 @@ const (
 	PlanLeaves = "leaves"
 	PlanStays  = "stays"
 )
+
+// RestartStatus is a rolling restart of a set (POST and GET
+// /v1/replica_sets/{set}/restart): one replica at a time, drained on every
+// proxy, its process restarted by its agent, undrained once it is back.
+type RestartStatus struct {
+	Set string `json:"set"`
+	// State is "running", "done", "failed" (a step timed out or failed;
+	// Error says which) or "interrupted" (this proxy stopped meanwhile).
+	State string `json:"state"`
+	// Replicas are the replicas it restarts, in order; Current the one
+	// being restarted ("" when not running).
+	Replicas []string `json:"replicas"`
+	Current  string   `json:"current,omitempty"`
+	// StepTimeout bounds each step (drained, process started, back in
+	// rotation).
+	StepTimeout string        `json:"step_timeout"`
+	Started     time.Time     `json:"started"`
+	Finished    time.Time     `json:"finished,omitzero"`
+	Steps       []RestartStep `json:"steps"`
+	Error       string        `json:"error,omitempty"`
+}
+
+// RestartStep is one step of a rolling restart.
+type RestartStep struct {
+	Time    time.Time `json:"time"`
+	Replica string    `json:"replica"`
+	// Step is "drain", "drained", "restart", "started", "undrain",
+	// "ready" or "failed".
+	Step   string `json:"step"`
+	Detail string `json:"detail,omitempty"`
+}

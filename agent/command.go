@@ -25,6 +25,10 @@ func (a *Agent) onMessage(from string, msg []byte) {
 		a.onRepair(from, msg)
 		return
 	}
+	if membership.MessageKind(msg) == membership.RestartReplicaKind {
+		a.onRestartReplica(from, msg)
+		return
+	}
 	if membership.MessageKind(msg) != "admin_drain" {
 		a.book.record(from, msg)
 		return
@@ -135,4 +139,33 @@ func (a *Agent) onRepair(from string, msg []byte) {
 		return
 	}
 	a.log.Info("repair command: restarting the replica that gave up", zap.String("by", r.By))
+}
+
+// onRestartReplica handles a proxy's rolling restart of this replica: the
+// supervised process is stopped and started again, the agent and any
+// operator drain it holds stay. It blocks the message worker for the stop
+// (at most supervise.stop_grace): nothing else is pending for this agent
+// while its replica is restarted.
+func (a *Agent) onRestartReplica(from string, msg []byte) {
+	r, err := membership.DecodeRestartReplica(msg)
+	if err != nil {
+		a.log.Warn("malformed restart command", zap.String("from", from), zap.Error(err))
+		return
+	}
+	if why := commandSender(a.node.Members(), from); why != "" {
+		a.metrics.commandsRejected.WithLabelValues(why).Inc()
+		a.log.Warn("restart command rejected: only an alive proxy may command an agent", zap.String("from", from), zap.String("reason", why))
+		return
+	}
+	if r.Set != a.cfg.Replica.Set || r.Replica != a.replica || (r.Boot != 0 && r.Boot != a.book.boot) {
+		return
+	}
+	if a.sup == nil {
+		a.log.Warn("restart command: this agent supervises no process; nothing to restart", zap.String("by", r.By))
+		return
+	}
+	a.log.Info("restart command: restarting the replica's process", zap.String("by", r.By))
+	if err := a.sup.restart(); err != nil {
+		a.log.Warn("restart command not carried out", zap.Error(err))
+	}
 }

@@ -205,6 +205,7 @@ type supervisor struct {
 	emit func(childEvent)
 
 	repairs    chan chan error
+	restarts   chan chan error
 	quiesceC   chan struct{} // closed by quiesce
 	quiesceOne sync.Once
 	running    atomic.Bool   // Run is running
@@ -225,6 +226,7 @@ func newSupervisor(argv []string, cfg SuperviseConfig, start StartFunc, c clock,
 	return &supervisor{
 		argv: argv, cfg: cfg, start: start, clock: c, log: log, emit: emit,
 		repairs:  make(chan chan error),
+		restarts: make(chan chan error),
 		quiesceC: make(chan struct{}),
 		done:     make(chan struct{}),
 		rnd:      rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
@@ -266,6 +268,8 @@ func (s *supervisor) Run(ctx context.Context) {
 			}
 		case reply := <-s.repairs:
 			reply <- s.onRepair()
+		case reply := <-s.restarts:
+			reply <- s.onRestart()
 		case <-s.quiesceC:
 			s.quiesceC, s.quiesced = nil, true
 			s.cancelRetry()
@@ -292,6 +296,33 @@ func (s *supervisor) repair() error {
 	case <-s.done:
 		return ErrNotRunning
 	}
+}
+
+// restart asks Run to stop the process (SIGTERM, SIGKILL after
+// stop_grace) and start it again: a rolling restart. The stop is not an
+// unexpected exit and uses no restart budget.
+func (s *supervisor) restart() error {
+	if !s.running.Load() {
+		return ErrNotRunning
+	}
+	reply := make(chan error, 1)
+	select {
+	case s.restarts <- reply:
+		return <-reply
+	case <-s.done:
+		return ErrNotRunning
+	}
+}
+
+func (s *supervisor) onRestart() error {
+	if s.checkQuiesced() {
+		return ErrNotRunning
+	}
+	s.cancelRetry()
+	s.stop()
+	s.failed = false
+	s.launch()
+	return nil
 }
 
 func (s *supervisor) onRepair() error {

@@ -65,6 +65,11 @@ type ProxyNode struct {
 	view   *view
 	adm    *admin.Server // nil when admin.listen is empty
 
+	// Rolling restarts (restart.go), and Run's context for them.
+	restarts restarts
+	runMu    sync.Mutex
+	runCtx   context.Context // nil unless Run is running
+
 	// Reload's state (reload.go).
 	file     string
 	load     func() (config.Config, error) // nil: no reload
@@ -149,7 +154,7 @@ func NewProxy(cfg config.Config, opts Options) (_ *ProxyNode, err error) {
 		aopts := admin.Options{
 			Gatherer: n.reg, Ready: readiness{n}, Logger: n.log.Named("admin"),
 			Sets: n.view, Members: n.view, Events: n.view, Config: n.view, Drainer: n.view, Fleet: n.view,
-			Scaler: scaler{n.p, n.audit}, Repairer: n.view, Planner: n.view,
+			Scaler: scaler{n.p, n.audit}, Repairer: n.view, Planner: n.view, Restarter: n.view,
 		}
 		if opts.Load != nil {
 			aopts.Reloader = n
@@ -215,6 +220,11 @@ func (n *ProxyNode) Run(ctx context.Context) error {
 	g, front := errgroup.WithContext(ctx)
 	back, stopBack := context.WithCancel(context.WithoutCancel(front))
 	defer stopBack()
+	n.setRunContext(front)
+	defer func() {
+		n.setRunContext(nil)
+		n.restarts.wg.Wait() // they end with front
+	}()
 	g.Go(func() error { return n.hc.Run(back) })
 	if n.node != nil {
 		g.Go(func() error { return n.node.Run(back) })

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"time"
 
 	"keyway/admin"
 	"keyway/balancer"
@@ -174,5 +175,64 @@ func runRepair(args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "repair %s: accepted; told %d agents (%d of them failed: %s) and %d other proxies; holds lifted here: %s\n",
 		res.Set, len(res.Agents), len(res.Failed), dash(strings.Join(res.Failed, ", ")), res.Proxies, dash(strings.Join(res.Reset, ", ")))
+	return nil
+}
+
+const restartUsage = `Usage: keyway restart --set SET [--step-timeout D] [--admin ADDR] [--token-file FILE]
+
+Rolling restart of a replica set whose agents supervise their replica's
+process (keyway agent ... -- CMD): one replica at a time, drained on every
+proxy, its process restarted once nothing is in flight to it, undrained
+once the new process has started, and the next one once it is back in
+rotation. Prints each step as it happens; stops, undrains that replica and
+exits 1 when a step does not complete within --step-timeout.
+
+`
+
+func runRestart(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("restart", flag.ContinueOnError)
+	cf := newCLIFlags(fs)
+	var set, tokenFile string
+	var step time.Duration
+	fs.StringVar(&set, "set", "", "replica `SET`; required")
+	fs.DurationVar(&step, "step-timeout", 0, "bound on each step (`DURATION`); default 2m")
+	fs.StringVar(&tokenFile, "token-file", "", "`FILE` holding the admin bearer token; default env "+admin.TokenEnv)
+	if err := parseCLIFlags(fs, args, stderr, restartUsage); err != nil {
+		return err
+	}
+	if set == "" {
+		return usageError{"keyway restart needs --set"}
+	}
+	token, err := cliToken(tokenFile, "restart")
+	if err != nil {
+		return err
+	}
+	if err := cf.checkAddr(); err != nil {
+		return err
+	}
+	c := cf.client(token)
+	st, _, err := c.Restart(set, step)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "rolling restart of %s: %s (each step within %s)\n", st.Set, strings.Join(st.Replicas, ", "), st.StepTimeout)
+	shown := 0
+	for {
+		for ; shown < len(st.Steps); shown++ {
+			s := st.Steps[shown]
+			fmt.Fprintf(stdout, "%6.1fs  %-12s %-8s %s\n", s.Time.Sub(st.Started).Seconds(), s.Replica, s.Step, s.Detail)
+		}
+		if st.State != "running" {
+			break
+		}
+		<-time.After(300 * time.Millisecond)
+		if st, _, err = c.RestartStatus(set); err != nil {
+			return err
+		}
+	}
+	if st.State != "done" {
+		return fmt.Errorf("rolling restart of %s %s: %s", set, st.State, st.Error)
+	}
+	fmt.Fprintf(stdout, "rolling restart of %s done in %.1fs\n", set, st.Finished.Sub(st.Started).Seconds())
 	return nil
 }

@@ -60,6 +60,7 @@ Usage:
   keyway reload                 make a running proxy re-read its configuration file (like SIGHUP)
   keyway scale --set S --replicas N   change a set's declared replica count on a running proxy
   keyway repair --set S         restart a set's replicas that gave up, lift every proxy's holds
+  keyway restart --set S        rolling restart: one replica at a time, drained first, no request lost
   keyway version                print the version
 
 Run 'keyway COMMAND --help' for a command's flags.
@@ -99,6 +100,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runScale(rest, stdout, stderr)
 	case "repair":
 		return runRepair(rest, stdout, stderr)
+	case "restart":
+		return runRestart(rest, stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintln(stdout, versionString())
 		return nil
