@@ -620,3 +620,33 @@ func TestSupervisorQuiesceNoticed(t *testing.T) {
 		t.Fatalf("after an exit while quiesced: %d timers, last event %+v", len(clk.pending()), events[len(events)-1])
 	}
 }
+
+// A rolling restart's restart stops the process (SIGTERM: an exit the
+// agent asked for, using no restart budget) and starts a new one; once
+// the agent is shutting down it is refused.
+func TestSupervisorRestart(t *testing.T) {
+	r := startSupervisor(t, testSupervise(), &fakeStarter{exitOnTerm: true})
+	first := r.expect(t, childStart)
+	p := r.st.proc()
+	done := make(chan error, 1)
+	go func() { done <- r.sup.restart() }()
+	ex := r.expect(t, childExit)
+	if ex.Reason != reasonStop || ex.unexpected() || ex.Restarts != 0 {
+		t.Fatalf("exit of a restart: %+v", ex)
+	}
+	if s := p.signals(); len(s) != 1 || s[0] != syscall.SIGTERM {
+		t.Fatalf("signals: %v, want [SIGTERM]", s)
+	}
+	if st := r.expect(t, childStart); st.Pid == first.Pid {
+		t.Fatalf("the restart started no new process: %+v", st)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	r.sup.quiesce()
+	if err := r.sup.restart(); !errors.Is(err, ErrNotRunning) {
+		t.Fatalf("restart while quiesced: %v, want ErrNotRunning", err)
+	}
+	r.cancel()
+	<-r.done
+}
