@@ -153,6 +153,22 @@ function setRate(tr) {
     h("span", { class: "muted" }, " · over " + Math.round(tr.window_seconds) + " s"));
 }
 
+// restartLine shows a set's rolling restart (GET …/restart): its progress
+// while it runs, its result afterwards.
+function restartLine(r) {
+  const steps = r.steps || [];
+  const last = steps.length ? steps[steps.length - 1] : null;
+  const total = 6 * (r.replicas || []).length;
+  if (r.state === "running") {
+    return h("div", { class: "meta restart", "data-state": r.state },
+      h("span", { class: "pill warn" }, "rolling restart"), " step " + steps.length + " of " + total +
+      (last ? ": " + last.replica + " " + last.step : ""));
+  }
+  const cls = r.state === "done" ? "ok" : "bad";
+  return h("div", { class: "meta restart", "data-state": r.state },
+    h("span", { class: "pill " + cls }, "rolling restart " + r.state), " " + fmtTime(r.finished) + (r.error ? " · " + r.error : ""));
+}
+
 function setCard(s) {
   const phase = s.phase || "unknown";
   const card = h("div", { class: "set-card p-" + phase.toLowerCase(), "data-set": s.name },
@@ -163,6 +179,7 @@ function setCard(s) {
       h("span", { class: "muted" }, s.in_rotation + " in rotation · failover " + s.failover),
       setRate(s.traffic)),
     h("div", { class: "meta" }, "ring " + s.ring_size + " members, " + s.partitions + " partitions · fingerprint " + s.fingerprint + " · generation " + s.generation));
+  if (s.restart) card.append(restartLine(s.restart));
   const reps = s.replicas || [];
   if (reps.length === 0) {
     card.append(h("div", { class: "empty" }, "no replicas yet — start agents or add static replicas"));
@@ -247,8 +264,12 @@ async function refresh() {
   const errors = [];
   try {
     const list = await getJSON("/v1/replica_sets");
-    const sets = await Promise.all(list.replica_sets.map((s) =>
-      getJSON("/v1/replica_sets/" + encodeURIComponent(s.name)).catch(() => s)));
+    const sets = await Promise.all(list.replica_sets.map(async (s) => {
+      const one = await getJSON("/v1/replica_sets/" + encodeURIComponent(s.name)).catch(() => s);
+      // The set's last rolling restart on this proxy; 404: none.
+      one.restart = await getJSON("/v1/replica_sets/" + encodeURIComponent(s.name) + "/restart").catch(() => null);
+      return one;
+    }));
     const box = document.getElementById("sets");
     if (sets.length === 0) {
       box.replaceChildren(h("div", { class: "empty" }, "no replicas yet — start agents or add static replicas (no replica set is configured)"));
