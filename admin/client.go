@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -131,6 +132,51 @@ func (c *Client) RestartStatus(set string) (RestartStatus, []byte, error) {
 	var out RestartStatus
 	raw, err := c.get("/v1/replica_sets/"+url.PathEscape(set)+"/restart", &out)
 	return out, raw, err
+}
+
+// WaitDrained polls the set until the replica is out of rotation and no
+// proxy the asked one hears from has a request in flight to it (true), or
+// d passes (false). progress is called with every reading.
+func (c *Client) WaitDrained(set, replica string, d time.Duration, progress func(ReplicaStatus)) (bool, error) {
+	deadline := time.Now().Add(d)
+	for {
+		st, _, err := c.Set(set)
+		if err != nil {
+			return false, err
+		}
+		i := slices.IndexFunc(st.Replicas, func(r ReplicaStatus) bool { return r.Name == replica })
+		if i < 0 {
+			return false, fmt.Errorf("replica set %q has no replica %q any more", set, replica)
+		}
+		r := st.Replicas[i]
+		progress(r)
+		if !r.InRotation && r.FleetInflight == 0 {
+			return true, nil
+		}
+		if time.Now().After(deadline) {
+			return false, nil
+		}
+		<-time.After(200 * time.Millisecond)
+	}
+}
+
+// FollowRestart polls a set's running rolling restart, calling each for
+// every step not seen before (from the n-th on), until it ends; it returns
+// the final status.
+func (c *Client) FollowRestart(set string, st RestartStatus, n int, each func(RestartStep)) (RestartStatus, error) {
+	for {
+		for ; n < len(st.Steps); n++ {
+			each(st.Steps[n])
+		}
+		if st.State != "running" {
+			return st, nil
+		}
+		<-time.After(300 * time.Millisecond)
+		var err error
+		if st, _, err = c.RestartStatus(set); err != nil {
+			return st, err
+		}
+	}
 }
 
 // Repair revives a set (POST /v1/replica_sets/{set}/repair).

@@ -413,39 +413,24 @@ func runDrain(args []string, drain bool, stdout, stderr io.Writer) error {
 	return nil
 }
 
-// waitDrained polls the set until the replica is out of rotation and no
-// proxy the asked one hears from has a request in flight to it, printing
-// each change of the figures, for at most d.
+// waitDrained prints each change of the replica's drain figures until no
+// proxy has a request in flight to it, for at most d.
 func waitDrained(c *admin.Client, set, replica string, d time.Duration, stdout io.Writer) error {
-	start := time.Now()
-	last := ""
-	for {
-		st, _, err := c.Set(set)
-		if err != nil {
-			return err
-		}
-		var r *admin.ReplicaStatus
-		for i := range st.Replicas {
-			if st.Replicas[i].Name == replica {
-				r = &st.Replicas[i]
-			}
-		}
-		if r == nil {
-			return fmt.Errorf("replica set %q has no replica %q any more", set, replica)
-		}
+	start, last, inflight := time.Now(), "", int64(0)
+	ok, err := c.WaitDrained(set, replica, d, func(r admin.ReplicaStatus) {
 		line := fmt.Sprintf("%s/%s: state %s, %s, %d in flight on %d proxies", set, replica, r.State,
 			map[bool]string{true: "in rotation", false: "out of rotation"}[r.InRotation], r.FleetInflight, r.FleetProxies)
 		if line != last {
 			fmt.Fprintf(stdout, "%6.1fs  %s\n", time.Since(start).Seconds(), line)
-			last = line
 		}
-		if !r.InRotation && r.FleetInflight == 0 {
-			fmt.Fprintf(stdout, "%s/%s drained after %.1fs\n", set, replica, time.Since(start).Seconds())
-			return nil
-		}
-		if time.Since(start) > d {
-			return fmt.Errorf("%s/%s not drained within %s: %d requests still in flight", set, replica, d, r.FleetInflight)
-		}
-		<-time.After(200 * time.Millisecond)
+		last, inflight = line, r.FleetInflight
+	})
+	switch {
+	case err != nil:
+		return err
+	case !ok:
+		return fmt.Errorf("%s/%s not drained within %s: %d requests still in flight", set, replica, d, inflight)
 	}
+	fmt.Fprintf(stdout, "%s/%s drained after %.1fs\n", set, replica, time.Since(start).Seconds())
+	return nil
 }

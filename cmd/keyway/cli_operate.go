@@ -216,19 +216,11 @@ func runRestart(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(stdout, "rolling restart of %s: %s (each step within %s)\n", st.Set, strings.Join(st.Replicas, ", "), st.StepTimeout)
-	shown := 0
-	for {
-		for ; shown < len(st.Steps); shown++ {
-			s := st.Steps[shown]
-			fmt.Fprintf(stdout, "%6.1fs  %-12s %-8s %s\n", s.Time.Sub(st.Started).Seconds(), s.Replica, s.Step, s.Detail)
-		}
-		if st.State != "running" {
-			break
-		}
-		<-time.After(300 * time.Millisecond)
-		if st, _, err = c.RestartStatus(set); err != nil {
-			return err
-		}
+	st, err = c.FollowRestart(set, st, 0, func(s admin.RestartStep) {
+		fmt.Fprintf(stdout, "%6.1fs  %-12s %-8s %s\n", s.Time.Sub(st.Started).Seconds(), s.Replica, s.Step, s.Detail)
+	})
+	if err != nil {
+		return err
 	}
 	if st.State != "done" {
 		return fmt.Errorf("rolling restart of %s %s: %s", set, st.State, st.Error)
