@@ -241,12 +241,23 @@ func (n *Node) GossipAddr() string {
 // ErrNotRunning is returned by calls that need a running Node.
 var ErrNotRunning = errors.New("membership: node is not running")
 
-// Send sends a user message reliably (TCP) to the member with this gossip
-// node name.
+// Send sends a user message to the alive member with this gossip node
+// name, as one UDP packet (best effort: a lost packet is lost; keep it
+// small). SendReliable uses TCP.
 func (n *Node) Send(node string, msg []byte) error {
+	ml, addr, err := n.liveMember(node)
+	if err != nil {
+		return err
+	}
+	return ml.SendToAddress(memberlist.Address{Addr: addr, Name: node}, encodeEnvelope(n.name, msg))
+}
+
+// liveMember returns the running memberlist and the gossip address of the
+// alive member with this node name.
+func (n *Node) liveMember(node string) (*memberlist.Memberlist, string, error) {
 	ml := n.ml.Load()
 	if ml == nil {
-		return ErrNotRunning
+		return nil, "", ErrNotRunning
 	}
 	n.mu.Lock()
 	m, ok := n.members[node]
@@ -256,9 +267,9 @@ func (n *Node) Send(node string, msg []byte) error {
 	}
 	n.mu.Unlock()
 	if !alive {
-		return fmt.Errorf("membership: no live member %q", node)
+		return nil, "", fmt.Errorf("membership: no live member %q", node)
 	}
-	return ml.SendToAddress(memberlist.Address{Addr: addr, Name: node}, encodeEnvelope(n.name, msg))
+	return ml, addr, nil
 }
 
 // Run binds, joins, and keeps the member list current until ctx is done;

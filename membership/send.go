@@ -13,19 +13,9 @@ import (
 // UDP packet). It blocks until the message is written or memberlist's TCP
 // timeout passes.
 func (n *Node) SendReliable(node string, msg []byte) error {
-	ml := n.ml.Load()
-	if ml == nil {
-		return ErrNotRunning
-	}
-	n.mu.Lock()
-	m, ok := n.members[node]
-	alive, addr := ok && m.Status == StatusAlive, ""
-	if ok {
-		addr = m.Gossip
-	}
-	n.mu.Unlock()
-	if !alive {
-		return fmt.Errorf("membership: no live member %q", node)
+	ml, addr, err := n.liveMember(node)
+	if err != nil {
+		return err
 	}
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
