@@ -6,10 +6,11 @@ import (
 )
 
 // This file holds what the read API needs from the rest of keyway: small
-// interfaces the admin package defines as their consumer (conventions 9.6)
-// and the plain JSON values they return. admin imports no other keyway
-// package; cmd/keyway adapts the proxy, the health checker, gossip and the
-// audit trail to these interfaces.
+// interfaces the admin package defines as their consumer, so that each is
+// easy to serve and to fake in a test, and nothing here depends on how the
+// components are built. The answers' types are in types.go. server adapts
+// the proxy, the health checker, gossip and the audit trail to these
+// interfaces.
 
 // SetView answers for the replica sets this proxy routes. Implementations
 // must be safe for concurrent use: every admin request calls them from its

@@ -17,7 +17,7 @@ import (
 // fleet: one proxy diverts a replica's keys, the others do not. So each
 // proxy publishes its evidence as votes, and every proxy applies the same
 // pure rule (FleetVerdict) to the same votes: the fleet diverts the same
-// partitions together. See docs/membership.md, "Several proxies".
+// partitions together.
 
 // SharedReasons are the local exclusion reasons a proxy publishes as votes:
 // evidence from its data path and its probes. An operator's drain on one

@@ -5,8 +5,8 @@ package balancer
 import "testing"
 
 // The race detector allocates on its own, so these guards run only in
-// normal builds (conventions 9.3). Each has a Benchmark twin reporting
-// allocations.
+// normal builds. They prove "allocates nothing" instead of promising it;
+// each has a Benchmark twin reporting allocations.
 
 func assertNoAllocs(t *testing.T, name string, f func()) {
 	t.Helper()
