@@ -93,6 +93,10 @@ type FleetEvent struct {
 	For                time.Duration
 }
 
+// vetoGrain is how stale a backend's lastOK may be: the request path
+// refreshes it at most this often.
+const vetoGrain = int64(50 * time.Millisecond)
+
 // fleetView is the proxy's record of the fleet: what the peers said last
 // and which (peer, set) pairs disagree since when. Guarded by mu.
 type fleetView struct {

@@ -200,10 +200,13 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, rs *replicaSet, t *balancer.Ta
 		d := end.Sub(t0)
 		if err == nil {
 			code := ctx.Response.StatusCode()
-			if code >= 500 {
-				b.lastFail.Store(end.UnixNano())
-			} else {
-				b.lastOK.Store(end.UnixNano())
+			if now := end.UnixNano(); code >= 500 {
+				b.lastFail.Store(now)
+			} else if now-b.lastOK.Load() > vetoGrain {
+				// Vetoes need lastOK to a fleet.veto_window (seconds):
+				// refreshing it once per vetoGrain spares most requests
+				// a write to the backend's shared cache line.
+				b.lastOK.Store(now)
 			}
 			if p.opts.Observer != nil {
 				p.opts.Observer.Observe(rs.name, b.name, code, nil, d)
