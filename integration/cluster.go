@@ -60,6 +60,13 @@ replica_sets:
     key: [{header: X-Key}]
     timeouts: {connect: 500ms, request: 5s, idle: 30s}
 %s`, gossipYAML(join, "  "), replicas, extra))
+	return StartProxyFile(t, name, cfg)
+}
+
+// StartProxyFile starts a proxy with the configuration file cfg (gossip
+// on, admin and proxy listeners on) and waits for its three addresses.
+func StartProxyFile(t testing.TB, name, cfg string) *ProxyProc {
+	t.Helper()
 	p := Start(t, name, "proxy", "-c", cfg)
 	pp := &ProxyProc{Proc: p}
 	pp.Addr = p.WaitLine(t, logField("proxy listening", "addr"), 20*time.Second)[1]

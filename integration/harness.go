@@ -207,12 +207,23 @@ func logField(msg, field string) *regexp.Regexp {
 // Metric returns the value of the first sample of name whose labels
 // include every given label, from a Prometheus text endpoint, or -1.
 func Metric(adminAddr, name string, labels map[string]string) float64 {
+	vs, err := metricSamples(adminAddr, name, labels)
+	if err != nil || len(vs) == 0 {
+		return -1
+	}
+	return vs[0]
+}
+
+// metricSamples returns the values of the samples of name whose labels
+// include every given label, in exposition order.
+func metricSamples(adminAddr, name string, labels map[string]string) ([]float64, error) {
 	resp, err := http.Get("http://" + adminAddr + "/metrics")
 	if err != nil {
-		return -1
+		return nil, err
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
+	var out []float64
 	for _, line := range bytes.Split(body, []byte("\n")) {
 		l := string(line)
 		if !strings.HasPrefix(l, name+"{") && !strings.HasPrefix(l, name+" ") {
@@ -220,20 +231,13 @@ func Metric(adminAddr, name string, labels map[string]string) float64 {
 		}
 		ok := true
 		for k, v := range labels {
-			if !strings.Contains(l, k+`="`+v+`"`) {
-				ok = false
-				break
-			}
+			ok = ok && strings.Contains(l, k+`="`+v+`"`)
 		}
-		if !ok {
-			continue
-		}
-		f, err := strconv.ParseFloat(l[strings.LastIndexByte(l, ' ')+1:], 64)
-		if err == nil {
-			return f
+		if f, err := strconv.ParseFloat(l[strings.LastIndexByte(l, ' ')+1:], 64); err == nil && ok {
+			out = append(out, f)
 		}
 	}
-	return -1
+	return out, nil
 }
 
 // WriteFile writes content to a file in dir and returns its path.

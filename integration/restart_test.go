@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -40,36 +39,20 @@ replica_sets:
     key: [{header: X-Key}]
     timeouts: {connect: 500ms, request: %s, idle: 60s}
 `, gossipYAML(join, "  "), restartRequestTimeout))
-	p := Start(t, name, "proxy", "-c", cfg)
-	pp := &ProxyProc{Proc: p}
-	pp.Addr = p.WaitLine(t, logField("proxy listening", "addr"), 20*time.Second)[1]
-	pp.Admin = p.WaitLine(t, logField("admin listening", "addr"), 20*time.Second)[1]
-	pp.Gossip = p.WaitLine(t, logField("gossip started", "addr"), 20*time.Second)[1]
-	return pp
+	return StartProxyFile(t, name, cfg)
 }
 
 // metricSum is the sum of the samples of a metric family whose labels
 // include every given label (0 when there are none), or -1 when /metrics
 // cannot be read.
 func metricSum(adminAddr, name string, labels map[string]string) float64 {
-	resp, err := http.Get("http://" + adminAddr + "/metrics")
+	vs, err := metricSamples(adminAddr, name, labels)
 	if err != nil {
 		return -1
 	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
 	sum := 0.0
-	for _, l := range strings.Split(string(body), "\n") {
-		if !strings.HasPrefix(l, name+"{") && !strings.HasPrefix(l, name+" ") {
-			continue
-		}
-		match := true
-		for k, v := range labels {
-			match = match && strings.Contains(l, k+`="`+v+`"`)
-		}
-		if f, err := strconv.ParseFloat(l[strings.LastIndexByte(l, ' ')+1:], 64); err == nil && match {
-			sum += f
-		}
+	for _, v := range vs {
+		sum += v
 	}
 	return sum
 }

@@ -61,17 +61,7 @@ func (d *Discovery) Drain(set, replica string, drain bool) error {
 		d.cmdMu.Lock()
 		defer d.cmdMu.Unlock()
 		d.forgetHold(set, replica)
-		d.mu.Lock()
-		ms := d.members
-		d.mu.Unlock()
-		for _, m := range ms {
-			if m.Meta.Role == RoleProxy && m.Status == StatusAlive && !m.Self {
-				if err := send(m.Node, msg); err != nil {
-					d.log.Debug("undrain not told to a proxy", zap.String("proxy", m.Node), zap.String("set", set),
-						zap.String("replica", replica), zap.Error(err))
-				}
-			}
-		}
+		d.tellProxies(send, msg)
 	}
 	if err := send(target.Node, msg); err != nil {
 		return fmt.Errorf("membership: sending the command to %s: %w", target.Node, err)
@@ -82,6 +72,26 @@ func (d *Discovery) Drain(set, replica string, drain bool) error {
 		_ = node.Members()
 	}
 	return nil
+}
+
+// tellProxies sends msg to every other alive proxy of the last snapshot,
+// best effort (a proxy that misses it is logged at debug level), and
+// returns how many it reached.
+func (d *Discovery) tellProxies(send func(string, []byte) error, msg []byte) (told int) {
+	d.mu.Lock()
+	ms := d.members
+	d.mu.Unlock()
+	for _, m := range ms {
+		if m.Meta.Role != RoleProxy || m.Status != StatusAlive || m.Self {
+			continue
+		}
+		if err := send(m.Node, msg); err != nil {
+			d.log.Debug("command not told to a proxy", zap.String("proxy", m.Node), zap.String("kind", MessageKind(msg)), zap.Error(err))
+			continue
+		}
+		told++
+	}
+	return told
 }
 
 // OperatorHeld reports whether the newest alive incarnation of a replica

@@ -63,7 +63,7 @@ type RepairResult struct {
 // advertises a replica of the set. The caller lifts this proxy's own holds.
 func (d *Discovery) Repair(set string) (RepairResult, error) {
 	d.mu.Lock()
-	send, self, ms := d.send, d.self, d.members
+	send, self := d.send, d.self
 	var targets []Member
 	for k, in := range d.index {
 		if k[0] == set && in.hasAlive {
@@ -89,12 +89,6 @@ func (d *Discovery) Repair(set string) (RepairResult, error) {
 			res.Failed = append(res.Failed, m.Node)
 		}
 	}
-	for _, m := range ms {
-		if m.Meta.Role == RoleProxy && m.Status == StatusAlive && !m.Self {
-			if err := send(m.Node, msg); err == nil {
-				res.Proxies++
-			}
-		}
-	}
+	res.Proxies = d.tellProxies(send, msg)
 	return res, nil
 }
