@@ -100,27 +100,7 @@ func (cs *children) last() *child {
 // children.
 func startSupervising(t *testing.T, cfg agent.Config, cs *children) *running {
 	t.Helper()
-	log, logs := testLogger(t)
-	reg := prometheus.NewPedanticRegistry()
-	a, err := agent.New(cfg, agent.Options{Logger: log, Registerer: reg, StartProcess: cs.start, JitterSeed: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Listen(); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	r := &running{Agent: a, reg: reg, logs: logs, cancel: cancel, done: make(chan error, 1), base: "http://" + a.Addr().String()}
-	go func() { r.done <- a.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-r.done:
-		case <-time.After(30 * time.Second):
-			t.Error("agent did not stop within 30s")
-		}
-	})
-	return r
+	return runAgent(t, cfg, agent.Options{StartProcess: cs.start, JitterSeed: 1})
 }
 
 // auditProxy is a gossip member with role proxy that keeps every replica

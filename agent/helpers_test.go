@@ -122,9 +122,23 @@ type running struct {
 
 func startAgent(t *testing.T, cfg agent.Config) *running {
 	t.Helper()
+	r := runAgent(t, cfg, agent.Options{})
+	select {
+	case <-r.Started():
+	case err := <-r.done:
+		t.Fatalf("agent did not start: %v", err)
+	}
+	return r
+}
+
+// runAgent runs an agent with opts (its Logger and Registerer are the
+// test's) until the test ends; it does not wait for it to start.
+func runAgent(t *testing.T, cfg agent.Config, opts agent.Options) *running {
+	t.Helper()
 	log, logs := testLogger(t)
 	reg := prometheus.NewPedanticRegistry()
-	a, err := agent.New(cfg, agent.Options{Logger: log, Registerer: reg})
+	opts.Logger, opts.Registerer = log, reg
+	a, err := agent.New(cfg, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,11 +148,6 @@ func startAgent(t *testing.T, cfg agent.Config) *running {
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &running{Agent: a, reg: reg, logs: logs, cancel: cancel, done: make(chan error, 1), base: "http://" + a.Addr().String()}
 	go func() { r.done <- a.Run(ctx) }()
-	select {
-	case <-a.Started():
-	case err := <-r.done:
-		t.Fatalf("agent did not start: %v", err)
-	}
 	t.Cleanup(func() {
 		cancel()
 		select {
