@@ -124,7 +124,7 @@ func TestDiscoveryFeedsSetsAndChecksFingerprints(t *testing.T) {
 
 func TestMetaRoundTripAndGarbage(t *testing.T) {
 	m := Meta{Role: RoleReplica, Set: "orders", Replica: "orders-0", Addr: "10.0.0.7:9001", State: balancer.StateDraining,
-		Weight: 3, Zone: "eu-1a", Boot: 1764400000123456789, Fingerprint: "orders:0a1b2c3d", Remove: true, Held: true}
+		Weight: 3, Zone: "eu-1a", Boot: 1764400000123456789, Fingerprint: "orders:0a1b2c3d", Remove: true, Held: true, SetStopped: true}
 	b, err := m.Encode()
 	if err != nil {
 		t.Fatal(err)
@@ -136,9 +136,9 @@ func TestMetaRoundTripAndGarbage(t *testing.T) {
 	if len(b) > 80 {
 		t.Errorf("encoded meta is %d bytes; expected a compact encoding", len(b))
 	}
-	for _, f := range []Meta{{Role: RoleReplica, Remove: true}, {Role: RoleReplica, Held: true}, {Role: RoleReplica}} {
+	for _, f := range []Meta{{Role: RoleReplica, Remove: true}, {Role: RoleReplica, Held: true}, {Role: RoleReplica, SetStopped: true}, {Role: RoleReplica}} {
 		b, _ := f.Encode()
-		if got, err := DecodeMeta(b); err != nil || got.Remove != f.Remove || got.Held != f.Held {
+		if got, err := DecodeMeta(b); err != nil || got != f {
 			t.Errorf("flags round trip %+v: %+v, %v", f, got, err)
 		}
 	}

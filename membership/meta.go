@@ -60,6 +60,12 @@ type Meta struct {
 	// remember it per replica name, so that a new incarnation of the
 	// replica (an agent restart) is drained again until an undrain.
 	Held bool `json:"held,omitempty"`
+	// SetStopped is set by an agent holding a set stop (SetStop): the
+	// operator stopped the replica's set, so the agent drained the
+	// replica, stopped its process (when it supervises one) and
+	// advertises stopped while it stays in the cluster. Proxies compare it
+	// with the set's run-time state and tell agents that differ.
+	SetStopped bool `json:"set_stopped,omitempty"`
 }
 
 // MetaMaxSize is memberlist's limit on node metadata.
@@ -73,6 +79,7 @@ const metaVersion = 1
 const (
 	flagRemove = 1 << iota
 	flagHeld
+	flagSetStopped
 )
 
 // Errors returned by DecodeMeta.
@@ -93,6 +100,9 @@ func (m Meta) Encode() ([]byte, error) {
 	}
 	if m.Held {
 		flags |= flagHeld
+	}
+	if m.SetStopped {
+		flags |= flagSetStopped
 	}
 	b = append(b, metaVersion, byte(m.Role), byte(m.State), flags)
 	b = binary.BigEndian.AppendUint16(b, m.Weight)
@@ -133,6 +143,7 @@ func DecodeMeta(b []byte) (Meta, error) {
 	}
 	m.Remove = b[3]&flagRemove != 0
 	m.Held = b[3]&flagHeld != 0
+	m.SetStopped = b[3]&flagSetStopped != 0
 	m.Weight = binary.BigEndian.Uint16(b[4:6])
 	rest := b[6:]
 	boot, n := binary.Varint(rest)
