@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"os"
 	"reflect"
 	"strings"
 
@@ -35,6 +36,31 @@ type Config struct {
 	Health health.Config `yaml:"health"`
 	// Audit configures the JSONL audit trail of routing decisions.
 	Audit eventlog.Config `yaml:"audit"`
+	// Runtime configures the run-time state: the replica set changes
+	// operators make through the admin API (create, delete, stop, start,
+	// scale), which every proxy of the gossip cluster shares.
+	Runtime Runtime `yaml:"runtime"`
+}
+
+// Runtime is the run-time state's section.
+type Runtime struct {
+	// StateDir, when set, keeps the run-time state in StateDir/runtime.json
+	// so that it survives a restart of every proxy at once (with any proxy
+	// still running, a restarted one learns it from the others). Default
+	// empty: kept in memory, and by the other proxies.
+	StateDir string `yaml:"state_dir"`
+}
+
+// Validate checks that a state directory, when set, is a directory or can
+// be made one.
+func (r Runtime) Validate() error {
+	if r.StateDir == "" {
+		return nil
+	}
+	if fi, err := os.Stat(r.StateDir); err == nil && !fi.IsDir() {
+		return fmt.Errorf("state_dir: %q is a file, not a directory; name a directory keyway may write runtime.json into", r.StateDir)
+	}
+	return nil
 }
 
 // Gossip is the proxy's gossip section: when enabled, the proxy joins the
@@ -115,6 +141,11 @@ func (c Config) Validate() error {
 		for _, e := range leafErrors(val.Validate()) {
 			errs = append(errs, fmt.Errorf("%s%w", prefix, e))
 		}
+	}
+	if len(c.ReplicaSets) == 0 && !c.Gossip.Enabled {
+		// With gossip, sets may come from the fleet's run-time state
+		// (created through any proxy's admin API).
+		errs = append(errs, errors.New("replica_sets: at least one replica set is required, e.g. [{name: orders, static: [{name: orders-0, addr: \"127.0.0.1:9001\"}]}], or enable gossip and create sets at run time (keyway create)"))
 	}
 	return errors.Join(errs...)
 }

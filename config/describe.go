@@ -207,6 +207,7 @@ func fieldDocs() map[string]string {
 		"health.supervision.window":           "the window max_ejections counts in",
 		"health.supervision.cooldown":         "how long a failed hold lasts unless an operator undrains the replica first",
 
+		"runtime.state_dir":    "directory keeping the fleet's run-time state (sets created, deleted, stopped or scaled through the admin API) in runtime.json, so that it survives a restart of every proxy; empty keeps it in memory (any running proxy gives it to a restarted one)",
 		"audit.dir":            "directory of the audit trail: events go to DIR/NODE/events-NNNNNN.jsonl; empty keeps them in memory only (the admin API's recent events)",
 		"audit.max_file_bytes": "a file is rotated before it would exceed this many bytes; at least 4096",
 		"audit.retain":         "files kept per node, the oldest deleted; at least 1",
@@ -239,6 +240,7 @@ func fieldDocs() map[string]string {
 		"replica_sets[].static[].addr":              "required, unique in the set: host:port of the replica's HTTP listener, non-zero port",
 		"replica_sets[].static[].weight":            "advisory, reported only; 1 to 1000",
 		"replica_sets[].static[].zone":              "optional failure-domain label",
+		"replica_sets[].stopped":                    "stop the set: requests get 503 with Retry-After, its phase is Stopped, its agents drain their replicas and stop the processes they supervise; a run-time stop or start (PATCH /v1/replica_sets/{set}) overrides it",
 		"replica_sets[].route_context.header":       "header telling the replica how keyway routed each attempt: partition, stand-in flag, ring identifier and ring owner (format in docs/proxy.md, Route context), e.g. X-Keyway-Route; replaces a client's header of that name; not a hop-by-hop, forwarding, key or idempotency header; empty disables",
 
 		"admin.listen":     "host:port of the admin listener (/metrics, /healthz, /readyz); empty disables it",

@@ -336,7 +336,7 @@ func TestLoadProblems(t *testing.T) {
 		},
 		"unknown key from another section": {
 			yaml: "level: debug\n" + okSets,
-			want: []string{`f.yaml:1: level: unknown key "level" here (log.level is a key of another section); allowed keys here: listen, server, replica_sets, fleet, admin, log, gossip, health, audit`},
+			want: []string{`f.yaml:1: level: unknown key "level" here (log.level is a key of another section); allowed keys here: listen, server, replica_sets, fleet, admin, log, gossip, health, audit, runtime`},
 		},
 		"mapping merged into itself": {
 			yaml: "server: &a {<<: *a}\n" + okSets,
@@ -653,11 +653,18 @@ func TestConfigValidatePaths(t *testing.T) {
 		msgs = append(msgs, e.Error())
 	}
 	want := []string{
-		`replica_sets: at least one replica set is required…`,
 		`admin.listen: "x" is not host:port…`,
 		`log.level: must be one of…`,
+		`replica_sets: at least one replica set is required…`,
 	}
 	sameLines(t, msgs, want)
+	// With gossip the sets may come from the fleet's run-time state.
+	c.Gossip.Enabled = true
+	for _, e := range leafErrors(c.Validate()) {
+		if strings.HasPrefix(e.Error(), "replica_sets:") {
+			t.Errorf("with gossip enabled: %v", e)
+		}
+	}
 }
 
 func TestSummary(t *testing.T) {

@@ -15,6 +15,8 @@ type PhaseChange struct {
 	Declared   int
 	Members    int
 	InRotation int
+	// Stopped says an operator stopped the set.
+	Stopped bool
 }
 
 // PhaseTracker keeps each replica set's phase current from the routing
@@ -43,7 +45,11 @@ type PhaseTracker struct {
 type trackedSet struct {
 	phase    Phase // "" before the first table
 	seen     bool  // the set has had members
+	stopped  bool  // an operator stopped the set (SetStopped)
 	replicas map[string]*trackedReplica
+	// The last table's declared count and members, for SetStopped.
+	declared int
+	members  []balancer.Member
 }
 
 // trackedReplica holds a replica's pre-bound series.
@@ -94,6 +100,41 @@ func NewPhaseTracker(reg prometheus.Registerer, onChange func(PhaseChange)) (*Ph
 
 // TableChanged implements proxy.TableObserver.
 func (t *PhaseTracker) TableChanged(set string, declared int, ms []balancer.Member, _ balancer.RebuildInfo) {
+	t.mu.Lock()
+	s := t.sets[set]
+	if s == nil {
+		s = &trackedSet{replicas: map[string]*trackedReplica{}}
+		t.sets[set] = s
+	}
+	s.declared, s.members = declared, ms
+	t.replicasChanged(set, s, ms)
+	t.updateLocked(set, s) // unlocks
+}
+
+// SetStopped says whether an operator stopped the set (its stopped key, or
+// a run-time stop): a stopped set's phase is Stopped whatever its replicas
+// do, from the moment of the stop, and follows its tables again once it
+// is started.
+func (t *PhaseTracker) SetStopped(set string, stopped bool) {
+	t.mu.Lock()
+	s := t.sets[set]
+	if s == nil {
+		s = &trackedSet{replicas: map[string]*trackedReplica{}}
+		t.sets[set] = s
+	}
+	if s.stopped == stopped || (s.phase == "" && !stopped) {
+		s.stopped = stopped
+		t.mu.Unlock()
+		return // nothing changes, or the first table decides
+	}
+	s.stopped = stopped
+	t.updateLocked(set, s)
+}
+
+// updateLocked recomputes the set's phase from its last table and stop,
+// and reports a change. It is called with t.mu held and releases it.
+func (t *PhaseTracker) updateLocked(set string, s *trackedSet) {
+	ms, declared := s.members, s.declared
 	p := ComputePhase(declared, ms)
 	inRot := 0
 	for _, m := range ms {
@@ -101,19 +142,15 @@ func (t *PhaseTracker) TableChanged(set string, declared int, ms []balancer.Memb
 			inRot++
 		}
 	}
-	t.mu.Lock()
-	s := t.sets[set]
-	if s == nil {
-		s = &trackedSet{replicas: map[string]*trackedReplica{}}
-		t.sets[set] = s
-	}
 	if len(ms) > 0 {
 		s.seen = true
 	} else if s.seen {
 		// Every replica left for good: the set had replicas, all stopped.
 		p = PhaseStopped
 	}
-	t.replicasChanged(set, s, ms)
+	if s.stopped {
+		p = PhaseStopped
+	}
 	old := s.phase
 	if old == p {
 		t.mu.Unlock()
@@ -129,7 +166,7 @@ func (t *PhaseTracker) TableChanged(set string, declared int, ms []balancer.Memb
 	}
 	t.mu.Unlock()
 	if t.onChange != nil {
-		t.onChange(PhaseChange{Set: set, From: old, To: p, Declared: declared, Members: len(ms), InRotation: inRot})
+		t.onChange(PhaseChange{Set: set, From: old, To: p, Declared: declared, Members: len(ms), InRotation: inRot, Stopped: s.stopped})
 	}
 }
 

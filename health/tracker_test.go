@@ -191,3 +191,35 @@ func TestPhaseTrackerConcurrentSets(t *testing.T) {
 		t.Fatalf("%d state series, want %d", n, 3*len(replicaStates))
 	}
 }
+
+// An operator stop makes the set Stopped at once, whatever its replicas
+// do (static ones stay in rotation), and a start hands the phase back to
+// the tables.
+func TestPhaseTrackerSetStopped(t *testing.T) {
+	var got []string
+	tr, err := NewPhaseTracker(nil, func(c PhaseChange) {
+		got = append(got, fmt.Sprintf("%s→%s stopped=%v", c.From, c.To, c.Stopped))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr.SetStopped("orders", false) // before any table: the table decides
+	if len(got) != 0 {
+		t.Fatalf("a start before the first table reported %v", got)
+	}
+	running := []balancer.Member{member("a", balancer.StateReady, 0, true), member("b", balancer.StateReady, 1, true)}
+	tr.TableChanged("orders", 2, running, balancer.RebuildInfo{})
+	tr.SetStopped("orders", true)
+	tr.TableChanged("orders", 2, running, balancer.RebuildInfo{}) // still in rotation: still Stopped
+	tr.SetStopped("orders", true)                                 // again: nothing
+	tr.SetStopped("orders", false)
+	want := []string{"→Running stopped=false", "Running→Stopped stopped=true", "Stopped→Running stopped=false"}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("changes\n got %v\nwant %v", got, want)
+	}
+	// A set stopped before its first table starts Stopped.
+	tr.SetStopped("users", true)
+	if p := tr.Phase("users"); p != PhaseStopped {
+		t.Fatalf("users %q", p)
+	}
+}

@@ -91,6 +91,12 @@ type SetConfig struct {
 	// RouteContext tells the replicas how keyway routed each request, in
 	// one header. Off by default.
 	RouteContext RouteContextConfig `yaml:"route_context"`
+	// Stopped stops the set: every request for it is answered 503 with
+	// Retry-After, its phase is Stopped, and the proxies tell its agents
+	// to drain their replicas and stop the processes they supervise.
+	// Default false. An operator usually stops and starts a set at run
+	// time (PATCH /v1/replica_sets/{set}), which overrides this key.
+	Stopped bool `yaml:"stopped"`
 }
 
 // RouteContextConfig makes every request forwarded to a replica of the
@@ -204,9 +210,6 @@ func (c Config) Validate() error {
 	}
 	errs = append(errs, prefixed("server.", c.Server.Validate()))
 	errs = append(errs, prefixed("fleet.", c.Fleet.Validate()))
-	if len(c.ReplicaSets) == 0 {
-		errs = append(errs, errors.New("replica_sets: at least one replica set is required, e.g. [{name: orders, static: [{name: orders-0, addr: \"127.0.0.1:9001\"}]}]"))
-	}
 	names := map[string]int{}
 	matches := map[MatchConfig]int{}
 	for i, s := range c.ReplicaSets {

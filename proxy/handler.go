@@ -28,17 +28,21 @@ const (
 	lrUpstream                        // 502: the replica failed after the request was sent
 	lrTimeout                         // 504: the replica did not answer in time
 	lrInternal                        // 502: a bug in keyway (recovered panic)
+	lrStopped                         // 503: an operator stopped the set
 	localReasons
 )
 
-var localReasonNames = [localReasons]string{"no_key", "bad_key", "body_too_large", "no_replica", "unreachable", "upstream_error", "upstream_timeout", "internal"}
+var localReasonNames = [localReasons]string{"no_key", "bad_key", "body_too_large", "no_replica", "unreachable", "upstream_error", "upstream_timeout", "internal", "set_stopped"}
 
 func (r localReason) String() string { return localReasonNames[r] }
 
 var (
 	hdrRetryAfter  = []byte("Retry-After")
 	strRetryAfter1 = []byte("1")
-	strJSON        = []byte("application/json")
+	// A stopped set stays stopped until an operator starts it: producers
+	// need not retry every second.
+	strRetryAfterStopped = []byte("10")
+	strJSON              = []byte("application/json")
 )
 
 // handle is the request path: match set → key → table → forward.
@@ -316,6 +320,9 @@ func (p *Proxy) answer(ctx *fasthttp.RequestCtx, rs *replicaSet, reason localRea
 		rs.counts.local[codeClass(status)].Add(1)
 	}
 	writeJSONError(ctx, status, msg, set, replica)
+	if reason == lrStopped {
+		ctx.Response.Header.SetBytesKV(hdrRetryAfter, strRetryAfterStopped)
+	}
 	p.logAccess(ctx, cmp.Or(set, "none"), cmp.Or(replica, "none"), status, start, attempts)
 }
 

@@ -443,3 +443,53 @@ func BenchmarkReload(b *testing.B) {
 		})
 	}
 }
+
+// A stopped set answers every request 503 with Retry-After and a JSON
+// body naming the set, keyed or not, and Explain says the same; started
+// again, every key goes back to the replica it had.
+func TestStoppedSetAnswers503AndComesBack(t *testing.T) {
+	a, b := startReplica(t, "r0"), startReplica(t, "r1")
+	p, addr := startProxy(t, nil, a, b)
+	cfg := testConfig(a, b)
+	cl := newClient(addr)
+	before := map[string]string{}
+	for i := range 50 {
+		k := fmt.Sprintf("k%d", i)
+		before[k] = cl.do(t, "POST", "/ingest", "x", "X-Key", k).body
+	}
+	served := a.count.Load() + b.count.Load()
+
+	cfg.ReplicaSets[0].Stopped = true
+	if info := mustReload(t, p, cfg); !slices.Equal(info.Changed, []string{"orders"}) || len(info.RingChanged) != 0 {
+		t.Fatalf("stop reload: %+v", info)
+	}
+	for _, hdrs := range [][]string{{"X-Key", "k1"}, nil} {
+		r := cl.do(t, "POST", "/ingest", "x", hdrs...)
+		if r.status != 503 || r.header["Retry-After"] != "10" {
+			t.Fatalf("stopped set: %s", r)
+		}
+		if e := r.errorJSON(t); e["replica_set"] != "orders" || !strings.Contains(e["error"], "stopped") {
+			t.Fatalf("stopped set body: %v", e)
+		}
+	}
+	if got := a.count.Load() + b.count.Load(); got != served {
+		t.Fatalf("a stopped set forwarded %d requests", got-served)
+	}
+	ex, err := p.Explain("orders", "k1")
+	if err != nil || ex.Pick != "" || ex.Answer == nil || ex.Answer.Status != 503 || !strings.Contains(ex.Answer.Message, "stopped") {
+		t.Fatalf("explain of a stopped set: %+v %v", ex, err)
+	}
+	for _, c := range ex.Candidates {
+		if c.Skipped != skipStopped {
+			t.Fatalf("candidate %+v: want skipped %q", c, skipStopped)
+		}
+	}
+
+	cfg.ReplicaSets[0].Stopped = false
+	mustReload(t, p, cfg)
+	for k, owner := range before {
+		if got := cl.do(t, "POST", "/ingest", "x", "X-Key", k).body; got != owner {
+			t.Fatalf("key %s went to %s after the start, %s before the stop", k, got, owner)
+		}
+	}
+}

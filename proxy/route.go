@@ -34,11 +34,13 @@ type decision struct {
 
 const (
 	msgNoReplica = "no replica of this set is in rotation"
+	msgStopped   = "this replica set is stopped by an operator; it answers again once started"
 	msgStrict    = "the owner of this key is out of rotation and failover is strict"
 	msgBadKey    = "the key is not in canonical form: it contains an encoded '/', '\\', '.' or '%', a backslash, a malformed escape or a dot-segment; send the key unencoded or with other escapes only"
 
 	skipStrict       = "failover strict: only the owner may take the key"
 	skipNotCandidate = "not a candidate"
+	skipStopped      = "the replica set is stopped"
 )
 
 // decide is the routing decision for one request of rs, whose key lookup
@@ -52,6 +54,10 @@ const (
 // that are not the table's own (capacity 8 suffices). decide counts
 // nothing and allocates nothing.
 func (p *Proxy) decide(rs *replicaSet, t *balancer.Table[*Backend], ks balancer.KeyStatus, hash uint64, dst []uint16) (cands []uint16, d decision) {
+	if rs.cfg.Stopped {
+		d.reason, d.status, d.msg = lrStopped, fasthttp.StatusServiceUnavailable, msgStopped
+		return nil, d
+	}
 	switch ks {
 	case balancer.KeyInvalid:
 		d.reason, d.status, d.msg = lrBadKey, fasthttp.StatusBadRequest, msgBadKey
@@ -251,6 +257,8 @@ func (p *Proxy) Explain(set, key string) (Explanation, error) {
 			continue
 		}
 		switch {
+		case rs.cfg.Stopped:
+			c.Skipped = skipStopped
 		case !c.InRotation:
 			c.Skipped = balancer.Member{Replica: *t.Replica(order[i]), Slot: order[i], Excluded: t.Excluded(order[i])}.OutReason()
 		case i > 0 && t.Failover() == balancer.FailoverStrict:

@@ -1,0 +1,344 @@
+package membership
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// runtimeNet connects Runtimes in-process: messages queue until pump
+// delivers them, and drop decides which are lost.
+type runtimeNet struct {
+	t     *testing.T
+	mu    sync.Mutex
+	nodes map[string]*Runtime
+	queue []runtimeMsg
+	drop  func(m runtimeMsg) bool
+	sent  int
+}
+
+type runtimeMsg struct {
+	from, to string
+	msg      []byte
+	reliable bool
+}
+
+func newRuntimeNet(t *testing.T) *runtimeNet {
+	return &runtimeNet{t: t, nodes: map[string]*Runtime{}}
+}
+
+// add makes a Runtime named name on the network (dir "" for none).
+func (n *runtimeNet) add(name, dir string, onChange func(changed, all []RuntimeRecord)) *Runtime {
+	n.t.Helper()
+	r, err := NewRuntime(RuntimeOptions{Dir: dir, OnChange: onChange, Interval: time.Second})
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	n.join(name, r)
+	return r
+}
+
+func (n *runtimeNet) join(name string, r *Runtime) {
+	r.self = name
+	r.sendFn = func(to string, msg []byte, reliable bool) error {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		n.queue = append(n.queue, runtimeMsg{from: name, to: to, msg: msg, reliable: reliable})
+		n.sent++
+		return nil
+	}
+	r.proxies = func() []string {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		var out []string
+		for other := range n.nodes {
+			if other != name {
+				out = append(out, other)
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	n.mu.Lock()
+	n.nodes[name] = r
+	n.mu.Unlock()
+}
+
+func (n *runtimeNet) leave(name string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	delete(n.nodes, name)
+}
+
+// pump delivers queued messages until none is left (at most 1000).
+func (n *runtimeNet) pump() {
+	n.t.Helper()
+	for i := 0; ; i++ {
+		if i > 1000 {
+			n.t.Fatal("runtime messages keep flowing: no convergence")
+		}
+		n.mu.Lock()
+		if len(n.queue) == 0 {
+			n.mu.Unlock()
+			return
+		}
+		m := n.queue[0]
+		n.queue = n.queue[1:]
+		to := n.nodes[m.to]
+		lost := n.drop != nil && n.drop(m)
+		n.mu.Unlock()
+		if to != nil && !lost {
+			to.HandleMessage(m.from, m.msg)
+		}
+	}
+}
+
+// tick sends every node's digest once, then pumps.
+func (n *runtimeNet) tick() {
+	n.mu.Lock()
+	var rs []*Runtime
+	for _, r := range n.nodes {
+		rs = append(rs, r)
+	}
+	n.mu.Unlock()
+	for _, r := range rs {
+		r.sendDigests()
+	}
+	n.pump()
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func sameRecords(t *testing.T, rs ...*Runtime) {
+	t.Helper()
+	want := rs[0].Digest()
+	for i, r := range rs[1:] {
+		if got := r.Digest(); got != want {
+			t.Fatalf("runtime %d digest %q, runtime 0 %q:\n%+v\n%+v", i+1, got, want, r.Records(), rs[0].Records())
+		}
+	}
+}
+
+func TestRuntimeWriteReachesEveryProxy(t *testing.T) {
+	net := newRuntimeNet(t)
+	var mu sync.Mutex
+	var seenB []string
+	a := net.add("a", "", nil)
+	b := net.add("b", "", func(changed, all []RuntimeRecord) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range changed {
+			seenB = append(seenB, c.Set+":"+c.Action)
+		}
+	})
+	c := net.add("c", "", nil)
+	rec, err := a.Write(RuntimeRecord{Set: "orders", Stopped: ptr(true), Action: "stop", By: "ops", Via: "a"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Version != 1 || rec.Origin != "a" || rec.At.IsZero() {
+		t.Fatalf("stored %+v", rec)
+	}
+	net.pump() // the push alone, no digest round
+	sameRecords(t, a, b, c)
+	got, ok := c.Get("orders")
+	if !ok || got.Stopped == nil || !*got.Stopped || got.By != "ops" || got.Via != "a" {
+		t.Fatalf("c has %+v %v", got, ok)
+	}
+	mu.Lock()
+	seen := slices.Clone(seenB)
+	mu.Unlock()
+	if !slices.Equal(seen, []string{"orders:stop"}) {
+		t.Fatalf("b's OnChange saw %v", seen)
+	}
+	// A later write from another proxy takes a higher version everywhere.
+	if _, err := c.Write(RuntimeRecord{Set: "orders", Stopped: ptr(false), Action: "start"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	net.pump()
+	sameRecords(t, a, b, c)
+	if got, _ := a.Get("orders"); got.Version != 2 || *got.Stopped {
+		t.Fatalf("a has %+v", got)
+	}
+}
+
+func TestRuntimeConcurrentWritesConverge(t *testing.T) {
+	net := newRuntimeNet(t)
+	a := net.add("a", "", nil)
+	b := net.add("b", "", nil)
+	// Both write version 1 of one set before hearing of the other.
+	if _, err := a.Write(RuntimeRecord{Set: "orders", Replicas: ptr(5), Action: "scale"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Write(RuntimeRecord{Set: "orders", Replicas: ptr(7), Action: "scale"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	net.pump()
+	sameRecords(t, a, b)
+	got, _ := a.Get("orders")
+	if got.Origin != "b" || *got.Replicas != 7 {
+		t.Fatalf("winner %+v; want b's (equal versions: the higher origin wins)", got)
+	}
+	// The next write on a is above both.
+	rec, _ := a.Write(RuntimeRecord{Set: "orders", Replicas: ptr(3), Action: "scale"}, nil)
+	if rec.Version != 2 {
+		t.Fatalf("next version %d, want 2", rec.Version)
+	}
+}
+
+func TestRuntimeLateJoinerAndLostMessagesCatchUp(t *testing.T) {
+	net := newRuntimeNet(t)
+	a := net.add("a", "", nil)
+	b := net.add("b", "", nil)
+	for _, s := range []string{"orders", "users", "events"} {
+		if _, err := a.Write(RuntimeRecord{Set: s, Spec: []byte(`{"name":"` + s + `"}`), Action: "create"}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// b loses every push; the digest round repairs it.
+	net.drop = func(m runtimeMsg) bool { return m.to == "b" && MessageKind(m.msg) == runtimeRecordsKind && !strings.Contains(string(m.msg), `"reply"`) && m.from == "a" && net.sent <= 6 }
+	net.pump()
+	if b.Digest() == a.Digest() {
+		t.Fatal("b got the pushes the test dropped")
+	}
+	net.drop = nil
+	net.tick()
+	sameRecords(t, a, b)
+
+	// A proxy that starts later, with nothing, learns everything in one round.
+	c := net.add("c", "", nil)
+	if c.Synced() {
+		t.Fatal("a new proxy is synced before hearing anyone")
+	}
+	net.tick()
+	sameRecords(t, a, b, c)
+	if !c.Synced() {
+		t.Fatal("c not synced after a round")
+	}
+	// And one that holds a record the others lack sends it to them.
+	d := net.add("d", "", nil)
+	d.clock = 10
+	if _, err := d.Write(RuntimeRecord{Set: "late", Deleted: true, Action: "delete"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	net.mu.Lock()
+	net.queue = nil // its push is lost
+	net.mu.Unlock()
+	net.tick()
+	sameRecords(t, a, b, c, d)
+	if got, ok := a.Get("late"); !ok || !got.Deleted || got.Version != 11 {
+		t.Fatalf("a has %+v %v", got, ok)
+	}
+	// The next write anywhere is above every version seen.
+	if rec, _ := b.Write(RuntimeRecord{Set: "orders", Action: "clear"}, nil); rec.Version != 12 {
+		t.Fatalf("version %d after seeing 11", rec.Version)
+	}
+}
+
+func TestRuntimeTombstoneWinsOverAStaleCopy(t *testing.T) {
+	net := newRuntimeNet(t)
+	a := net.add("a", "", nil)
+	b := net.add("b", "", nil)
+	if _, err := a.Write(RuntimeRecord{Set: "orders", Spec: []byte(`{"name":"orders"}`), Action: "create"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	net.pump()
+	net.leave("b") // b is cut off while the set is deleted
+	if _, err := a.Write(RuntimeRecord{Set: "orders", Deleted: true, Action: "delete"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	net.pump()
+	if got, _ := b.Get("orders"); got.Deleted {
+		t.Fatal("b saw the delete while away")
+	}
+	net.join("b", b)
+	net.tick()
+	sameRecords(t, a, b)
+	if got, _ := b.Get("orders"); !got.Deleted || got.Overrides() != true {
+		t.Fatalf("b has %+v; the tombstone must win", got)
+	}
+}
+
+func TestRuntimeStateDirSurvivesARestart(t *testing.T) {
+	dir := t.TempDir()
+	net := newRuntimeNet(t)
+	a := net.add("a", dir, nil)
+	if _, err := a.Write(RuntimeRecord{Set: "orders", Stopped: ptr(true), Action: "stop", By: "ops"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Write(RuntimeRecord{Set: "users", Spec: []byte(`{"name":"users"}`), Action: "create"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	again, err := NewRuntime(RuntimeOptions{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.EqualFunc(again.Records(), a.Records(), func(x, y RuntimeRecord) bool {
+		return x.Set == y.Set && x.Version == y.Version && x.Origin == y.Origin && string(x.Spec) == string(y.Spec) && x.By == y.By
+	}) {
+		t.Fatalf("reloaded %+v, wrote %+v", again.Records(), a.Records())
+	}
+	if rec, _ := again.Write(RuntimeRecord{Set: "orders", Action: "clear"}, nil); rec.Version != 3 {
+		t.Fatalf("version after a restart %d, want 3 (the clock continues)", rec.Version)
+	}
+	// A damaged file is an error naming it, not an empty state.
+	path := filepath.Join(dir, runtimeFileName)
+	if err := os.WriteFile(path, []byte("{not json"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewRuntime(RuntimeOptions{Dir: dir}); err == nil || !strings.Contains(err.Error(), path) {
+		t.Fatalf("damaged state file: %v", err)
+	}
+	// No temporary files are left behind.
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if e.Name() != runtimeFileName {
+			t.Errorf("left in the state directory: %s", e.Name())
+		}
+	}
+}
+
+func TestRuntimeWriteCheckRefuses(t *testing.T) {
+	net := newRuntimeNet(t)
+	a := net.add("a", "", nil)
+	exists := func(cur RuntimeRecord, ok bool) error {
+		if ok && !cur.Deleted {
+			return os.ErrExist
+		}
+		return nil
+	}
+	if _, err := a.Write(RuntimeRecord{Set: "orders", Spec: []byte(`{}`), Action: "create"}, exists); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Write(RuntimeRecord{Set: "orders", Spec: []byte(`{}`), Action: "create"}, exists); err != os.ErrExist {
+		t.Fatalf("second create: %v", err)
+	}
+	if got, _ := a.Get("orders"); got.Version != 1 {
+		t.Fatalf("a refused write changed the record: %+v", got)
+	}
+}
+
+func TestRuntimeSyncedAfterWaitingAlone(t *testing.T) {
+	now := time.Unix(1000, 0)
+	var mu sync.Mutex
+	r, err := NewRuntime(RuntimeOptions{Interval: time.Second, Now: func() time.Time { mu.Lock(); defer mu.Unlock(); return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.mu.Lock()
+	r.started = now
+	r.mu.Unlock()
+	if r.Synced() {
+		t.Fatal("synced at once")
+	}
+	mu.Lock()
+	now = now.Add(3 * time.Second)
+	mu.Unlock()
+	if !r.Synced() {
+		t.Fatal("not synced after 3 intervals alone")
+	}
+}
