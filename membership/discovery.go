@@ -96,11 +96,13 @@ type Discovery struct {
 	// answered from it.
 	members    []Member
 	index      incarnations
-	mismatched map[string]bool     // "peer/set" pairs known to disagree
-	held       map[[2]string]int64 // set/replica → boot of the newest incarnation seen holding an operator drain
-	redrains   map[string]int      // gossip node → drain commands sent to that incarnation
-	unknown    map[string]bool     // sets advertised that this proxy does not serve
-	sets       map[string]bool     // sets fed at least once
+	mismatched map[string]bool      // "peer/set" pairs known to disagree
+	held       map[[2]string]int64  // set/replica → boot of the newest incarnation seen holding an operator drain
+	redrains   map[string]int       // gossip node → drain commands sent to that incarnation
+	unknown    map[string]bool      // sets advertised that this proxy does not serve
+	sets       map[string]bool      // sets fed at least once
+	wants      map[string]SetWant   // set → stopped or not (SetWants)
+	stopSent   map[string]time.Time // gossip node → when it was last told its set's want
 
 	// Isolation (isolation.go): the rule, its state (written under
 	// feedMu and mu, read under either), its inputs and its signals.
@@ -125,6 +127,7 @@ func NewDiscovery(t Target, opts DiscoveryOptions) *Discovery {
 		mismatched: map[string]bool{},
 		held:       map[[2]string]int64{},
 		redrains:   map[string]int{},
+		stopSent:   map[string]time.Time{},
 		unknown:    map[string]bool{},
 		sets:       map[string]bool{},
 		mismatchTotal: prometheus.NewCounter(prometheus.CounterOpts{

@@ -218,6 +218,7 @@ func (d *Discovery) Run(ctx context.Context) error {
 			return nil
 		case <-t.C:
 			d.report()
+			d.tellSetStops()
 			d.recheckIsolation()
 		}
 	}

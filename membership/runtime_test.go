@@ -200,7 +200,9 @@ func TestRuntimeLateJoinerAndLostMessagesCatchUp(t *testing.T) {
 		}
 	}
 	// b loses every push; the digest round repairs it.
-	net.drop = func(m runtimeMsg) bool { return m.to == "b" && MessageKind(m.msg) == runtimeRecordsKind && !strings.Contains(string(m.msg), `"reply"`) && m.from == "a" && net.sent <= 6 }
+	net.drop = func(m runtimeMsg) bool {
+		return m.to == "b" && MessageKind(m.msg) == runtimeRecordsKind && !strings.Contains(string(m.msg), `"reply"`) && m.from == "a" && net.sent <= 6
+	}
 	net.pump()
 	if b.Digest() == a.Digest() {
 		t.Fatal("b got the pushes the test dropped")

@@ -3,6 +3,11 @@ package membership
 import (
 	"encoding/json"
 	"errors"
+	"maps"
+	"slices"
+	"time"
+
+	"go.uber.org/zap"
 )
 
 // SetStop is the user message that stops (Stop true) or starts a replica
@@ -48,4 +53,73 @@ func DecodeSetStop(b []byte) (SetStop, error) {
 		return c, errors.New("membership: not a set stop command")
 	}
 	return c, nil
+}
+
+// SetWant is what a proxy wants of a set's agents: stopped or not, from
+// the set's run-time state of that version (0: the configuration file's
+// stopped key alone).
+type SetWant struct {
+	Stop    bool
+	Version uint64
+}
+
+// setStopResend is how often one agent is told again while it does not
+// advertise what its set wants.
+const setStopResend = time.Second
+
+// SetWants replaces what this proxy wants of each set's agents (every set
+// it serves; sets left out are left alone: a deleted set's agents stay as
+// they are). Report then tells every alive agent whose Meta.SetStopped
+// differs, at most every second per agent, until it advertises the
+// wanted state.
+func (d *Discovery) SetWants(wants map[string]SetWant) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !maps.Equal(d.wants, wants) {
+		clear(d.stopSent) // a new want goes out at the next report
+	}
+	d.wants = maps.Clone(wants)
+}
+
+// tellSetStops sends SetStop to the agents that do not advertise what
+// their set wants; called by report.
+func (d *Discovery) tellSetStops() {
+	now := d.now()
+	type cmd struct {
+		node string
+		msg  SetStop
+	}
+	var cmds []cmd
+	d.mu.Lock()
+	send := d.send
+	for _, m := range d.members {
+		if m.Meta.Role != RoleReplica || m.Status != StatusAlive {
+			continue
+		}
+		w, ok := d.wants[m.Meta.Set]
+		if !ok || m.Meta.SetStopped == w.Stop {
+			continue
+		}
+		if last, sent := d.stopSent[m.Node]; sent && now.Sub(last) < setStopResend {
+			continue
+		}
+		d.stopSent[m.Node] = now
+		cmds = append(cmds, cmd{m.Node, SetStop{Set: m.Meta.Set, Stop: w.Stop, Version: w.Version, By: d.self}})
+	}
+	for node := range d.stopSent {
+		if !slices.ContainsFunc(d.members, func(m Member) bool { return m.Node == node && m.Status == StatusAlive }) {
+			delete(d.stopSent, node)
+		}
+	}
+	d.mu.Unlock()
+	if send == nil {
+		return
+	}
+	for _, c := range cmds {
+		if err := send(c.node, c.msg.Encode()); err != nil {
+			d.log.Debug("set stop command not sent", zap.String("node", c.node), zap.Error(err))
+			continue
+		}
+		d.log.Debug("set stop command sent", zap.String("node", c.node), zap.String("set", c.msg.Set), zap.Bool("stop", c.msg.Stop), zap.Uint64("version", c.msg.Version))
+	}
 }
