@@ -1,6 +1,7 @@
 // Package admin serves keyway's admin listener: the JSON API under /v1/
 // (read: replica sets, routes, plans, gossip members, audit events, config;
-// mutating, with the bearer token: drain, undrain, reload, scale; see
+// mutating, with the bearer token: drain, undrain, reload, create, change,
+// stop, start and delete sets, repair, restart; see
 // docs/admin.md), Prometheus metrics at /metrics, liveness at
 // /healthz, readiness at /readyz and Go profiles at /debug/pprof/. It uses net/http on its own listener (loopback by
 // default), so scrapes never compete with proxied traffic and are never
@@ -49,10 +50,12 @@ type Options struct {
 	// Drainer serves the mutating drain and undrain endpoints (drain.go);
 	// nil makes them answer 501.
 	Drainer Drainer
-	// Reloader serves POST /v1/reload and Scaler PATCH
-	// /v1/replica_sets/{set} (operate.go); nil makes them answer 501.
+	// Reloader serves POST /v1/reload (operate.go); nil makes it answer
+	// 501.
 	Reloader Reloader
-	Scaler   Scaler
+	// SetAdmin serves the run-time changes of replica sets (sets.go):
+	// create, change, stop, start, delete; nil makes them answer 501.
+	SetAdmin SetAdmin
 	// Repairer serves POST /v1/replica_sets/{set}/repair (repair.go); nil
 	// makes it answer 501.
 	Repairer Repairer
@@ -109,6 +112,7 @@ func New(cfg Config, opts Options) (*Server, error) {
 	})
 	s.routeMutating(mux)
 	s.routeOperate(mux)
+	s.routeSets(mux)
 	s.routeRepair(mux)
 	s.routeRestart(mux)
 	s.routePlan(mux)

@@ -46,8 +46,11 @@ func (s *Server) routeAPI(mux *http.ServeMux) {
 	mux.HandleFunc("GET /v1/config", s.getConfig)
 	for _, p := range apiRoutes {
 		allow, use := "GET, HEAD", "use GET"
-		if p == "/v1/replica_sets/{set}" {
-			allow, use = "GET, HEAD, PATCH", `use GET, or PATCH with {"replicas": N} and the bearer token`
+		switch p {
+		case "/v1/replica_sets/{set}":
+			allow, use = "GET, HEAD, PATCH, DELETE", `use GET; PATCH with {"replicas": N} or {"stop": true|false}, or DELETE, with the bearer token`
+		case "/v1/replica_sets":
+			allow, use = "GET, HEAD, POST", "use GET, or POST a set definition with the bearer token"
 		}
 		mux.HandleFunc(p, func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Allow", allow)

@@ -224,8 +224,8 @@ func TestAPIMembersConfigAndErrors(t *testing.T) {
 	}
 	for _, u := range []string{"/v1/replica_sets", "/v1/replica_sets/orders", "/v1/route?set=orders&key=k", "/v1/config"} {
 		for _, m := range []string{"POST", "DELETE", "PATCH"} {
-			if m == "PATCH" && u == "/v1/replica_sets/orders" {
-				continue // the scale endpoint (operate_test.go)
+			if (m == "PATCH" || m == "DELETE") && u == "/v1/replica_sets/orders" || m == "POST" && u == "/v1/replica_sets" {
+				continue // run-time changes (operate_test.go)
 			}
 			code, body := call(t, m, base+u)
 			if msg, _ := body["error"].(string); code != 405 || !strings.Contains(msg, m) {

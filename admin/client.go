@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 )
@@ -26,6 +25,9 @@ type Client struct {
 	// Timeout bounds one call; 0 means 5 s. Reload uses at least 30 s: it
 	// waits for gossip to carry new ring fingerprints.
 	Timeout time.Duration
+	// Actor names the caller in the audit trail of mutating calls (the
+	// X-Keyway-Actor header), e.g. "alice@build-7"; "" sends none.
+	Actor string
 }
 
 // ErrBadAddr is returned (wrapped) for an Addr that is not host:port or a
@@ -186,13 +188,71 @@ func (c *Client) Repair(set string) (RepairResult, []byte, error) {
 	return out, raw, err
 }
 
-// Scale changes a set's declared replica count on the proxy (PATCH
-// /v1/replica_sets/{set}).
-func (c *Client) Scale(set string, replicas int) (ScaleResult, []byte, error) {
-	var out ScaleResult
-	body := []byte(`{"replicas": ` + strconv.Itoa(replicas) + `}`)
+// Scale changes a set's declared replica count, fleet-wide (PATCH
+// /v1/replica_sets/{set} {"replicas": N}).
+func (c *Client) Scale(set string, replicas int) (SetChange, []byte, error) {
+	return c.PatchSet(set, SetPatch{Replicas: &replicas})
+}
+
+// PatchSet changes a set's declared count and/or stops or starts it,
+// fleet-wide (PATCH /v1/replica_sets/{set}).
+func (c *Client) PatchSet(set string, p SetPatch) (SetChange, []byte, error) {
+	var out SetChange
+	body, _ := json.Marshal(p)
 	raw, err := c.call(http.MethodPatch, "/v1/replica_sets/"+url.PathEscape(set), body, http.StatusOK, &out, c.timeout())
 	return out, raw, err
+}
+
+// CreateSet creates a set from spec, a JSON object with the keys of a
+// replica_sets entry (POST /v1/replica_sets).
+func (c *Client) CreateSet(spec []byte) (SetChange, []byte, error) {
+	var out SetChange
+	raw, err := c.call(http.MethodPost, "/v1/replica_sets", spec, http.StatusCreated, &out, c.timeout())
+	return out, raw, err
+}
+
+// DeleteSet deletes a set (DELETE /v1/replica_sets/{set}).
+func (c *Client) DeleteSet(set string) (SetChange, []byte, error) {
+	var out SetChange
+	raw, err := c.call(http.MethodDelete, "/v1/replica_sets/"+url.PathEscape(set), nil, http.StatusOK, &out, c.timeout())
+	return out, raw, err
+}
+
+// ClearRuntime hands a set back to the configuration file (DELETE
+// /v1/runtime/{set}).
+func (c *Client) ClearRuntime(set string) (SetChange, []byte, error) {
+	var out SetChange
+	raw, err := c.call(http.MethodDelete, "/v1/runtime/"+url.PathEscape(set), nil, http.StatusOK, &out, c.timeout())
+	return out, raw, err
+}
+
+// Runtime returns the run-time state (GET /v1/runtime).
+func (c *Client) Runtime() (RuntimeStatus, []byte, error) {
+	var out RuntimeStatus
+	raw, err := c.get("/v1/runtime", &out)
+	return out, raw, err
+}
+
+// Export returns the sets the proxy serves as YAML for a configuration
+// file (GET /v1/runtime/export).
+func (c *Client) Export() ([]byte, error) {
+	base, err := c.BaseURL()
+	if err != nil {
+		return nil, err
+	}
+	resp, err := (&http.Client{Timeout: c.timeout()}).Get(base + "/v1/runtime/export")
+	if err != nil {
+		return nil, fmt.Errorf("cannot reach the keyway admin API at %s: %v", c.Addr, err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, c.apiError(http.MethodGet, "/v1/runtime/export", resp.StatusCode, raw)
+	}
+	return raw, nil
 }
 
 func (c *Client) timeout() time.Duration {
@@ -218,6 +278,9 @@ func (c *Client) call(method, path string, body []byte, want int, v any, timeout
 	}
 	if method != http.MethodGet {
 		req.Header.Set("Authorization", "Bearer "+c.Token)
+		if c.Actor != "" {
+			req.Header.Set(ActorHeader, c.Actor)
+		}
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
@@ -249,7 +312,7 @@ func (c *Client) call(method, path string, body []byte, want int, v any, timeout
 func (c *Client) apiError(method, path string, status int, body []byte) error {
 	var e ReloadRefused // an ErrorBody with problems
 	if json.Unmarshal(body, &e) == nil && e.Error != "" {
-		if status == http.StatusUnprocessableEntity && len(e.Problems) > 0 {
+		if (status == http.StatusUnprocessableEntity || status == http.StatusBadRequest) && len(e.Problems) > 0 {
 			return fmt.Errorf("%s:\n  %s", e.Error, strings.Join(e.Problems, "\n  "))
 		}
 		return fmt.Errorf("admin API at %s: %s (HTTP %d)", c.Addr, e.Error, status)

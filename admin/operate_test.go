@@ -15,11 +15,17 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// fakeOperator reloads successfully every other call and scales orders.
+// fakeOperator reloads successfully every other call, and makes run-time
+// changes of the set orders (declared 2, one replica running).
 type fakeOperator struct {
-	mu      sync.Mutex
-	reloads int
-	scaled  map[string]int
+	mu       sync.Mutex
+	reloads  int
+	scaled   map[string]int
+	stopped  map[string]bool
+	created  []string
+	who      []string
+	version  uint64
+	problems []string
 }
 
 func (f *fakeOperator) Reload(source string) (ReloadResult, error) {
@@ -32,15 +38,73 @@ func (f *fakeOperator) Reload(source string) (ReloadResult, error) {
 	return ReloadResult{Result: "success", File: "keyway.yaml", Changed: []string{"orders"}, Keys: []string{"replica_sets[0].retries.attempts"}}, nil
 }
 
-func (f *fakeOperator) SetDeclared(set string, n int) (int, error) {
+func (f *fakeOperator) change(set, action string, who Actor) SetChange {
+	f.version++
+	f.who = append(f.who, who.String())
+	return SetChange{Set: set, Action: action, Version: f.version, By: who.String(), Via: "proxy-a", Scope: ScopeFleet}
+}
+
+func (f *fakeOperator) CreateSet(spec []byte, who Actor) (SetChange, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if strings.Contains(string(spec), "bad") {
+		return SetChange{}, &SpecError{Problems: []string{"request body:1:2: replicas: must be between 1 and 1000, got 0"}}
+	}
+	if strings.Contains(string(spec), `"orders"`) {
+		return SetChange{}, fmt.Errorf("%w: %q", ErrSetExists, "orders")
+	}
+	f.created = append(f.created, string(spec))
+	return f.change("users", "create", who), nil
+}
+
+func (f *fakeOperator) PatchSet(set string, p SetPatch, who Actor) (SetChange, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if set != "orders" {
-		return 0, fmt.Errorf("%w %q", ErrUnknownSet, set)
+		return SetChange{}, fmt.Errorf("%w %q", ErrUnknownSet, set)
 	}
-	prev := f.scaled[set]
-	f.scaled[set] = n
-	return prev, nil
+	c := f.change(set, "scale", who)
+	if p.Replicas != nil {
+		prev := f.scaled[set]
+		f.scaled[set] = *p.Replicas
+		c.Replicas, c.Previous = p.Replicas, &prev
+	}
+	if p.Stop != nil {
+		f.stopped[set] = *p.Stop
+		c.Stopped = p.Stop
+	}
+	return c, nil
+}
+
+func (f *fakeOperator) DeleteSet(set string, who Actor) (SetChange, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch {
+	case set != "orders":
+		return SetChange{}, fmt.Errorf("%w %q", ErrUnknownSet, set)
+	case !f.stopped[set]:
+		return SetChange{}, &InUseError{Set: set, Replicas: []string{"orders-0 (ready)"}}
+	}
+	return f.change(set, "delete", who), nil
+}
+
+func (f *fakeOperator) ClearRuntime(set string, who Actor) (SetChange, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if set != "orders" {
+		return SetChange{}, fmt.Errorf("%w: %q", ErrNoRuntimeState, set)
+	}
+	return f.change(set, "clear", who), nil
+}
+
+func (f *fakeOperator) Runtime() RuntimeStatus {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return RuntimeStatus{Digest: "abc", Synced: true, Records: []RuntimeRecord{{Set: "orders", Version: f.version, Action: "stop"}}}
+}
+
+func (f *fakeOperator) Export() ([]byte, error) {
+	return []byte("replica_sets:\n  - name: orders\n"), nil
 }
 
 func doBody(t *testing.T, method, url, token, body string) (int, string) {
@@ -64,9 +128,9 @@ func doBody(t *testing.T, method, url, token, body string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-func TestReloadAndScaleEndpoints(t *testing.T) {
-	op := &fakeOperator{scaled: map[string]int{"orders": 2}}
-	s, err := New(Config{Listen: "127.0.0.1:0"}, Options{Gatherer: prometheus.NewPedanticRegistry(), Sets: testView(), Reloader: op, Scaler: op, Env: envWith("s3cret")})
+func TestReloadAndSetEndpoints(t *testing.T) {
+	op := &fakeOperator{scaled: map[string]int{"orders": 2}, stopped: map[string]bool{}}
+	s, err := New(Config{Listen: "127.0.0.1:0"}, Options{Gatherer: prometheus.NewPedanticRegistry(), Sets: testView(), Reloader: op, SetAdmin: op, Env: envWith("s3cret")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,9 +149,22 @@ func TestReloadAndScaleEndpoints(t *testing.T) {
 		{"PATCH", "/v1/replica_sets/nope", "s3cret", `{"replicas": 3}`, 404, []string{`unknown replica set \"nope\"`, "known sets: orders"}},
 		{"PATCH", "/v1/replica_sets/orders", "s3cret", `{"replicas": 0}`, 400, []string{"replicas: 0 is out of range"}},
 		{"PATCH", "/v1/replica_sets/orders", "s3cret", `{"replica": 3}`, 400, []string{`unknown field \"replica\"`}},
-		{"PATCH", "/v1/replica_sets/orders", "s3cret", `{}`, 400, []string{`\"replicas\" is missing`}},
-		{"PATCH", "/v1/replica_sets/orders", "s3cret", `not json`, 400, []string{"want JSON"}},
-		{"PATCH", "/v1/replica_sets/orders", "s3cret", `{"replicas": 4}`, 200, []string{`"replicas": 4`, `"previous": 2`, `"scope": "this proxy"`}},
+		{"PATCH", "/v1/replica_sets/orders", "s3cret", `{}`, 400, []string{"nothing to change", `{\"stop\": true}`}},
+		{"PATCH", "/v1/replica_sets/orders", "s3cret", `not json`, 400, []string{"body: send"}},
+		{"PATCH", "/v1/replica_sets/orders", "s3cret", `{"replicas": 4}`, 200, []string{`"replicas": 4`, `"previous": 2`, `"scope": "fleet"`, `"by": "anonymous (127.0.0.1:`}},
+		{"DELETE", "/v1/replica_sets/orders", "s3cret", "", 400, []string{"still has replicas running or draining", "orders-0 (ready)", "keyway stop --set orders"}},
+		{"PATCH", "/v1/replica_sets/orders", "s3cret", `{"stop": true}`, 200, []string{`"stopped": true`}},
+		{"DELETE", "/v1/replica_sets/orders", "", "", 401, []string{"bearer token"}},
+		{"DELETE", "/v1/replica_sets/nope", "s3cret", "", 404, []string{"unknown replica set"}},
+		{"DELETE", "/v1/replica_sets/orders", "s3cret", "", 200, []string{`"action": "delete"`}},
+		{"POST", "/v1/replica_sets", "", `{"name": "users"}`, 401, []string{"bearer token"}},
+		{"POST", "/v1/replica_sets", "s3cret", `{"name": "users", "replicas": "bad"}`, 400, []string{"definition is invalid", "replicas: must be between"}},
+		{"POST", "/v1/replica_sets", "s3cret", `{"name": "orders"}`, 409, []string{"already exists"}},
+		{"POST", "/v1/replica_sets", "s3cret", `{"name": "users"}`, 201, []string{`"action": "create"`, `"set": "users"`}},
+		{"PUT", "/v1/replica_sets", "s3cret", ``, 405, []string{"POST a set definition"}},
+		{"GET", "/v1/runtime", "", "", 200, []string{`"digest": "abc"`, `"records": [`, `"problems": []`}},
+		{"DELETE", "/v1/runtime/nope", "s3cret", "", 404, []string{"no run-time state"}},
+		{"DELETE", "/v1/runtime/orders", "s3cret", "", 200, []string{`"action": "clear"`}},
 	} {
 		code, body := doBody(t, tc.method, base+tc.path, tc.token, tc.body)
 		if code != tc.code {
@@ -100,8 +177,30 @@ func TestReloadAndScaleEndpoints(t *testing.T) {
 			}
 		}
 	}
-	if op.scaled["orders"] != 4 || op.reloads != 2 {
-		t.Fatalf("operator saw %d reloads and orders=%d, want 2 and 4", op.reloads, op.scaled["orders"])
+	if op.scaled["orders"] != 4 || op.reloads != 2 || len(op.created) != 1 {
+		t.Fatalf("operator saw %d reloads, orders=%d, created %v; want 2, 4, users", op.reloads, op.scaled["orders"], op.created)
+	}
+	// The actor header names the caller, at most 128 characters of it.
+	req, _ := http.NewRequest("PATCH", base+"/v1/replica_sets/orders", strings.NewReader(`{"stop": false}`))
+	req.Header.Set("Authorization", "Bearer s3cret")
+	req.Header.Set(ActorHeader, "alice@build-7"+strings.Repeat("x", 200))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if last := op.who[len(op.who)-1]; !strings.HasPrefix(last, "alice@build-7"+strings.Repeat("x", 115)+" (127.0.0.1:") {
+		t.Fatalf("actor %q", last)
+	}
+	// The export is YAML.
+	resp, err = http.Get(base + "/v1/runtime/export")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.Header.Get("Content-Type") != "application/yaml" || !strings.HasPrefix(string(b), "replica_sets:") {
+		t.Fatalf("export: %s %q", resp.Header.Get("Content-Type"), b)
 	}
 	// Without a Reloader (no configuration file): 501.
 	s2, err := New(Config{Listen: "127.0.0.1:0"}, Options{Gatherer: prometheus.NewPedanticRegistry(), Env: envWith("s3cret")})

@@ -1,6 +1,9 @@
 package admin
 
-import "time"
+import (
+	"encoding/json"
+	"time"
+)
 
 // The wire types of the admin API: every JSON answer under /v1/ is one of
 // these values, documented field by field in docs/admin.md. They are plain
@@ -72,6 +75,14 @@ type SetStatus struct {
 	// Replicas lists every known replica sorted by name ([] when none). The
 	// list endpoint leaves it out (nil).
 	Replicas []ReplicaStatus `json:"replicas,omitempty"`
+	// Stopped says an operator stopped the set: every request gets 503.
+	Stopped bool `json:"stopped"`
+	// Source is "file" when the configuration file defines the set,
+	// "runtime" when it was created at run time.
+	Source string `json:"source"`
+	// Runtime is set when the run-time state changes what the file says
+	// about the set.
+	Runtime *SetRuntime `json:"runtime,omitempty"`
 }
 
 // SetTraffic sums the traffic figures of a set's replicas (the rows of
@@ -264,13 +275,83 @@ type ReloadResult struct {
 	Keys []string `json:"keys"`
 }
 
-// ScaleResult is the answer of PATCH /v1/replica_sets/{set}.
-type ScaleResult struct {
-	Set      string `json:"set"`
-	Replicas int    `json:"replicas"`
-	Previous int    `json:"previous"`
-	// Scope is "this proxy": other proxies keep their own count.
+// SetChange is the answer of a run-time change of a replica set: POST
+// /v1/replica_sets (create), PATCH and DELETE /v1/replica_sets/{set}, and
+// DELETE /v1/runtime/{set} (clear).
+type SetChange struct {
+	Set string `json:"set"`
+	// Action is create, delete, stop, start, scale (several joined by
+	// '+': "stop+scale") or clear.
+	Action string `json:"action"`
+	// Version is the version of the set's run-time state this change
+	// wrote; every proxy applies the highest.
+	Version uint64 `json:"version"`
+	// By is who issued it (the X-Keyway-Actor header, else "anonymous",
+	// and the client address); Via the proxy that took it (its gossip
+	// node name, or "local" without gossip).
+	By  string `json:"by"`
+	Via string `json:"via"`
+	// Scope is "fleet" (every proxy of the gossip cluster applies it) or
+	// "this proxy" (gossip is off).
 	Scope string `json:"scope"`
+	// Replicas and Previous are the declared count after and before (PATCH
+	// with replicas); Stopped whether the set is stopped after the change.
+	Replicas *int  `json:"replicas,omitempty"`
+	Previous *int  `json:"previous,omitempty"`
+	Stopped  *bool `json:"stopped,omitempty"`
+}
+
+// ScopeFleet is the scope of a run-time change that every proxy applies.
+const ScopeFleet = "fleet"
+
+// SetRuntime says how a replica set's run-time state changes what the
+// configuration file says about it. A plain value.
+type SetRuntime struct {
+	Version uint64    `json:"version"`
+	Action  string    `json:"action"`
+	By      string    `json:"by"`
+	Via     string    `json:"via"`
+	At      time.Time `json:"at"`
+	// Overrides lists what differs from the file: "definition" (a set
+	// created at run time), "stopped", "replicas".
+	Overrides []string `json:"overrides"`
+}
+
+// RuntimeRecord is one set's run-time state as GET /v1/runtime shows it.
+type RuntimeRecord struct {
+	Set     string    `json:"set"`
+	Version uint64    `json:"version"`
+	Origin  string    `json:"origin"`
+	Action  string    `json:"action"`
+	By      string    `json:"by"`
+	Via     string    `json:"via"`
+	At      time.Time `json:"at"`
+	Deleted bool      `json:"deleted,omitempty"`
+	// Spec is the definition of a set created at run time.
+	Spec     json.RawMessage `json:"spec,omitempty"`
+	Stopped  *bool           `json:"stopped,omitempty"`
+	Replicas *int            `json:"replicas,omitempty"`
+}
+
+// RuntimeProblem is a run-time record this proxy could not apply.
+type RuntimeProblem struct {
+	Set     string `json:"set"`
+	Version uint64 `json:"version"`
+	Problem string `json:"problem"`
+}
+
+// RuntimeStatus is the answer of GET /v1/runtime: the fleet's run-time
+// state as this proxy holds it.
+type RuntimeStatus struct {
+	// Digest is equal on proxies that hold the same state.
+	Digest string `json:"digest"`
+	// Synced says this proxy has compared its state with another proxy's
+	// since it started (or waited long enough without one).
+	Synced bool `json:"synced"`
+	// StateDir is where the state is kept on disk ("" in memory only).
+	StateDir string           `json:"state_dir"`
+	Records  []RuntimeRecord  `json:"records"`
+	Problems []RuntimeProblem `json:"problems"`
 }
 
 // FleetStatus is the answer of GET /v1/fleet: whether the proxies of the

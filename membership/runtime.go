@@ -90,7 +90,7 @@ type RuntimeOptions struct {
 	// OnChange is called with the records that changed (locally written or
 	// merged from a peer) and then every record, after each change, one
 	// call at a time. It may block briefly (it applies the change); it
-	// must not call Write.
+	// must not call Update.
 	OnChange func(changed, all []RuntimeRecord)
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
@@ -274,26 +274,25 @@ func (r *Runtime) sortedLocked() []RuntimeRecord {
 	return out
 }
 
-// Write stores rec as the set's newest state: it takes the next version,
-// this proxy as origin and the time, applies it (OnChange), writes the
-// state file and sends it to every other alive proxy. It returns the
-// record as stored. check, when not nil, runs first with the set's
-// current record (ok false when it has none), under the lock that orders
-// writes: an error from it refuses the write and is returned as is.
-func (r *Runtime) Write(rec RuntimeRecord, check func(cur RuntimeRecord, ok bool) error) (RuntimeRecord, error) {
+// Update writes a set's newest state: update builds it from the set's
+// current record (ok false when there is none), under the lock that
+// orders writes; an error from it refuses the write and is returned as
+// is. The record takes the next version, this proxy as origin and the
+// time; it is applied (OnChange), written to the state file and sent to
+// every other alive proxy. Update returns it as stored.
+func (r *Runtime) Update(set string, update func(cur RuntimeRecord, ok bool) (RuntimeRecord, error)) (RuntimeRecord, error) {
 	r.applyMu.Lock()
 	defer r.applyMu.Unlock()
 	r.mu.Lock()
-	cur, ok := r.recs[rec.Set]
-	if check != nil {
-		if err := check(cur, ok); err != nil {
-			r.mu.Unlock()
-			return RuntimeRecord{}, err
-		}
+	cur, ok := r.recs[set]
+	rec, err := update(cur, ok)
+	if err != nil {
+		r.mu.Unlock()
+		return RuntimeRecord{}, err
 	}
 	r.clock++
-	rec.Version, rec.Origin, rec.At = r.clock, cmp.Or(r.self, "local"), r.now()
-	r.recs[rec.Set] = rec
+	rec.Set, rec.Version, rec.Origin, rec.At = set, r.clock, cmp.Or(r.self, "local"), r.now()
+	r.recs[set] = rec
 	r.records.Set(float64(len(r.recs)))
 	all := r.sortedLocked()
 	r.mu.Unlock()

@@ -113,6 +113,21 @@ func (n *runtimeNet) tick() {
 
 func ptr[T any](v T) *T { return &v }
 
+// put is an update that writes rec whatever the current record.
+func put(rec RuntimeRecord) func(RuntimeRecord, bool) (RuntimeRecord, error) {
+	return func(RuntimeRecord, bool) (RuntimeRecord, error) { return rec, nil }
+}
+
+// putUnless writes rec unless the set has a record that is not deleted.
+func putUnless(rec RuntimeRecord) func(RuntimeRecord, bool) (RuntimeRecord, error) {
+	return func(cur RuntimeRecord, ok bool) (RuntimeRecord, error) {
+		if ok && !cur.Deleted {
+			return RuntimeRecord{}, os.ErrExist
+		}
+		return rec, nil
+	}
+}
+
 func sameRecords(t *testing.T, rs ...*Runtime) {
 	t.Helper()
 	want := rs[0].Digest()
@@ -136,7 +151,7 @@ func TestRuntimeWriteReachesEveryProxy(t *testing.T) {
 		}
 	})
 	c := net.add("c", "", nil)
-	rec, err := a.Write(RuntimeRecord{Set: "orders", Stopped: ptr(true), Action: "stop", By: "ops", Via: "a"}, nil)
+	rec, err := a.Update("orders", put(RuntimeRecord{Stopped: ptr(true), Action: "stop", By: "ops", Via: "a"}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +171,7 @@ func TestRuntimeWriteReachesEveryProxy(t *testing.T) {
 		t.Fatalf("b's OnChange saw %v", seen)
 	}
 	// A later write from another proxy takes a higher version everywhere.
-	if _, err := c.Write(RuntimeRecord{Set: "orders", Stopped: ptr(false), Action: "start"}, nil); err != nil {
+	if _, err := c.Update("orders", put(RuntimeRecord{Stopped: ptr(false), Action: "start"})); err != nil {
 		t.Fatal(err)
 	}
 	net.pump()
@@ -171,10 +186,10 @@ func TestRuntimeConcurrentWritesConverge(t *testing.T) {
 	a := net.add("a", "", nil)
 	b := net.add("b", "", nil)
 	// Both write version 1 of one set before hearing of the other.
-	if _, err := a.Write(RuntimeRecord{Set: "orders", Replicas: ptr(5), Action: "scale"}, nil); err != nil {
+	if _, err := a.Update("orders", put(RuntimeRecord{Replicas: ptr(5), Action: "scale"})); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.Write(RuntimeRecord{Set: "orders", Replicas: ptr(7), Action: "scale"}, nil); err != nil {
+	if _, err := b.Update("orders", put(RuntimeRecord{Replicas: ptr(7), Action: "scale"})); err != nil {
 		t.Fatal(err)
 	}
 	net.pump()
@@ -184,7 +199,7 @@ func TestRuntimeConcurrentWritesConverge(t *testing.T) {
 		t.Fatalf("winner %+v; want b's (equal versions: the higher origin wins)", got)
 	}
 	// The next write on a is above both.
-	rec, _ := a.Write(RuntimeRecord{Set: "orders", Replicas: ptr(3), Action: "scale"}, nil)
+	rec, _ := a.Update("orders", put(RuntimeRecord{Replicas: ptr(3), Action: "scale"}))
 	if rec.Version != 2 {
 		t.Fatalf("next version %d, want 2", rec.Version)
 	}
@@ -195,7 +210,7 @@ func TestRuntimeLateJoinerAndLostMessagesCatchUp(t *testing.T) {
 	a := net.add("a", "", nil)
 	b := net.add("b", "", nil)
 	for _, s := range []string{"orders", "users", "events"} {
-		if _, err := a.Write(RuntimeRecord{Set: s, Spec: []byte(`{"name":"` + s + `"}`), Action: "create"}, nil); err != nil {
+		if _, err := a.Update(s, put(RuntimeRecord{Spec: []byte(`{"name":"` + s + `"}`), Action: "create"})); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -224,7 +239,7 @@ func TestRuntimeLateJoinerAndLostMessagesCatchUp(t *testing.T) {
 	// And one that holds a record the others lack sends it to them.
 	d := net.add("d", "", nil)
 	d.clock = 10
-	if _, err := d.Write(RuntimeRecord{Set: "late", Deleted: true, Action: "delete"}, nil); err != nil {
+	if _, err := d.Update("late", put(RuntimeRecord{Deleted: true, Action: "delete"})); err != nil {
 		t.Fatal(err)
 	}
 	net.mu.Lock()
@@ -236,7 +251,7 @@ func TestRuntimeLateJoinerAndLostMessagesCatchUp(t *testing.T) {
 		t.Fatalf("a has %+v %v", got, ok)
 	}
 	// The next write anywhere is above every version seen.
-	if rec, _ := b.Write(RuntimeRecord{Set: "orders", Action: "clear"}, nil); rec.Version != 12 {
+	if rec, _ := b.Update("orders", put(RuntimeRecord{Action: "clear"})); rec.Version != 12 {
 		t.Fatalf("version %d after seeing 11", rec.Version)
 	}
 }
@@ -245,12 +260,12 @@ func TestRuntimeTombstoneWinsOverAStaleCopy(t *testing.T) {
 	net := newRuntimeNet(t)
 	a := net.add("a", "", nil)
 	b := net.add("b", "", nil)
-	if _, err := a.Write(RuntimeRecord{Set: "orders", Spec: []byte(`{"name":"orders"}`), Action: "create"}, nil); err != nil {
+	if _, err := a.Update("orders", put(RuntimeRecord{Spec: []byte(`{"name":"orders"}`), Action: "create"})); err != nil {
 		t.Fatal(err)
 	}
 	net.pump()
 	net.leave("b") // b is cut off while the set is deleted
-	if _, err := a.Write(RuntimeRecord{Set: "orders", Deleted: true, Action: "delete"}, nil); err != nil {
+	if _, err := a.Update("orders", put(RuntimeRecord{Deleted: true, Action: "delete"})); err != nil {
 		t.Fatal(err)
 	}
 	net.pump()
@@ -269,10 +284,10 @@ func TestRuntimeStateDirSurvivesARestart(t *testing.T) {
 	dir := t.TempDir()
 	net := newRuntimeNet(t)
 	a := net.add("a", dir, nil)
-	if _, err := a.Write(RuntimeRecord{Set: "orders", Stopped: ptr(true), Action: "stop", By: "ops"}, nil); err != nil {
+	if _, err := a.Update("orders", put(RuntimeRecord{Stopped: ptr(true), Action: "stop", By: "ops"})); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.Write(RuntimeRecord{Set: "users", Spec: []byte(`{"name":"users"}`), Action: "create"}, nil); err != nil {
+	if _, err := a.Update("users", put(RuntimeRecord{Spec: []byte(`{"name":"users"}`), Action: "create"})); err != nil {
 		t.Fatal(err)
 	}
 	again, err := NewRuntime(RuntimeOptions{Dir: dir})
@@ -284,7 +299,7 @@ func TestRuntimeStateDirSurvivesARestart(t *testing.T) {
 	}) {
 		t.Fatalf("reloaded %+v, wrote %+v", again.Records(), a.Records())
 	}
-	if rec, _ := again.Write(RuntimeRecord{Set: "orders", Action: "clear"}, nil); rec.Version != 3 {
+	if rec, _ := again.Update("orders", put(RuntimeRecord{Action: "clear"})); rec.Version != 3 {
 		t.Fatalf("version after a restart %d, want 3 (the clock continues)", rec.Version)
 	}
 	// A damaged file is an error naming it, not an empty state.
@@ -304,19 +319,13 @@ func TestRuntimeStateDirSurvivesARestart(t *testing.T) {
 	}
 }
 
-func TestRuntimeWriteCheckRefuses(t *testing.T) {
+func TestRuntimeUpdateRefuses(t *testing.T) {
 	net := newRuntimeNet(t)
 	a := net.add("a", "", nil)
-	exists := func(cur RuntimeRecord, ok bool) error {
-		if ok && !cur.Deleted {
-			return os.ErrExist
-		}
-		return nil
-	}
-	if _, err := a.Write(RuntimeRecord{Set: "orders", Spec: []byte(`{}`), Action: "create"}, exists); err != nil {
+	if _, err := a.Update("orders", putUnless(RuntimeRecord{Spec: []byte(`{}`), Action: "create"})); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.Write(RuntimeRecord{Set: "orders", Spec: []byte(`{}`), Action: "create"}, exists); err != os.ErrExist {
+	if _, err := a.Update("orders", putUnless(RuntimeRecord{Spec: []byte(`{}`), Action: "create"})); err != os.ErrExist {
 		t.Fatalf("second create: %v", err)
 	}
 	if got, _ := a.Get("orders"); got.Version != 1 {

@@ -40,20 +40,3 @@ func TestSetConfigNameAndCountRules(t *testing.T) {
 		})
 	}
 }
-
-func TestSetDeclaredBound(t *testing.T) {
-	cfg := testConfig()
-	cfg.ReplicaSets[0].Replicas = 3
-	p, err := New(cfg, Options{Coalesce: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, n := range []int{0, 1001} {
-		if _, err := p.SetDeclared("orders", n); err == nil || !strings.Contains(err.Error(), "replicas: must be between 1 and 1000") {
-			t.Errorf("SetDeclared(%d): %v", n, err)
-		}
-	}
-	if prev, err := p.SetDeclared("orders", 1000); err != nil || prev != 3 {
-		t.Errorf("SetDeclared(1000): %d, %v; want previous 3", prev, err)
-	}
-}

@@ -151,7 +151,6 @@ type setState struct {
 	router   *balancer.Router[*Backend]
 	cur      atomic.Pointer[replicaSet] // the newest generation
 	declared atomic.Int64               // the declared replica count in effect
-	fileDecl int                        // the count the configuration declared last (reloadMu)
 	retries  prometheus.Counter
 	allDown  prometheus.Counter
 	local    [localReasons]prometheus.Counter
@@ -347,12 +346,11 @@ func staticReplicas(sc SetConfig) []balancer.Replica {
 // the set's static replicas. The router's goroutine is not started.
 func (p *Proxy) newSetState(sc SetConfig) (*setState, error) {
 	st := &setState{
-		name:     sc.Name,
-		fileDecl: sc.Replicas,
-		retries:  p.metrics.retries.WithLabelValues(sc.Name),
-		allDown:  p.metrics.allDown.WithLabelValues(sc.Name, allDownPolicy(p.opts.FailOpen)),
-		counts:   p.metrics.counters.addSet(sc.Name),
-		live:     map[string]*Backend{},
+		name:    sc.Name,
+		retries: p.metrics.retries.WithLabelValues(sc.Name),
+		allDown: p.metrics.allDown.WithLabelValues(sc.Name, allDownPolicy(p.opts.FailOpen)),
+		counts:  p.metrics.counters.addSet(sc.Name),
+		live:    map[string]*Backend{},
 	}
 	st.declared.Store(int64(sc.Replicas))
 	for r := localReason(0); r < localReasons; r++ {
@@ -449,8 +447,7 @@ func (p *Proxy) Router(set string) *balancer.Router[*Backend] {
 func (p *Proxy) Sets() []string { return slices.Clone(p.routes.Load().names) }
 
 // SetConfigs returns the replica sets' configuration in effect, in
-// configuration order, with each set's declared count as it is now (see
-// SetDeclared).
+// configuration order.
 func (p *Proxy) SetConfigs() []SetConfig {
 	rt := p.routes.Load()
 	out := make([]SetConfig, 0, len(rt.names))

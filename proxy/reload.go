@@ -8,8 +8,6 @@ import (
 	"strings"
 
 	"go.uber.org/zap"
-
-	"keyway/balancer"
 )
 
 // SetRemover may be implemented by a TableObserver that wants to know when
@@ -47,26 +45,10 @@ type ReloadInfo struct {
 // listen and server.* take effect only at start, and max_body_bytes may
 // not rise above the largest of all sets at start (the server reads no
 // larger body): a cfg changing them is refused whole, with an error per
-// key, and nothing changes. A set's declared replica count follows the
-// file when the file changes it; otherwise a count set at run time
-// (SetDeclared) stays.
+// key, and nothing changes.
 func (p *Proxy) Reload(cfg Config) (ReloadInfo, error) {
-	if err := cfg.Validate(); err != nil {
-		return ReloadInfo{}, fmt.Errorf("proxy config: %w", err)
-	}
-	var errs []error
-	if cfg.Listen != p.cfg.Listen {
-		errs = append(errs, fmt.Errorf("listen: running with %q, the file says %q: the listener is opened at start; restart keyway to change it", p.cfg.Listen, cfg.Listen))
-	}
-	errs = append(errs, startOnlyDiffs("server", reflect.ValueOf(p.cfg.Server), reflect.ValueOf(cfg.Server))...)
-	for i, sc := range cfg.ReplicaSets {
-		if int(sc.MaxBodyBytes) > p.server.MaxRequestBodySize {
-			errs = append(errs, fmt.Errorf("replica_sets[%d].max_body_bytes: %s is more than the %s keyway started with (the largest of all sets at start, which bounds every body the server reads); restart keyway to raise it, or keep it at most %s",
-				i, sc.MaxBodyBytes, ByteSize(p.server.MaxRequestBodySize), ByteSize(p.server.MaxRequestBodySize)))
-		}
-	}
-	if len(errs) > 0 {
-		return ReloadInfo{}, errors.Join(errs...)
+	if err := p.CheckReload(cfg); err != nil {
+		return ReloadInfo{}, err
 	}
 
 	p.reloadMu.Lock()
@@ -96,8 +78,7 @@ func (p *Proxy) Reload(cfg Config) (ReloadInfo, error) {
 		renew := prev.cfg.Timeouts.Connect != rs.cfg.Timeouts.Connect || prev.cfg.Timeouts.Idle != rs.cfg.Timeouts.Idle ||
 			prev.cfg.Timeouts.Request != rs.cfg.Timeouts.Request || prev.cfg.MaxConnsPerReplica != rs.cfg.MaxConnsPerReplica
 		reconf := renew || routerConfig(prev.cfg, 0) != routerConfig(rs.cfg, 0)
-		if rs.cfg.Replicas != st.fileDecl {
-			st.fileDecl = rs.cfg.Replicas
+		if int64(rs.cfg.Replicas) != st.declared.Load() {
 			st.declared.Store(int64(rs.cfg.Replicas))
 			reconf = true // the observers learn the count from a new table
 		}
@@ -177,27 +158,22 @@ func startOnlyDiffs(path string, running, file reflect.Value) []error {
 // serve.
 var ErrUnknownSet = errors.New("unknown replica set")
 
-// SetDeclared changes a replica set's declared replica count at run time
-// (what its phase compares the ready replicas with) and republishes its
-// table so that observers see it. It lasts until a reload changes the
-// set's replicas key in the file, or keyway restarts. It returns the
-// previous count.
-func (p *Proxy) SetDeclared(set string, n int) (prev int, err error) {
-	if n < 1 || n > balancer.MaxReplicas {
-		return 0, fmt.Errorf("replicas: must be between 1 and %d, got %d", balancer.MaxReplicas, n)
+// CheckReload reports whether Reload would apply cfg, without applying
+// it: cfg validates, and changes no key that takes effect only at start.
+func (p *Proxy) CheckReload(cfg Config) error {
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("proxy config: %w", err)
 	}
-	p.reloadMu.Lock()
-	defer p.reloadMu.Unlock()
-	rs := p.routes.Load().byName[set]
-	if rs == nil {
-		return 0, fmt.Errorf("%w %q", ErrUnknownSet, set)
+	var errs []error
+	if cfg.Listen != p.cfg.Listen {
+		errs = append(errs, fmt.Errorf("listen: running with %q, the file says %q: the listener is opened at start; restart keyway to change it", p.cfg.Listen, cfg.Listen))
 	}
-	st := rs.st
-	prev = int(st.declared.Swap(int64(n)))
-	if prev != n {
-		if err := st.router.Reconfigure(routerConfig(st.cur.Load().cfg, p.opts.Coalesce), false); err != nil {
-			return prev, err
+	errs = append(errs, startOnlyDiffs("server", reflect.ValueOf(p.cfg.Server), reflect.ValueOf(cfg.Server))...)
+	for i, sc := range cfg.ReplicaSets {
+		if int(sc.MaxBodyBytes) > p.server.MaxRequestBodySize {
+			errs = append(errs, fmt.Errorf("replica_sets[%d].max_body_bytes: %s is more than the %s keyway started with (the largest of all sets at start, which bounds every body the server reads); restart keyway to raise it, or keep it at most %s",
+				i, sc.MaxBodyBytes, ByteSize(p.server.MaxRequestBodySize), ByteSize(p.server.MaxRequestBodySize)))
 		}
 	}
-	return prev, nil
+	return errors.Join(errs...)
 }

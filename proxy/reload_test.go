@@ -249,24 +249,10 @@ func TestReloadRingStaticAndDeclared(t *testing.T) {
 		}
 	}
 
-	if prev, err := p.SetDeclared("orders", 7); err != nil || prev != 3 || rec.get("orders") != 7 {
-		t.Fatalf("SetDeclared: prev %d err %v, observers see %d", prev, err, rec.get("orders"))
-	}
-	cfg.ReplicaSets[0].Retries.Attempts = 1 // an unrelated change
+	cfg.ReplicaSets[0].Replicas = 7
 	mustReload(t, p, cfg)
 	if got := p.SetConfigs()[0].Replicas; got != 7 || rec.get("orders") != 7 {
-		t.Fatalf("declared after an unrelated reload: %d (observers %d), want 7", got, rec.get("orders"))
-	}
-	cfg.ReplicaSets[0].Replicas = 4
-	mustReload(t, p, cfg)
-	if got := p.SetConfigs()[0].Replicas; got != 4 || rec.get("orders") != 4 {
-		t.Fatalf("declared after the file changed it: %d (observers %d), want 4", got, rec.get("orders"))
-	}
-	if _, err := p.SetDeclared("orders", 0); err == nil {
-		t.Fatal("SetDeclared accepted 0")
-	}
-	if _, err := p.SetDeclared("nope", 2); err == nil {
-		t.Fatal("SetDeclared accepted an unknown set")
+		t.Fatalf("declared after the file changed it: %d (observers %d), want 7", got, rec.get("orders"))
 	}
 }
 

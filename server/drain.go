@@ -1,13 +1,11 @@
 package server
 
 import (
-	"errors"
 	"fmt"
 
 	"keyway/admin"
 	"keyway/balancer"
 	"keyway/eventlog"
-	"keyway/proxy"
 )
 
 var _ admin.Drainer = (*view)(nil)
@@ -62,22 +60,4 @@ func (v *view) Drain(set, replica string, drain bool) (string, error) {
 		v.n.audit.Record(eventlog.KindAdminAction, set, replica, map[string]any{"action": action, "scope": scope})
 	}
 	return scope, nil
-}
-
-// scaler changes declared counts for PATCH /v1/replica_sets/{set}.
-type scaler struct {
-	p     *proxy.Proxy
-	audit *eventlog.Log
-}
-
-func (s scaler) SetDeclared(set string, n int) (int, error) {
-	prev, err := s.p.SetDeclared(set, n)
-	if errors.Is(err, proxy.ErrUnknownSet) {
-		return 0, fmt.Errorf("%w %q", admin.ErrUnknownSet, set)
-	}
-	if err != nil {
-		return prev, err
-	}
-	s.audit.Record(eventlog.KindAdminAction, set, "", map[string]any{"action": "scale", "replicas": n, "previous": prev, "scope": admin.ScopeThisProxy})
-	return prev, nil
 }

@@ -59,6 +59,7 @@ type ProxyNode struct {
 	hc     *health.Checker
 	phases *health.PhaseTracker
 	p      *proxy.Proxy
+	rt     *membership.Runtime   // the fleet's run-time state (sets.go)
 	node   *membership.Node      // nil when gossip is off
 	disc   *membership.Discovery // nil when gossip is off
 	fleet  *membership.Fleet     // nil when gossip is off
@@ -75,8 +76,10 @@ type ProxyNode struct {
 	load     func() (config.Config, error) // nil: no reload
 	rlog     *zap.Logger
 	reloads  *reloadMetrics
-	reloadMu sync.Mutex    // serializes reloads; guards cur
-	cur      config.Config // the configuration applied last
+	reloadMu sync.Mutex    // serializes reloads and run-time changes; guards cur, eff and rtProbs
+	cur      config.Config // the configuration file applied last
+	eff      config.Config // what the proxy runs: cur with the run-time state applied
+	rtProbs  []config.RuntimeProblem
 }
 
 // NewProxy builds a proxy node from cfg. It opens the proxy's and the
@@ -109,6 +112,21 @@ func NewProxy(cfg config.Config, opts Options) (_ *ProxyNode, err error) {
 	if err != nil {
 		return nil, err
 	}
+	// The fleet's run-time state (sets created, deleted, stopped or scaled
+	// through the admin API) lies over the file: read it (from
+	// runtime.state_dir, if any) before the proxy is built from both.
+	n.rt, err = membership.NewRuntime(membership.RuntimeOptions{
+		Logger: n.log.Named("runtime"), Registerer: n.reg, Interval: cfg.Fleet.Interval, Dir: cfg.Runtime.StateDir,
+		OnChange: n.runtimeChanged,
+	})
+	if err != nil {
+		return nil, err
+	}
+	n.eff, n.rtProbs = config.ApplyRuntime(cfg, n.rt.Records())
+	for _, p := range n.rtProbs {
+		n.log.Error("a set created at run time cannot be served by this proxy; it is left out here", zap.String("set", p.Set),
+			zap.Uint64("version", p.Version), zap.String("problem", p.Problem))
+	}
 
 	// 2. Health and phases. The checker excludes replicas on the proxy
 	// built next, which in turn reports every request's outcome to the
@@ -138,7 +156,7 @@ func NewProxy(cfg config.Config, opts Options) (_ *ProxyNode, err error) {
 	if cfg.Health.Passive.Enabled {
 		popts.Observer = n.hc
 	}
-	n.p, err = proxy.New(cfg.Config, popts)
+	n.p, err = proxy.New(n.eff.Config, popts)
 	if err != nil {
 		return nil, err
 	}
@@ -154,7 +172,7 @@ func NewProxy(cfg config.Config, opts Options) (_ *ProxyNode, err error) {
 		aopts := admin.Options{
 			Gatherer: n.reg, Ready: readiness{n}, Logger: n.log.Named("admin"),
 			Sets: n.view, Members: n.view, Events: n.view, Config: n.view, Drainer: n.view, Fleet: n.view,
-			Scaler: scaler{n.p, n.audit}, Repairer: n.view, Planner: n.view, Restarter: n.view,
+			SetAdmin: setAdmin{n}, Repairer: n.view, Planner: n.view, Restarter: n.view,
 		}
 		if opts.Load != nil {
 			aopts.Reloader = n
@@ -180,6 +198,7 @@ func NewProxy(cfg config.Config, opts Options) (_ *ProxyNode, err error) {
 		messages := func(from string, msg []byte) {
 			n.disc.HandleMessage(from, msg)
 			n.fleet.HandleMessage(from, msg)
+			n.rt.HandleMessage(from, msg)
 			procs.HandleMessage(from, msg)
 		}
 		n.node, err = membership.New(cfg.Gossip.Config, membership.Meta{
@@ -193,7 +212,9 @@ func NewProxy(cfg config.Config, opts Options) (_ *ProxyNode, err error) {
 		}
 		n.disc.Attach(n.node)
 		n.fleet.Attach(n.node)
+		n.rt.Attach(n.node)
 	}
+	n.applyStops(n.eff)
 	n.log.Info("keyway starting", zap.String("version", opts.Version), zap.String("config", config.Summary(cfg)))
 	return n, nil
 }
@@ -230,6 +251,7 @@ func (n *ProxyNode) Run(ctx context.Context) error {
 		g.Go(func() error { return n.node.Run(back) })
 		g.Go(func() error { return n.disc.Run(back) })
 		g.Go(func() error { return n.fleet.Run(back) })
+		g.Go(func() error { return n.rt.Run(back) })
 	}
 	g.Go(func() error {
 		err := n.p.Run(front)
@@ -310,6 +332,11 @@ type readiness struct{ n *ProxyNode }
 
 func (r readiness) Ready() bool {
 	if !r.n.p.Ready() {
+		return false
+	}
+	if r.n.node != nil && !r.n.rt.Synced() {
+		// A proxy that has just started may not know the fleet's run-time
+		// changes yet (a stopped or deleted set it would still serve).
 		return false
 	}
 	if r.n.disc != nil && r.n.cfg.Gossip.IsolatedNotReady {

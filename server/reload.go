@@ -12,7 +12,6 @@ import (
 	"keyway/admin"
 	"keyway/config"
 	"keyway/eventlog"
-	"keyway/membership"
 )
 
 // reloadable reports whether a configuration key takes effect on a
@@ -101,7 +100,8 @@ func (n *ProxyNode) Reload(source string) (admin.ReloadResult, error) {
 	if len(probs) > 0 {
 		return n.reloadFailed(source, probs)
 	}
-	info, err := n.p.Reload(cfg.Config)
+	eff, rtProbs := config.ApplyRuntime(cfg, n.rt.Records())
+	info, err := n.p.Reload(eff.Config)
 	if err != nil {
 		var lines []string
 		for _, l := range strings.Split(err.Error(), "\n") {
@@ -118,19 +118,8 @@ func (n *ProxyNode) Reload(source string) (admin.ReloadResult, error) {
 			n.rlog.Error("admin token not reloaded; the old one stays", zap.Error(err))
 		}
 	}
-	if n.disc != nil && (len(info.Added) > 0 || len(info.Removed) > 0) {
-		n.disc.Resync()
-	}
-	if n.node != nil {
-		fp := membership.FingerprintMeta(n.p.Fingerprints())
-		if n.node.Meta().Fingerprint != fp {
-			if err := n.node.UpdateMeta(func(m *membership.Meta) { m.Fingerprint = fp }, 2*time.Second); err != nil {
-				n.rlog.Warn("gossip metadata not updated with the new ring fingerprints", zap.Error(err))
-			}
-		}
-	}
+	n.applied(eff, rtProbs, info, 2*time.Second)
 	n.cur = cfg
-	n.view.setConfig(cfg)
 	n.reloads.total.WithLabelValues("success").Inc()
 	n.reloads.lastOK.Set(1)
 	n.reloads.lastTime.Set(float64(time.Now().UnixNano()) / 1e9)

@@ -101,6 +101,12 @@ func (v *view) set(name string, traffic bool) (admin.SetStatus, bool) {
 		Generation:  t.Generation(),
 		Replicas:    []admin.ReplicaStatus{},
 	}
+	for _, sc := range v.n.p.SetConfigs() {
+		if sc.Name == name {
+			st.Stopped = sc.Stopped
+		}
+	}
+	st.Source, st.Runtime = v.n.setRuntime(name)
 	others, proxies := v.n.p.FleetInflight(name)
 	for _, m := range t.Members() {
 		if m.State == balancer.StateReady && !m.Down {

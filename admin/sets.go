@@ -1,0 +1,264 @@
+package admin
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"unicode"
+
+	"go.uber.org/zap"
+
+	"keyway/balancer"
+)
+
+// The run-time changes of replica sets, fleet-wide (bearer token):
+//
+//	POST   /v1/replica_sets          create a set from a JSON definition
+//	PATCH  /v1/replica_sets/{set}    {"replicas": N} and/or {"stop": true|false}
+//	DELETE /v1/replica_sets/{set}    delete a set none of whose replicas runs
+//	GET    /v1/runtime               the run-time state (no token)
+//	GET    /v1/runtime/export        the sets as YAML for the file (no token)
+//	DELETE /v1/runtime/{set}         hand a set back to the configuration file
+
+// SetAdmin makes run-time changes of replica sets. Safe for concurrent use.
+type SetAdmin interface {
+	// CreateSet creates a set from spec, a JSON object with the keys of a
+	// replica_sets entry. Errors: *SpecError (the definition is invalid),
+	// ErrSetExists.
+	CreateSet(spec []byte, who Actor) (SetChange, error)
+	// PatchSet changes a set's declared count and/or stops or starts it.
+	// Errors wrap ErrUnknownSet.
+	PatchSet(set string, p SetPatch, who Actor) (SetChange, error)
+	// DeleteSet removes a set. Errors wrap ErrUnknownSet, or are a
+	// *InUseError naming the replicas still running or draining.
+	DeleteSet(set string, who Actor) (SetChange, error)
+	// ClearRuntime drops the run-time state of a set: the configuration
+	// file decides about it again. Errors wrap ErrNoRuntimeState.
+	ClearRuntime(set string, who Actor) (SetChange, error)
+	// Runtime returns the run-time state.
+	Runtime() RuntimeStatus
+	// Export returns the replica sets this proxy serves (file and
+	// run-time state together) as the replica_sets key of a configuration
+	// file, in YAML.
+	Export() ([]byte, error)
+}
+
+// SetPatch is the body of PATCH /v1/replica_sets/{set}: at least one field.
+type SetPatch struct {
+	Replicas *int  `json:"replicas,omitempty"`
+	Stop     *bool `json:"stop,omitempty"`
+}
+
+// Actor is who issued a command: the X-Keyway-Actor header (the CLI sends
+// USER@HOST) and the client's address.
+type Actor struct {
+	Name   string
+	Remote string
+}
+
+// String is "NAME (REMOTE)", or "anonymous (REMOTE)" without a name.
+func (a Actor) String() string {
+	n := a.Name
+	if n == "" {
+		n = "anonymous"
+	}
+	if a.Remote == "" {
+		return n
+	}
+	return n + " (" + a.Remote + ")"
+}
+
+// ActorHeader names the caller of a mutating call, for the audit trail.
+const ActorHeader = "X-Keyway-Actor"
+
+// Errors of SetAdmin.
+var (
+	ErrSetExists      = errors.New("replica set already exists")
+	ErrNoRuntimeState = errors.New("no run-time state for this replica set")
+)
+
+// SpecError is a set definition that does not decode or validate: every
+// problem, each naming the key.
+type SpecError struct{ Problems []string }
+
+func (e *SpecError) Error() string {
+	return "the replica set definition is invalid:\n  " + strings.Join(e.Problems, "\n  ")
+}
+
+// InUseError refuses a delete: the replicas still running or draining.
+type InUseError struct {
+	Set      string
+	Replicas []string // "NAME (STATE)"
+}
+
+func (e *InUseError) Error() string {
+	return fmt.Sprintf("replica set %q still has replicas running or draining: %s; stop the set first (keyway stop --set %s, or PATCH {\"stop\": true}) and delete it once they are stopped",
+		e.Set, strings.Join(e.Replicas, ", "), e.Set)
+}
+
+func (s *Server) routeSets(mux *http.ServeMux) {
+	mux.HandleFunc("POST /v1/replica_sets", s.authorized(s.createSet))
+	mux.HandleFunc("PATCH /v1/replica_sets/{set}", s.authorized(s.patchSet))
+	mux.HandleFunc("DELETE /v1/replica_sets/{set}", s.authorized(s.deleteSet))
+	mux.HandleFunc("GET /v1/runtime", s.getRuntime)
+	mux.HandleFunc("GET /v1/runtime/export", s.exportRuntime)
+	mux.HandleFunc("DELETE /v1/runtime/{set}", s.authorized(s.clearRuntime))
+}
+
+// actor reads who calls: the X-Keyway-Actor header (at most 128
+// printable characters; anything else is replaced) and the remote
+// address.
+func actor(r *http.Request) Actor {
+	name := strings.TrimSpace(r.Header.Get(ActorHeader))
+	if len(name) > 128 {
+		name = name[:128]
+	}
+	name = strings.Map(func(c rune) rune {
+		if unicode.IsPrint(c) {
+			return c
+		}
+		return '?'
+	}, name)
+	return Actor{Name: name, Remote: r.RemoteAddr}
+}
+
+func (s *Server) createSet(w http.ResponseWriter, r *http.Request) {
+	if s.opts.SetAdmin == nil {
+		s.unavailable(w, "run-time replica sets")
+		return
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20+1))
+	if err != nil {
+		s.fail(w, http.StatusBadRequest, "reading the body: "+err.Error())
+		return
+	}
+	if len(body) > 1<<20 {
+		s.fail(w, http.StatusRequestEntityTooLarge, "body: a replica set definition is at most 1 MiB")
+		return
+	}
+	who := actor(r)
+	res, err := s.opts.SetAdmin.CreateSet(body, who)
+	if s.setError(w, "", err) {
+		return
+	}
+	s.log.Info("admin create set", zap.String("set", res.Set), zap.Uint64("version", res.Version), zap.String("by", who.String()))
+	s.write(w, http.StatusCreated, res)
+}
+
+func (s *Server) patchSet(w http.ResponseWriter, r *http.Request) {
+	if s.opts.SetAdmin == nil {
+		s.unavailable(w, "run-time replica sets")
+		return
+	}
+	set := r.PathValue("set")
+	dec := json.NewDecoder(io.LimitReader(r.Body, 4<<10))
+	dec.DisallowUnknownFields()
+	var p SetPatch
+	const want = `send {"replicas": N} with 1 <= N <= %d, {"stop": true} or {"stop": false}, or both`
+	if err := dec.Decode(&p); err != nil {
+		s.fail(w, http.StatusBadRequest, fmt.Sprintf("body: "+want+": %v", balancer.MaxReplicas, err))
+		return
+	}
+	if p.Replicas == nil && p.Stop == nil {
+		s.fail(w, http.StatusBadRequest, fmt.Sprintf("body: nothing to change: "+want, balancer.MaxReplicas))
+		return
+	}
+	if p.Replicas != nil && (*p.Replicas < 1 || *p.Replicas > balancer.MaxReplicas) {
+		s.fail(w, http.StatusBadRequest, fmt.Sprintf(`replicas: %d is out of range: send {"replicas": N} with 1 <= N <= %d`, *p.Replicas, balancer.MaxReplicas))
+		return
+	}
+	who := actor(r)
+	res, err := s.opts.SetAdmin.PatchSet(set, p, who)
+	if s.setError(w, set, err) {
+		return
+	}
+	s.log.Info("admin change set", zap.String("set", set), zap.String("action", res.Action), zap.Uint64("version", res.Version), zap.String("by", who.String()))
+	s.reply(w, res)
+}
+
+func (s *Server) deleteSet(w http.ResponseWriter, r *http.Request) {
+	if s.opts.SetAdmin == nil {
+		s.unavailable(w, "run-time replica sets")
+		return
+	}
+	set := r.PathValue("set")
+	who := actor(r)
+	res, err := s.opts.SetAdmin.DeleteSet(set, who)
+	if s.setError(w, set, err) {
+		return
+	}
+	s.log.Info("admin delete set", zap.String("set", set), zap.Uint64("version", res.Version), zap.String("by", who.String()))
+	s.reply(w, res)
+}
+
+func (s *Server) clearRuntime(w http.ResponseWriter, r *http.Request) {
+	if s.opts.SetAdmin == nil {
+		s.unavailable(w, "run-time replica sets")
+		return
+	}
+	set := r.PathValue("set")
+	who := actor(r)
+	res, err := s.opts.SetAdmin.ClearRuntime(set, who)
+	if s.setError(w, set, err) {
+		return
+	}
+	s.log.Info("admin clear run-time state", zap.String("set", set), zap.Uint64("version", res.Version), zap.String("by", who.String()))
+	s.reply(w, res)
+}
+
+func (s *Server) getRuntime(w http.ResponseWriter, r *http.Request) {
+	if s.opts.SetAdmin == nil {
+		s.unavailable(w, "run-time replica sets")
+		return
+	}
+	st := s.opts.SetAdmin.Runtime()
+	if st.Records == nil {
+		st.Records = []RuntimeRecord{}
+	}
+	if st.Problems == nil {
+		st.Problems = []RuntimeProblem{}
+	}
+	s.reply(w, st)
+}
+
+func (s *Server) exportRuntime(w http.ResponseWriter, r *http.Request) {
+	if s.opts.SetAdmin == nil {
+		s.unavailable(w, "run-time replica sets")
+		return
+	}
+	b, err := s.opts.SetAdmin.Export()
+	if err != nil {
+		s.fail(w, http.StatusInternalServerError, "export: "+err.Error())
+		return
+	}
+	w.Header().Set("Content-Type", "application/yaml")
+	w.Header().Set("Cache-Control", "no-store")
+	_, _ = w.Write(b)
+}
+
+// setError answers err of a SetAdmin call, if any, and reports whether it
+// did.
+func (s *Server) setError(w http.ResponseWriter, set string, err error) bool {
+	var spec *SpecError
+	var inUse *InUseError
+	switch {
+	case err == nil:
+		return false
+	case errors.As(err, &spec):
+		s.write(w, http.StatusBadRequest, ReloadRefused{Error: "the replica set definition is invalid; nothing changed", Problems: spec.Problems})
+	case errors.As(err, &inUse):
+		s.write(w, http.StatusBadRequest, ReloadRefused{Error: inUse.Error(), Problems: inUse.Replicas})
+	case errors.Is(err, ErrSetExists):
+		s.fail(w, http.StatusConflict, err.Error())
+	case errors.Is(err, ErrUnknownSet) && s.opts.Sets != nil:
+		s.unknownSet(w, set)
+	case errors.Is(err, ErrUnknownSet), errors.Is(err, ErrNoRuntimeState):
+		s.fail(w, http.StatusNotFound, err.Error())
+	default:
+		s.fail(w, http.StatusInternalServerError, err.Error())
+	}
+	return true
+}
