@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -52,7 +53,21 @@ func parseCLIFlags(fs *flag.FlagSet, args []string, stderr io.Writer, usage stri
 // client returns the admin API client of --admin, with token for the
 // mutating commands.
 func (cf *cliFlags) client(token string) *admin.Client {
-	return &admin.Client{Addr: cf.admin, Token: token, Timeout: cliTimeout}
+	return &admin.Client{Addr: cf.admin, Token: token, Timeout: cliTimeout, Actor: cliActor()}
+}
+
+// cliActor names the caller in the proxies' audit trail: USER@HOST, or
+// KEYWAY_ACTOR when set (a CI job's name, say).
+func cliActor() string {
+	if a := strings.TrimSpace(os.Getenv("KEYWAY_ACTOR")); a != "" {
+		return a
+	}
+	u := cmp.Or(os.Getenv("USER"), os.Getenv("LOGNAME"), "unknown")
+	h, err := os.Hostname()
+	if err != nil || h == "" {
+		return u
+	}
+	return u + "@" + h
 }
 
 // checkAddr rejects an --admin that is not an address.
@@ -168,6 +183,13 @@ func printSet(w io.Writer, s admin.SetStatus) {
 	fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%d\t%d\t%s\t%d\t%s\t%s\t%s\n", s.Name, s.Phase, s.Ready, s.Declared, s.InRotation, s.RingSize, s.Failover, s.Generation,
 		fmtRate(rps), fmtRate(eps), s.Fingerprint)
 	tw.Flush()
+	if s.Stopped {
+		fmt.Fprintf(w, "  STOPPED: every request gets 503; 'keyway start --set %s' starts it again\n", s.Name)
+	}
+	if s.Runtime != nil {
+		fmt.Fprintf(w, "  run-time state overrides the file (%s): %s by %s via %s, version %d; 'keyway runtime' lists it\n",
+			strings.Join(s.Runtime.Overrides, ", "), s.Runtime.Action, s.Runtime.By, s.Runtime.Via, s.Runtime.Version)
+	}
 	if len(s.Replicas) == 0 {
 		fmt.Fprintln(w, "  (no replicas known)")
 		return

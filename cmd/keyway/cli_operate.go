@@ -13,7 +13,8 @@ import (
 )
 
 // keyway reload and keyway scale: clients of POST /v1/reload and PATCH
-// /v1/replica_sets/{set}, with the bearer token like drain.
+// /v1/replica_sets/{set}, with the bearer token like drain. The other
+// run-time changes of sets are in cli_sets.go.
 
 // cliToken reads the admin token: --token-file, else KEYWAY_ADMIN_TOKEN.
 func cliToken(tokenFile, command string) (string, error) {
@@ -96,10 +97,11 @@ func plural(n int) string {
 
 const scaleUsage = `Usage: keyway scale --set SET --replicas N [--admin ADDR] [--token-file FILE] [--json]
 
-Changes a replica set's declared replica count on one running proxy (what
-its phase compares the ready replicas with: fewer ready reads Degraded).
-It lasts until a reload changes the set's replicas key in the file, or the
-proxy restarts: to keep it, change the file too. Run it against each proxy.
+Changes a replica set's declared replica count (what its phase compares the
+ready replicas with: fewer ready reads Degraded) on every proxy of the
+fleet: ask any one. It is run-time state: it outlives reloads and proxy
+restarts while any proxy runs (and all restarts with runtime.state_dir),
+and wins over the file's replicas key until 'keyway runtime clear'.
 
 `
 
@@ -132,7 +134,7 @@ func runScale(args []string, stdout, stderr io.Writer) error {
 		_, err := stdout.Write(body)
 		return err
 	}
-	fmt.Fprintf(stdout, "scale %s: declared %d (was %d), scope %s\n", res.Set, res.Replicas, res.Previous, res.Scope)
+	fmt.Fprintf(stdout, "scale %s: declared %d (was %d), scope %s, version %d\n", res.Set, deref(res.Replicas), deref(res.Previous), res.Scope, res.Version)
 	return nil
 }
 

@@ -131,9 +131,10 @@ func TestReloadAndScaleCLI(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// Scale: declared 2 → 4, the set reads Degraded; an unrelated reload
-	// keeps it; the file changing replicas wins.
-	if out, err := cli("scale", "--set", "orders", "--replicas", "4"); err != nil || !strings.Contains(out, "declared 4 (was 2), scope this proxy") {
+	// Scale: declared 2 → 4, the set reads Degraded; reloads keep it, even
+	// one that changes the file's replicas (the run-time state wins) until
+	// the run-time state is cleared.
+	if out, err := cli("scale", "--set", "orders", "--replicas", "4"); err != nil || !strings.Contains(out, "declared 4 (was 2), scope this proxy, version 1") {
 		t.Fatalf("scale: %q %v", out, err)
 	}
 	var set struct {
@@ -162,8 +163,24 @@ func TestReloadAndScaleCLI(t *testing.T) {
 		t.Fatal(err)
 	}
 	stacktest.GetJSON(t, "http://"+st.admin+"/v1/replica_sets/orders", &set)
+	if set.Declared != 4 || set.Phase != "Degraded" {
+		t.Fatalf("after the file changed replicas: %+v, want the run-time 4, Degraded", set)
+	}
+	if out, _, err := keywayCLI(t, "status", "--admin", st.admin); err != nil || !strings.Contains(out, "run-time state overrides the file (replicas): scale by ") {
+		t.Fatalf("status with a run-time override: %q %v", out, err)
+	}
+	if out, _, err := keywayCLI(t, "runtime", "--admin", st.admin); err != nil || !strings.Contains(out, "replicas=4") || !strings.Contains(out, "orders") {
+		t.Fatalf("runtime: %q %v", out, err)
+	}
+	if out, err := cli("runtime", "clear", "--set", "orders"); err != nil || !strings.Contains(out, "cleared orders: version 2") {
+		t.Fatalf("runtime clear: %q %v", out, err)
+	}
+	stacktest.GetJSON(t, "http://"+st.admin+"/v1/replica_sets/orders", &set)
 	if set.Declared != 3 || set.Phase != "Degraded" {
-		t.Fatalf("after the file changed replicas: %+v, want declared 3, Degraded", set)
+		t.Fatalf("after the run-time state was cleared: %+v, want the file's 3, Degraded", set)
+	}
+	if _, err := cli("runtime", "clear", "--set", "orders"); err == nil || !strings.Contains(err.Error(), "no run-time state") {
+		t.Fatalf("a second clear: %v", err)
 	}
 
 	// Errors: unknown set, bad count, no token, a rotated token.

@@ -58,7 +58,12 @@ Usage:
   keyway drain --set S --replica R    take a replica out of rotation on every proxy (--token-file F)
   keyway undrain --set S --replica R  end that drain
   keyway reload                 make a running proxy re-read its configuration file (like SIGHUP)
-  keyway scale --set S --replicas N   change a set's declared replica count on a running proxy
+  keyway scale --set S --replicas N   change a set's declared replica count, fleet-wide
+  keyway create -f SET.json     create a replica set at run time, fleet-wide
+  keyway stop --set S           stop a set: drained on every proxy, 503 for its requests, processes stopped
+  keyway start --set S          start a stopped set again
+  keyway delete --set S         delete a set none of whose replicas runs (stop it first)
+  keyway runtime [export|clear --set S]  the fleet's run-time state; write it back to the file
   keyway repair --set S         restart a set's replicas that gave up, lift every proxy's holds
   keyway restart --set S        rolling restart: one replica at a time, drained first, no request lost
   keyway version                print the version
@@ -98,6 +103,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runReload(rest, stdout, stderr)
 	case "scale":
 		return runScale(rest, stdout, stderr)
+	case "create":
+		return runCreate(rest, stdout, stderr)
+	case "stop", "start":
+		return runStopStart(rest, cmd == "stop", stdout, stderr)
+	case "delete":
+		return runDelete(rest, stdout, stderr)
+	case "runtime":
+		return runRuntime(rest, stdout, stderr)
 	case "repair":
 		return runRepair(rest, stdout, stderr)
 	case "restart":
