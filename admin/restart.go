@@ -15,9 +15,9 @@ type Restarter interface {
 	// StartRestart begins a rolling restart of a set and returns its
 	// status. Errors wrap ErrUnknownSet, ErrRestartRunning (one runs
 	// already) or ErrUnreachable (no gossip, no agents).
-	StartRestart(set string, stepTimeout time.Duration) (RestartStatus, error)
-	// RestartStatus returns the last rolling restart of a set this proxy
-	// ran; ok is false when there was none.
+	StartRestart(set string, stepTimeout time.Duration, who Actor) (RestartStatus, error)
+	// RestartStatus returns the set's last rolling restart, whichever
+	// proxy of the fleet runs or ran it; ok is false when there was none.
 	RestartStatus(set string) (RestartStatus, bool)
 }
 
@@ -50,7 +50,7 @@ func (s *Server) startRestart(w http.ResponseWriter, r *http.Request) {
 		}
 		step = d
 	}
-	st, err := s.opts.Restarter.StartRestart(set, step)
+	st, err := s.opts.Restarter.StartRestart(set, step, actor(r))
 	switch {
 	case errors.Is(err, ErrUnknownSet) && s.opts.Sets != nil:
 		s.unknownSet(w, set)

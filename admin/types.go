@@ -518,8 +518,15 @@ const (
 type RestartStatus struct {
 	Set string `json:"set"`
 	// State is "running", "done", "failed" (a step timed out or failed;
-	// Error says which) or "interrupted" (this proxy stopped meanwhile).
+	// Error says which) or "interrupted" (the proxy running it stopped
+	// with no other proxy to take it over).
 	State string `json:"state"`
+	// Owner is the gossip node of the proxy running it. Every proxy
+	// shows the same restart; if the owner leaves the fleet, the alive
+	// proxy with the lowest node name takes it over (a "takeover" step).
+	Owner string `json:"owner"`
+	// By is who started it.
+	By string `json:"by,omitempty"`
 	// Replicas are the replicas it restarts, in order; Current the one
 	// being restarted ("" when not running).
 	Replicas []string `json:"replicas"`
@@ -538,7 +545,8 @@ type RestartStep struct {
 	Time    time.Time `json:"time"`
 	Replica string    `json:"replica"`
 	// Step is "drain", "drained", "restart", "started", "undrain",
-	// "ready" or "failed".
+	// "ready", "failed", "handover" (the owner is stopping and leaves it
+	// to another proxy) or "takeover" (another proxy continues it).
 	Step   string `json:"step"`
 	Detail string `json:"detail,omitempty"`
 }

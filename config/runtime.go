@@ -69,6 +69,7 @@ type RuntimeProblem struct {
 // match, from two proxies at once), the first by name stays, on every
 // proxy. file is not modified.
 func ApplyRuntime(file Config, recs []membership.RuntimeRecord) (Config, []RuntimeProblem) {
+	recs = slices.DeleteFunc(slices.Clone(recs), func(r membership.RuntimeRecord) bool { return !r.IsSet() })
 	byName := make(map[string]membership.RuntimeRecord, len(recs))
 	for _, r := range recs {
 		byName[r.Set] = r

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -41,6 +42,8 @@ import (
 // the configuration file decide; a record with none set (Clear) hands the
 // set back to the file.
 type RuntimeRecord struct {
+	// Set is the record's key: a replica set's name, or for a set's
+	// rolling restart RestartKey + the set's name.
 	Set string `json:"set"`
 	// Version orders writes (a Lamport clock); Origin, the gossip node of
 	// the proxy that wrote it, breaks ties.
@@ -56,6 +59,10 @@ type RuntimeRecord struct {
 	Stopped *bool `json:"stopped,omitempty"`
 	// Replicas, when set, overrides the set's declared replica count.
 	Replicas *int `json:"replicas,omitempty"`
+	// Restart is the progress of a rolling restart (a record keyed
+	// RestartKey + set), as the proxy running it writes it after every
+	// step: another proxy takes it over from there if that proxy leaves.
+	Restart json.RawMessage `json:"restart,omitempty"`
 	// Action is the operator command that wrote this version: create,
 	// delete, stop, start, scale or clear.
 	Action string `json:"action"`
@@ -66,7 +73,14 @@ type RuntimeRecord struct {
 	At  time.Time `json:"at"`
 }
 
-// Newer reports whether r wins over o (both of one set).
+// RestartKey prefixes the key of a set's rolling restart record (':' is
+// never part of a set name).
+const RestartKey = "restart:"
+
+// IsSet reports whether the record is a replica set's (not a restart's).
+func (r RuntimeRecord) IsSet() bool { return !strings.HasPrefix(r.Set, RestartKey) }
+
+// Newer reports whether r wins over o (both of one key).
 func (r RuntimeRecord) Newer(o RuntimeRecord) bool {
 	if r.Version != o.Version {
 		return r.Version > o.Version

@@ -252,6 +252,7 @@ func (n *ProxyNode) Run(ctx context.Context) error {
 		g.Go(func() error { return n.disc.Run(back) })
 		g.Go(func() error { return n.fleet.Run(back) })
 		g.Go(func() error { return n.rt.Run(back) })
+		n.restarts.wg.Go(func() { n.watchRestarts(front) })
 	}
 	g.Go(func() error {
 		err := n.p.Run(front)

@@ -1,10 +1,13 @@
 package server
 
 import (
+	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -13,15 +16,80 @@ import (
 	"keyway/admin"
 	"keyway/balancer"
 	"keyway/eventlog"
+	"keyway/membership"
 )
 
 var _ admin.Restarter = (*view)(nil)
 
-// restarts are the rolling restarts this proxy runs or ran, by set.
+// Rolling restarts are fleet-wide: the proxy that runs one (its owner)
+// writes its progress after every step as a run-time record (key
+// membership.RestartKey + set), so every proxy shows it and only one runs
+// per set. If the owner leaves the fleet mid-way (it crashed, or stopped
+// while other proxies run), the alive proxy with the lowest gossip node
+// name takes it over (watchRestarts) and continues with the replica it
+// was at, from its drain: that replica may get one more restart.
+
+// restarts tracks the rolling restarts this proxy runs.
 type restarts struct {
-	mu   sync.Mutex
-	runs map[string]*admin.RestartStatus // guarded by mu; copied out
-	wg   sync.WaitGroup                  // running restarts (Run waits for them)
+	wg sync.WaitGroup // running restarts (Run waits for them)
+}
+
+// maxRestartSteps bounds the steps a restart's record keeps (the oldest
+// go first): the record travels to every proxy after every step.
+const maxRestartSteps = 200
+
+// errHandedOver stops a restart whose record another proxy has taken
+// over.
+var errHandedOver = errors.New("another proxy has taken the restart over")
+
+// restartStatus decodes a set's restart record.
+func (n *ProxyNode) restartStatus(set string) (admin.RestartStatus, bool) {
+	rec, ok := n.rt.Get(membership.RestartKey + set)
+	if !ok || len(rec.Restart) == 0 {
+		return admin.RestartStatus{}, false
+	}
+	var st admin.RestartStatus
+	if err := json.Unmarshal(rec.Restart, &st); err != nil {
+		return admin.RestartStatus{}, false
+	}
+	return st, true
+}
+
+// updateRestart changes a set's restart record with mutate, under the
+// run-time state's write lock: mutate sees the record as it is now (ok
+// false when there is none) and may refuse with an error.
+func (n *ProxyNode) updateRestart(set, by string, mutate func(st *admin.RestartStatus, ok bool) error) (admin.RestartStatus, error) {
+	var out admin.RestartStatus
+	_, err := n.rt.Update(membership.RestartKey+set, func(cur membership.RuntimeRecord, ok bool) (membership.RuntimeRecord, error) {
+		var st admin.RestartStatus
+		ok = ok && len(cur.Restart) > 0 && json.Unmarshal(cur.Restart, &st) == nil
+		if err := mutate(&st, ok); err != nil {
+			return cur, err
+		}
+		if len(st.Steps) > maxRestartSteps {
+			st.Steps = slices.Clone(st.Steps[len(st.Steps)-maxRestartSteps:])
+		}
+		b, err := json.Marshal(st)
+		if err != nil {
+			return cur, err
+		}
+		out = st
+		return membership.RuntimeRecord{Restart: b, Action: "restart", By: cmp.Or(by, cur.By), Via: n.via()}, nil
+	})
+	return out, err
+}
+
+// aliveProxies returns the alive proxies' gossip node names, this one
+// included, sorted.
+func (n *ProxyNode) aliveProxies() []string {
+	var out []string
+	for _, m := range n.node.Members() {
+		if m.Meta.Role == membership.RoleProxy && m.Status == membership.StatusAlive {
+			out = append(out, m.Node)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // StartRestart begins a rolling restart of a set: its gossip replicas, one
@@ -30,7 +98,8 @@ type restarts struct {
 // to them, and undrained once their new process has started; the next one
 // starts when the previous one is back in rotation. It stops at the first
 // step that does not complete within stepTimeout, undraining that replica.
-func (v *view) StartRestart(set string, stepTimeout time.Duration) (admin.RestartStatus, error) {
+// One restart of a set runs at a time in the whole fleet.
+func (v *view) StartRestart(set string, stepTimeout time.Duration, who admin.Actor) (admin.RestartStatus, error) {
 	n := v.n
 	r := n.p.Router(set)
 	if r == nil {
@@ -52,55 +121,120 @@ func (v *view) StartRestart(set string, stepTimeout time.Duration) (admin.Restar
 	if len(names) == 0 {
 		return admin.RestartStatus{}, fmt.Errorf("%w: no replica of %s is advertised by an agent", admin.ErrUnreachable, set)
 	}
-	n.restarts.mu.Lock()
-	defer n.restarts.mu.Unlock()
-	if cur := n.restarts.runs[set]; cur != nil && cur.State == "running" {
-		return admin.RestartStatus{}, fmt.Errorf("%w (started %s)", admin.ErrRestartRunning, cur.Started.Format(time.RFC3339))
+	self := n.node.Name()
+	alive := n.aliveProxies()
+	st, err := n.updateRestart(set, who.String(), func(st *admin.RestartStatus, ok bool) error {
+		if ok && st.State == "running" && slices.Contains(alive, st.Owner) {
+			return fmt.Errorf("%w (started %s, run by %s)", admin.ErrRestartRunning, st.Started.Format(time.RFC3339), st.Owner)
+		}
+		*st = admin.RestartStatus{Set: set, State: "running", Owner: self, By: who.String(), Replicas: names,
+			StepTimeout: stepTimeout.String(), Started: time.Now(), Steps: []admin.RestartStep{}}
+		return nil
+	})
+	if err != nil {
+		return admin.RestartStatus{}, err
 	}
-	st := &admin.RestartStatus{Set: set, State: "running", Replicas: names, StepTimeout: stepTimeout.String(), Started: time.Now(), Steps: []admin.RestartStep{}}
-	if n.restarts.runs == nil {
-		n.restarts.runs = map[string]*admin.RestartStatus{}
-	}
-	n.restarts.runs[set] = st
-	n.audit.Record(eventlog.KindAdminAction, set, "", map[string]any{"action": "restart", "replicas": names, "scope": admin.ScopeGossip})
-	n.restarts.wg.Go(func() { n.rollingRestart(ctx, set, names, stepTimeout) })
-	return copyStatus(st), nil
+	n.audit.Record(eventlog.KindAdminAction, set, "", map[string]any{"action": "restart", "replicas": names, "scope": admin.ScopeFleet, "by": who.String()})
+	n.restarts.wg.Go(func() { n.rollingRestart(ctx, set, st) })
+	return st, nil
 }
 
-// RestartStatus returns the set's last rolling restart on this proxy.
+// RestartStatus returns the set's last rolling restart, from the fleet's
+// run-time state.
 func (v *view) RestartStatus(set string) (admin.RestartStatus, bool) {
-	v.n.restarts.mu.Lock()
-	defer v.n.restarts.mu.Unlock()
-	st := v.n.restarts.runs[set]
-	if st == nil {
-		return admin.RestartStatus{}, false
+	return v.n.restartStatus(set)
+}
+
+// watchRestarts takes over, every second until ctx is done, the running
+// restarts whose owner has left the fleet, when this proxy is the alive
+// proxy with the lowest node name.
+func (n *ProxyNode) watchRestarts(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		alive := n.aliveProxies()
+		self := n.node.Name()
+		if len(alive) == 0 || alive[0] != self {
+			continue
+		}
+		for _, rec := range n.rt.Records() {
+			set, isRestart := strings.CutPrefix(rec.Set, membership.RestartKey)
+			if !isRestart {
+				continue
+			}
+			st, ok := n.restartStatus(set)
+			if !ok || st.State != "running" || slices.Contains(alive, st.Owner) || n.p.Router(set) == nil {
+				continue
+			}
+			prev := st.Owner
+			st, err := n.updateRestart(set, "", func(st *admin.RestartStatus, ok bool) error {
+				if !ok || st.State != "running" || slices.Contains(n.aliveProxies(), st.Owner) {
+					return errHandedOver // someone else was quicker, or the owner is back
+				}
+				st.Owner = self
+				st.Steps = append(st.Steps, admin.RestartStep{Time: time.Now(), Replica: st.Current, Step: "takeover",
+					Detail: fmt.Sprintf("%s left the fleet; %s continues", prev, self)})
+				return nil
+			})
+			if err != nil {
+				continue
+			}
+			n.log.Named("restart").Warn("rolling restart taken over: the proxy running it left the fleet",
+				zap.String("set", set), zap.String("from", prev), zap.String("current", st.Current))
+			n.audit.Record(eventlog.KindAdminAction, set, "", map[string]any{"action": "restart_takeover", "from": prev, "scope": admin.ScopeFleet})
+			n.restarts.wg.Go(func() { n.rollingRestart(ctx, set, st) })
+		}
 	}
-	return copyStatus(st), true
 }
 
-func copyStatus(st *admin.RestartStatus) admin.RestartStatus {
-	c := *st
-	c.Steps = slices.Clone(st.Steps)
-	return c
-}
-
-// rollingRestart runs a restart's steps; see StartRestart.
-func (n *ProxyNode) rollingRestart(ctx context.Context, set string, names []string, stepTimeout time.Duration) {
+// rollingRestart runs a restart's steps from where st is: the replicas
+// before the current one are done (their "ready" step is recorded); see
+// StartRestart.
+func (n *ProxyNode) rollingRestart(ctx context.Context, set string, st admin.RestartStatus) {
 	log := n.log.Named("restart").With(zap.String("set", set))
-	step := func(replica, what, detail string) {
-		n.restarts.mu.Lock()
-		st := n.restarts.runs[set]
-		st.Current = replica
-		st.Steps = append(st.Steps, admin.RestartStep{Time: time.Now(), Replica: replica, Step: what, Detail: detail})
-		n.restarts.mu.Unlock()
+	self := n.node.Name()
+	done := map[string]bool{}
+	for _, s := range st.Steps {
+		if s.Step == "ready" {
+			done[s.Replica] = true
+		}
+	}
+	stepTimeout, err := time.ParseDuration(st.StepTimeout)
+	if err != nil {
+		stepTimeout = 2 * time.Minute
+	}
+	// write records a step, unless another proxy has taken the restart
+	// over meanwhile.
+	write := func(mutate func(st *admin.RestartStatus)) error {
+		_, err := n.updateRestart(set, "", func(st *admin.RestartStatus, ok bool) error {
+			if !ok || st.Owner != self || st.State != "running" {
+				return errHandedOver
+			}
+			mutate(st)
+			return nil
+		})
+		return err
+	}
+	step := func(replica, what, detail string) error {
 		log.Info("rolling restart step", zap.String("replica", replica), zap.String("step", what), zap.String("detail", detail))
+		return write(func(st *admin.RestartStatus) {
+			st.Current = replica
+			st.Steps = append(st.Steps, admin.RestartStep{Time: time.Now(), Replica: replica, Step: what, Detail: detail})
+		})
 	}
 	finish := func(state, errText string) {
-		n.restarts.mu.Lock()
-		st := n.restarts.runs[set]
-		st.State, st.Error, st.Current, st.Finished = state, errText, "", time.Now()
-		n.restarts.mu.Unlock()
-		fields := map[string]any{"action": "restart", "result": state, "scope": admin.ScopeGossip}
+		err := write(func(st *admin.RestartStatus) {
+			st.State, st.Error, st.Current, st.Finished = state, errText, "", time.Now()
+		})
+		if err != nil {
+			return
+		}
+		fields := map[string]any{"action": "restart", "result": state, "scope": admin.ScopeFleet}
 		if errText != "" {
 			fields["error"] = errText
 			log.Error("rolling restart stopped", zap.String("state", state), zap.String("error", errText))
@@ -109,13 +243,21 @@ func (n *ProxyNode) rollingRestart(ctx context.Context, set string, names []stri
 		}
 		n.audit.Record(eventlog.KindAdminAction, set, "", fields)
 	}
-	// wait polls cond every 100ms until it holds, the step times out or
-	// the proxy stops.
+	// owned reports whether this proxy still runs the restart.
+	owned := func() bool {
+		cur, ok := n.restartStatus(set)
+		return ok && cur.Owner == self && cur.State == "running"
+	}
+	// wait polls cond every 100ms until it holds, the step times out, the
+	// proxy stops or another proxy takes the restart over.
 	wait := func(cond func() bool) error {
 		deadline := time.Now().Add(stepTimeout)
 		for !cond() {
 			if time.Now().After(deadline) {
 				return fmt.Errorf("not within %s", stepTimeout)
+			}
+			if !owned() {
+				return errHandedOver
 			}
 			select {
 			case <-ctx.Done():
@@ -126,16 +268,33 @@ func (n *ProxyNode) rollingRestart(ctx context.Context, set string, names []stri
 		return nil
 	}
 	member := func(name string) (balancer.Member, bool) {
-		for _, m := range n.p.Router(set).Table().Members() {
+		r := n.p.Router(set)
+		if r == nil {
+			return balancer.Member{}, false
+		}
+		for _, m := range r.Table().Members() {
 			if m.Name == name {
 				return m, true
 			}
 		}
 		return balancer.Member{}, false
 	}
-	for _, name := range names {
+	for _, name := range st.Replicas {
+		if done[name] {
+			continue
+		}
 		fail := func(what string, err error) {
-			step(name, "failed", what+": "+err.Error())
+			if errors.Is(err, errHandedOver) {
+				log.Warn("rolling restart continues on another proxy", zap.String("replica", name))
+				return
+			}
+			if ctx.Err() != nil && len(n.aliveProxies()) > 1 {
+				// Stopping while other proxies run: one of them takes it
+				// over once this one has left, from this replica's drain.
+				_ = step(name, "handover", "this proxy is stopping; another proxy takes the restart over")
+				return
+			}
+			_ = step(name, "failed", what+": "+err.Error())
 			_ = n.disc.Drain(set, name, false)
 			state := "failed"
 			if ctx.Err() != nil {
@@ -143,7 +302,10 @@ func (n *ProxyNode) rollingRestart(ctx context.Context, set string, names []stri
 			}
 			finish(state, fmt.Sprintf("%s %s: %v", name, what, err))
 		}
-		step(name, "drain", "")
+		if err := step(name, "drain", ""); err != nil {
+			fail("drain", err)
+			return
+		}
 		if err := n.disc.Drain(set, name, true); err != nil {
 			fail("drain", err)
 			return
@@ -179,9 +341,15 @@ func (n *ProxyNode) rollingRestart(ctx context.Context, set string, names []stri
 			fail("drained", err)
 			return
 		}
-		step(name, "drained", "out of rotation and nothing in flight on every proxy")
+		if err := step(name, "drained", "out of rotation and nothing in flight on every proxy"); err != nil {
+			fail("drained", err)
+			return
+		}
 		since := time.Now()
-		step(name, "restart", "")
+		if err := step(name, "restart", ""); err != nil {
+			fail("restart", err)
+			return
+		}
 		if err := n.disc.RestartReplica(set, name); err != nil {
 			fail("restart", err)
 			return
@@ -190,8 +358,14 @@ func (n *ProxyNode) rollingRestart(ctx context.Context, set string, names []stri
 			fail("started", err)
 			return
 		}
-		step(name, "started", "the agent started a new process")
-		step(name, "undrain", "")
+		if err := step(name, "started", "the agent started a new process"); err != nil {
+			fail("started", err)
+			return
+		}
+		if err := step(name, "undrain", ""); err != nil {
+			fail("undrain", err)
+			return
+		}
 		if err := n.disc.Drain(set, name, false); err != nil {
 			fail("undrain", err)
 			return
@@ -203,7 +377,10 @@ func (n *ProxyNode) rollingRestart(ctx context.Context, set string, names []stri
 			fail("ready", err)
 			return
 		}
-		step(name, "ready", "back in rotation")
+		if err := step(name, "ready", "back in rotation"); err != nil {
+			fail("ready", err)
+			return
+		}
 	}
 	finish("done", "")
 }

@@ -212,6 +212,9 @@ func (s setAdmin) DeleteSet(set string, who admin.Actor) (admin.SetChange, error
 
 func (s setAdmin) ClearRuntime(set string, who admin.Actor) (admin.SetChange, error) {
 	n := s.n
+	if !balancer.ValidSetName(set) {
+		return admin.SetChange{}, fmt.Errorf("%w %q: not a replica set name", admin.ErrNoRuntimeState, set)
+	}
 	stored, err := n.rt.Update(set, func(cur membership.RuntimeRecord, ok bool) (membership.RuntimeRecord, error) {
 		if !ok || !cur.Overrides() {
 			return cur, fmt.Errorf("%w %q: the configuration file alone decides about it", admin.ErrNoRuntimeState, set)
@@ -228,6 +231,9 @@ func (s setAdmin) Runtime() admin.RuntimeStatus {
 	n := s.n
 	st := admin.RuntimeStatus{Digest: n.rt.Digest(), Synced: n.rt.Synced(), StateDir: n.cfg.Runtime.StateDir}
 	for _, r := range n.rt.Records() {
+		if !r.IsSet() {
+			continue // a rolling restart's progress: GET …/restart shows it
+		}
 		st.Records = append(st.Records, admin.RuntimeRecord{
 			Set: r.Set, Version: r.Version, Origin: r.Origin, Action: r.Action, By: r.By, Via: r.Via, At: r.At,
 			Deleted: r.Deleted, Spec: r.Spec, Stopped: r.Stopped, Replicas: r.Replicas,
@@ -267,7 +273,12 @@ func (n *ProxyNode) runtimeProblems() []config.RuntimeProblem {
 // in the audit trail (who issued it, through which proxy) and applies the
 // state.
 func (n *ProxyNode) runtimeChanged(changed, _ []membership.RuntimeRecord) {
+	sets := 0
 	for _, r := range changed {
+		if !r.IsSet() {
+			continue // a rolling restart's progress: its own log lines and events
+		}
+		sets++
 		fields := map[string]any{"action": r.Action, "version": r.Version, "origin": r.Origin, "by": r.By, "via": r.Via}
 		if r.Deleted {
 			fields["deleted"] = true
@@ -285,7 +296,9 @@ func (n *ProxyNode) runtimeChanged(changed, _ []membership.RuntimeRecord) {
 		n.log.Info("run-time change applied", zap.String("set", r.Set), zap.String("action", r.Action), zap.Uint64("version", r.Version),
 			zap.String("by", r.By), zap.String("via", r.Via))
 	}
-	n.applyRuntime()
+	if sets > 0 {
+		n.applyRuntime()
+	}
 }
 
 // applyRuntime applies the file and the run-time state as they are now.
