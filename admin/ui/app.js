@@ -166,7 +166,21 @@ function restartLine(r) {
   }
   const cls = r.state === "done" ? "ok" : "bad";
   return h("div", { class: "meta restart", "data-state": r.state },
-    h("span", { class: "pill " + cls }, "rolling restart " + r.state), " " + fmtTime(r.finished) + (r.error ? " · " + r.error : ""));
+    h("span", { class: "pill " + cls }, "rolling restart " + r.state), " " + fmtTime(r.finished) + (r.error ? " · " + r.error : "") +
+    (r.owner ? " · run by " + r.owner : ""));
+}
+
+// runtimeLine says that a set is stopped, or that the fleet's run-time
+// state (a create, stop, scale through the admin API) overrides the file.
+function runtimeLine(s) {
+  const parts = [];
+  if (s.stopped) parts.push(h("span", { class: "pill bad" }, "stopped"), " every request gets 503 until it is started ");
+  if (s.runtime) {
+    parts.push(h("span", { class: "pill warn" }, s.source === "runtime" ? "created at run time" : "run-time override"),
+      " " + (s.runtime.overrides || []).join(", ") + " · " + s.runtime.action + " by " + s.runtime.by + " via " + s.runtime.via +
+      " · version " + s.runtime.version);
+  }
+  return parts.length ? h("div", { class: "meta runtime" }, ...parts) : null;
 }
 
 function setCard(s) {
@@ -179,6 +193,8 @@ function setCard(s) {
       h("span", { class: "muted" }, s.in_rotation + " in rotation · failover " + s.failover),
       setRate(s.traffic)),
     h("div", { class: "meta" }, "ring " + s.ring_size + " members, " + s.partitions + " partitions · fingerprint " + s.fingerprint + " · generation " + s.generation));
+  const rt = runtimeLine(s);
+  if (rt) card.append(rt);
   if (s.restart) card.append(restartLine(s.restart));
   const reps = s.replicas || [];
   if (reps.length === 0) {
