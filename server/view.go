@@ -36,7 +36,7 @@ var (
 
 func newView(n *ProxyNode) *view {
 	v := &view{n: n}
-	v.setConfig(n.cfg)
+	v.setConfig(n.eff)
 	return v
 }
 
