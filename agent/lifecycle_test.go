@@ -147,3 +147,57 @@ func TestEventString(t *testing.T) {
 		t.Fatal(got)
 	}
 }
+
+// A set stop and start, with probes in between: probes are ignored while
+// the replica drains and while it is stopped; after the start the probes
+// decide again, from starting. A shutdown after a set stop keeps stopped
+// final.
+func TestStepSetStopSequence(t *testing.T) {
+	type in struct {
+		ev   event
+		want balancer.State
+	}
+	run := func(t *testing.T, seq []in) {
+		t.Helper()
+		l := lifecycle{State: starting}
+		for i, s := range seq {
+			l, _ = step(l, s.ev, 2, 3)
+			if l.State != s.want {
+				t.Fatalf("step %d (%s): %s, want %s", i, s.ev, l.State, s.want)
+			}
+		}
+	}
+	t.Run("stop and start", func(t *testing.T) {
+		run(t, []in{
+			{evProbePass, starting}, {evProbePass, ready},
+			{evSetStop, draining}, {evProbeFail, draining}, {evProbePass, draining},
+			{evStop, stopped}, {evProbePass, stopped}, {evProbePass, stopped},
+			{evSetStart, starting}, {evProbePass, starting}, {evProbePass, ready},
+		})
+	})
+	t.Run("supervised", func(t *testing.T) {
+		run(t, []in{
+			{evChildStart, starting}, {evProbePass, starting}, {evProbePass, ready},
+			{evSetStop, draining}, {evStop, stopped},
+			{evSetStart, starting}, {evChildStart, starting}, {evProbePass, starting}, {evProbePass, ready},
+		})
+	})
+	t.Run("abandoned while draining", func(t *testing.T) {
+		run(t, []in{
+			{evProbePass, starting}, {evProbePass, ready},
+			{evSetStop, draining}, {evSetStart, starting}, {evProbePass, starting}, {evProbePass, ready},
+		})
+	})
+	t.Run("shutdown while set stopped", func(t *testing.T) {
+		run(t, []in{
+			{evProbePass, starting}, {evProbePass, ready},
+			{evSetStop, draining}, {evStop, stopped},
+			{evDrain, stopped}, {evStop, stopped}, {evSetStart, stopped},
+		})
+	})
+	t.Run("shutdown while set draining", func(t *testing.T) {
+		run(t, []in{
+			{evSetStop, draining}, {evDrain, draining}, {evSetStart, draining}, {evStop, stopped}, {evSetStart, stopped},
+		})
+	})
+}
