@@ -64,7 +64,8 @@ type Options struct {
 
 // Agent is the sidecar runtime beside one replica: a gossip member with
 // role replica that probes the replica's readiness and advertises its
-// lifecycle state, and drains it on shutdown. Given a command
+// lifecycle state, and drains it on shutdown; it also stops and starts it
+// when proxies stop and start its replica set. Given a command
 // (Config.Command) it also runs the replica's process and supervises it.
 // Construct it with New, then call Run once. Its methods are safe for
 // concurrent use; it must not be copied.

@@ -44,7 +44,7 @@ func newChildMetrics() *childMetrics {
 	m := &childMetrics{
 		starts: prometheus.NewCounter(opts("child_starts_total", "Starts of the supervised replica process (the first, restarts and repairs).")),
 		exits: prometheus.NewCounterVec(opts("child_exits_total",
-			"Exits of the supervised replica process, by reason: exit_code (it exited by itself), signal (a signal the agent did not send), stop (the agent stopped it on shutdown), start_error (it could not be started)."),
+			"Exits of the supervised replica process, by reason: exit_code (it exited by itself), signal (a signal the agent did not send), stop (the agent stopped it: shutdown, rolling restart, set stop), start_error (it could not be started)."),
 			[]string{"reason"}),
 		restarts: prometheus.NewCounter(opts("child_restarts_total", "Restarts of the replica process scheduled after an unexpected exit.")),
 		gaveUp:   prometheus.NewCounter(opts("child_gave_up_total", "Times the agent gave up restarting the replica process (supervise.max_restarts within supervise.window) and advertised failed.")),

@@ -97,7 +97,7 @@ func (k childEventKind) String() string {
 const (
 	reasonExitCode   = "exit_code"   // it exited by itself, with any code
 	reasonSignal     = "signal"      // a signal the agent did not send ended it
-	reasonStop       = "stop"        // the agent stopped it (shutdown)
+	reasonStop       = "stop"        // the agent stopped it (shutdown, rolling restart, set stop)
 	reasonStartError = "start_error" // it could not be started at all
 )
 
