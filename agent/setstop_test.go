@@ -10,6 +10,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"keyway/agent"
 	"keyway/balancer"
 	"keyway/internal/poll"
 	"keyway/membership"
@@ -490,5 +491,66 @@ func TestSetStartWhileHeld(t *testing.T) {
 		t.Fatalf("held with passing probes after the start: %s, want draining", s)
 	}
 	hold(false)
+	poll.Until(t, 10*time.Second, "the proxy to see the agent ready", p.sees(a.Name(), balancer.StateReady, false))
+}
+
+// Shutting down while the set stop is stopping the process (it ignores
+// SIGTERM, so the stop waits supervise.stop_grace): the shutdown waits for
+// that stop instead of signalling the process again, then leaves.
+func TestSetStopShutdownWhileStoppingProcess(t *testing.T) {
+	p := startSetProxy(t)
+	rep := startReplica(t, "ok")
+	cfg := superviseConfig(rep.addr, p.GossipAddr())
+	cfg.Supervise.StopGrace = 300 * time.Millisecond
+	var a *running
+	var terms atomic.Int64
+	cs := &children{onSignal: func(sig syscall.Signal) {
+		if sig == syscall.SIGTERM && terms.Add(1) == 1 {
+			a.cancel() // SIGTERM to the agent while it stops its replica
+		}
+	}}
+	a = startSupervising(t, cfg, cs)
+	poll.Until(t, 10*time.Second, "the proxy to see the agent ready", p.sees(a.Name(), balancer.StateReady, false))
+	p.want(true, 1)
+	poll.Until(t, 20*time.Second, "Run to return after the SIGTERM during the process stop", func() bool { return !a.running() })
+	if err := <-a.done; err != nil {
+		t.Fatal(err)
+	}
+	a.done <- nil // for the cleanup
+	if s := cs.last().signals(); cs.count() != 1 || !slices.Equal(s, []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL}) {
+		t.Fatalf("%d starts, signals %v; want 1 and [SIGTERM SIGKILL]", cs.count(), s)
+	}
+	wantTransitions(t, a, "starting>ready", "ready>draining", "draining>stopped")
+	if n := a.logged("replica already stopped (its set is stopped); nothing to drain"); n != 1 {
+		t.Fatalf("%d 'already stopped' log lines, want 1", n)
+	}
+}
+
+// A replica whose process the supervisor gave up on (failed) can be set
+// stopped, and a set start runs it again with a fresh restart budget.
+func TestSetStopAfterGiveUp(t *testing.T) {
+	p := startSetProxy(t)
+	rep := startReplica(t, "ok")
+	cs := &children{exitOnTerm: true}
+	a := startSupervising(t, superviseConfig(rep.addr, p.GossipAddr()), cs) // max_restarts 2
+	poll.Until(t, 10*time.Second, "the proxy to see the agent ready", p.sees(a.Name(), balancer.StateReady, false))
+	for i := 1; i <= 3; i++ {
+		cs.last().exit(agent.Exit{Code: 1})
+		if i < 3 {
+			poll.Until(t, 10*time.Second, "a restart", func() bool { return cs.count() == i+1 })
+		}
+	}
+	poll.Until(t, 10*time.Second, "the proxy to see the agent failed", p.sees(a.Name(), balancer.StateFailed, false))
+
+	p.want(true, 1)
+	poll.Until(t, 10*time.Second, "the proxy to see the agent stopped", p.sees(a.Name(), balancer.StateStopped, true))
+	p.want(false, 2)
+	poll.Until(t, 10*time.Second, "the proxy to see the agent ready", p.sees(a.Name(), balancer.StateReady, false))
+	if cs.count() != 4 {
+		t.Fatalf("%d starts, want 4 (3, then one for the set start)", cs.count())
+	}
+	// A fresh budget: one more exit is restarted, not given up on.
+	cs.last().exit(agent.Exit{Code: 1})
+	poll.Until(t, 10*time.Second, "a restart after the set start", func() bool { return cs.count() == 5 })
 	poll.Until(t, 10*time.Second, "the proxy to see the agent ready", p.sees(a.Name(), balancer.StateReady, false))
 }
