@@ -64,7 +64,8 @@ type Options struct {
 
 // Agent is the sidecar runtime beside one replica: a gossip member with
 // role replica that probes the replica's readiness and advertises its
-// lifecycle state, and drains it on shutdown. Given a command
+// lifecycle state, and drains it on shutdown; it also stops and starts it
+// when proxies stop and start its replica set. Given a command
 // (Config.Command) it also runs the replica's process and supervises it.
 // Construct it with New, then call Run once. Its methods are safe for
 // concurrent use; it must not be copied.
@@ -89,7 +90,20 @@ type Agent struct {
 	holdWanted atomic.Bool
 	holdSignal chan struct{} // capacity 1
 	held       bool          // Run's goroutine
-	advHeld    bool          // the Held flag last put in the gossip metadata; Run's goroutine
+
+	// Set stops (setstop.go): the message worker keeps the newest
+	// command's version and stores the wanted mode, then signals; the run
+	// loop carries it out.
+	setMu      sync.Mutex    // guards setVersion; orders the stores of setWanted
+	setVersion uint64        // the highest SetStop version accepted
+	setWanted  atomic.Bool   // the newest command stops the set
+	setSignal  chan struct{} // capacity 1
+	setApplied bool          // a set stop is under way or done; Run's goroutine
+	setRun     *setStopRun   // the set stop under way, or nil; Run's goroutine
+
+	leaving bool // the shutdown drain has begun; Run's goroutine
+	// The flags last put in the gossip metadata; Run's goroutine.
+	advHeld, advRemove, advSetStopped bool
 
 	lc   lifecycle   // owned by Run's goroutine
 	last probeResult // the latest probe, for transition logs; Run's goroutine
@@ -188,6 +202,7 @@ func New(cfg Config, opts Options) (*Agent, error) {
 		lc:       lifecycle{State: balancer.StateStarting},
 
 		holdSignal: make(chan struct{}, 1),
+		setSignal:  make(chan struct{}, 1),
 		childSig:   make(chan struct{}, 1),
 	}
 	if len(cfg.Command) > 0 {
@@ -302,7 +317,9 @@ func (a *Agent) Addr() net.Addr {
 // nothing more to the replica (or drain.timeout passes), waits
 // drain.quiet, stops the process (SIGTERM, SIGKILL after
 // supervise.stop_grace), advertises stopped, leaves the cluster and
-// returns. It returns nil after a graceful
+// returns. Meanwhile proxies may stop and start the replica's set
+// (setstop.go): the agent then drains and stops the replica, or starts it
+// again, and keeps running. It returns nil after a graceful
 // exit, and an error when the listener or gossip cannot start or the HTTP
 // server fails (after draining). Run may be called once.
 func (a *Agent) Run(ctx context.Context) error {
@@ -356,6 +373,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	nodeUp, httpUp := true, ln != nil
 loop:
 	for {
+		setReports, setTimeout, setDone := a.setStopWaits()
 		select {
 		case <-ctx.Done():
 			break loop
@@ -363,12 +381,21 @@ loop:
 			a.onProbe(r)
 		case <-a.holdSignal:
 			a.onHold()
+		case <-a.setSignal:
+			a.onSetCommand()
+		case <-setReports:
+			a.checkSetDrained()
+		case <-setTimeout:
+			a.setDrainTimedOut()
+		case <-setDone:
+			a.onSetStopDone()
 		case <-a.childSig:
 			a.onChildEvents()
 		case <-a.members:
 			if a.sup != nil {
 				a.sendReports(nil) // the first proxies may have appeared
 			}
+			a.checkSetDrained() // a proxy may have gone
 		case err := <-httpDone:
 			httpUp = false
 			runErr = fmt.Errorf("agent http: %w", err)
@@ -383,6 +410,7 @@ loop:
 	}
 	stopProbe()
 	<-probed
+	a.endSetStop()
 
 	if nodeUp {
 		a.drain()
@@ -432,7 +460,9 @@ func (a *Agent) onProbe(r probeResult) {
 }
 
 // apply steps the state machine and advertises a changed state: gossip
-// metadata, /readyz, the state metric and one log line per transition.
+// metadata, /readyz, the state metric and one log line per transition. It
+// also advertises changed flags (Held, SetStopped, Remove) with the state,
+// in one metadata update, or alone when the state stays.
 func (a *Agent) apply(ev event, fields ...zap.Field) {
 	prev := a.lc
 	next, _ := step(prev, ev, a.cfg.Probe.Rise, a.cfg.Probe.Fall)
@@ -443,9 +473,40 @@ func (a *Agent) apply(ev event, fields ...zap.Field) {
 		// An operator drain holds the replica out whatever its probes say.
 		s = balancer.StateDraining
 	}
-	if s == from {
+	// Remove only when leaving for good: a set stop's stopped replica
+	// stays in the cluster and keeps its partitions.
+	remove := a.cfg.Drain.Remove && a.leaving && s == balancer.StateStopped
+	held, setStopped := a.held, a.setApplied
+	if s == from && held == a.advHeld && remove == a.advRemove && setStopped == a.advSetStopped {
 		return
 	}
+	if s != from {
+		a.logTransition(prev, ev, from, s, remove, fields)
+	}
+	// Only the shutdown's stopped waits for its broadcast to go out: the
+	// leave that follows must not overtake it (peers would see a crash,
+	// and miss Remove). The other changes keep spreading in the background
+	// while the run loop goes on probing, or collecting drain reports.
+	wait, check := time.Millisecond, zap.DebugLevel
+	if s == balancer.StateStopped && a.leaving {
+		wait, check = metaTimeout, zap.WarnLevel
+	}
+	a.advHeld, a.advRemove, a.advSetStopped = held, remove, setStopped
+	err := a.node.UpdateMeta(func(m *membership.Meta) {
+		m.State = s
+		m.Remove = remove
+		m.Held = held
+		m.SetStopped = setStopped
+	}, wait)
+	if err != nil {
+		// The change is set locally and keeps spreading; only the wait ended.
+		a.log.Log(check, "state broadcast not confirmed", zap.Stringer("state", s), zap.Duration("waited", wait), zap.Error(err))
+	}
+}
+
+// logTransition records an advertised state change from from to s: the
+// state, the metrics and the log line.
+func (a *Agent) logTransition(prev lifecycle, ev event, from, s balancer.State, remove bool, fields []zap.Field) {
 	a.state.Store(uint32(s))
 	a.metrics.setState(s)
 	a.metrics.transitions.Inc()
@@ -458,7 +519,6 @@ func (a *Agent) apply(ev event, fields ...zap.Field) {
 		}
 		fields = append(fields, zap.Int("consecutive", n), zap.String("probe", a.last.detail()))
 	}
-	remove := a.cfg.Drain.Remove && s == balancer.StateStopped
 	if remove {
 		fields = append(fields, zap.Bool("remove", true))
 	}
@@ -467,38 +527,46 @@ func (a *Agent) apply(ev event, fields ...zap.Field) {
 		lvl = zap.WarnLevel
 	}
 	a.log.Log(lvl, "replica state changed", fields...)
-	// Only stopped waits for its broadcast to go out: the leave that follows
-	// must not overtake it (peers would see a crash, and miss Remove). The
-	// other states keep spreading in the background while the run loop
-	// goes on probing, or collecting drain reports.
-	wait, check := time.Millisecond, zap.DebugLevel
-	if s == balancer.StateStopped {
-		wait, check = metaTimeout, zap.WarnLevel
+}
+
+// drain runs the shutdown sequence; see Run. A replica that a set stop
+// has already stopped is not drained again (nothing can be in flight to
+// it, and its process is stopped): it only advertises stopped with Remove
+// when drain.remove is set.
+func (a *Agent) drain() {
+	start := a.now()
+	a.leaving = true
+	if a.sup != nil {
+		a.sup.quiesce() // no restart from here on: the replica is going away
 	}
-	held := a.held
-	a.advHeld = held
-	err := a.node.UpdateMeta(func(m *membership.Meta) {
-		m.State = s
-		m.Remove = remove
-		m.Held = held
-	}, wait)
-	if err != nil {
-		// The change is set locally and keeps spreading; only the wait ended.
-		a.log.Log(check, "state broadcast not confirmed", zap.Stringer("state", s), zap.Duration("waited", wait), zap.Error(err))
+	if a.lc.State == balancer.StateStopped {
+		a.log.Info("replica already stopped (its set is stopped); nothing to drain")
+		a.apply(evDrain) // the shutdown takes the stopped replica over
+	} else {
+		a.drainReplica(start)
+	}
+	// Drained: only now may the replica's process go.
+	a.stopChild()
+	select {
+	case <-a.holdSignal: // the last command before stopped carries its flag
+		a.onHold()
+	default:
+	}
+	a.apply(evStop, zap.Duration("drain_took", a.now().Sub(start)))
+	if a.cfg.Drain.Remove {
+		a.awaitStoppedSeen()
 	}
 }
 
-// drain runs the shutdown sequence; see Run.
-func (a *Agent) drain() {
-	start := a.now()
+// drainReplica advertises draining, waits until every live proxy reports
+// nothing in flight to the replica (or drain.timeout), then drain.quiet,
+// then the drain probe.
+func (a *Agent) drainReplica(start time.Time) {
 	// drain.timeout counts from here (SIGTERM); the draining state spreads
 	// by gossip in the background (apply waits only for stopped).
 	timeout := time.NewTimer(a.cfg.Drain.Timeout)
 	defer timeout.Stop()
 	a.book.begin()
-	if a.sup != nil {
-		a.sup.quiesce() // no restart from here on: the replica is going away
-	}
 	a.apply(evDrain)
 	for {
 		members := a.node.Members()
@@ -535,18 +603,7 @@ func (a *Agent) drain() {
 		t := time.NewTimer(q)
 		<-t.C
 	}
-	a.waitDrainProbe()
-	// Drained: only now may the replica's process go.
-	a.stopChild()
-	select {
-	case <-a.holdSignal: // the last command before stopped carries its flag
-		a.onHold()
-	default:
-	}
-	a.apply(evStop, zap.Duration("drain_took", a.now().Sub(start)))
-	if a.cfg.Drain.Remove {
-		a.awaitStoppedSeen()
-	}
+	a.waitDrainProbe(context.Background())
 }
 
 // awaitStoppedSeen waits, at most metaTimeout, until every live proxy has

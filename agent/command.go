@@ -1,8 +1,6 @@
 package agent
 
 import (
-	"time"
-
 	"go.uber.org/zap"
 
 	"keyway/membership"
@@ -17,22 +15,27 @@ import (
 // the hold itself (Meta.Held): proxies remember it, and drain a new
 // incarnation of the replica (this agent restarted) again until undrained.
 
-// onMessage is the membership.MessageHandler: admin drain commands go to
-// the run loop, everything else to the drain report book. It runs on the
-// membership message worker and never blocks.
+// onMessage is the membership.MessageHandler: commands go to their
+// handlers (admin drains and set stops on to the run loop), everything
+// else to the drain report book. It runs on the membership message worker
+// and never blocks, except for a rolling restart (onRestartReplica).
 func (a *Agent) onMessage(from string, msg []byte) {
-	if membership.MessageKind(msg) == membership.RepairKind {
+	switch membership.MessageKind(msg) {
+	case membership.RepairKind:
 		a.onRepair(from, msg)
-		return
-	}
-	if membership.MessageKind(msg) == membership.RestartReplicaKind {
+	case membership.RestartReplicaKind:
 		a.onRestartReplica(from, msg)
-		return
-	}
-	if membership.MessageKind(msg) != "admin_drain" {
+	case membership.SetStopKind:
+		a.onSetStop(from, msg)
+	case "admin_drain":
+		a.onAdminDrain(from, msg)
+	default:
 		a.book.record(from, msg)
-		return
 	}
+}
+
+// onAdminDrain handles an operator drain or undrain of this replica.
+func (a *Agent) onAdminDrain(from string, msg []byte) {
 	c, err := membership.DecodeAdminDrain(msg)
 	if err != nil {
 		a.log.Warn("malformed admin drain command", zap.String("from", from), zap.Error(err))
@@ -57,15 +60,15 @@ func (a *Agent) onMessage(from string, msg []byte) {
 	}
 }
 
-// Reasons an admin drain command is rejected, the values of
+// Reasons a command is rejected, the values of
 // keyway_agent_commands_rejected_total's label.
 const (
 	rejectUnknownSender = "unknown_sender" // no alive member of that name
 	rejectNotProxy      = "not_proxy"      // its metadata does not say role proxy
 )
 
-// commandSender says why the member named from may not send admin drain
-// commands ("" when it may): only an alive member whose gossip metadata
+// commandSender says why the member named from may not send commands
+// (admin drain, repair, restart, set stop; "" when it may): only an alive member whose gossip metadata
 // says role proxy may. from is the gossip node name in the message
 // envelope, written by the sender; memberlist reports no sender of its
 // own. With an encryption key only key holders can send at all, so the
@@ -96,16 +99,9 @@ func (a *Agent) onHold() {
 	if want {
 		ev = evHold
 	}
+	// Also when the state does not change (held while already draining,
+	// or stopped), apply advertises the flag: proxies remember it.
 	a.apply(ev, zap.Bool("operator", true))
-	if a.advHeld != a.held {
-		// The state did not change (held while already draining): the
-		// flag alone must still reach the proxies, which remember it.
-		held := a.held
-		a.advHeld = held
-		if err := a.node.UpdateMeta(func(m *membership.Meta) { m.Held = held }, time.Millisecond); err != nil {
-			a.log.Debug("held flag broadcast not confirmed", zap.Error(err))
-		}
-	}
 }
 
 // Held reports whether an operator drain is in force.

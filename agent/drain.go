@@ -19,7 +19,7 @@ type reportBook struct {
 	metrics      *metrics
 
 	mu         sync.Mutex
-	collecting bool                              // the drain has begun
+	collecting bool                              // a drain has begun (and not ended)
 	latest     map[string]membership.DrainReport // by sender's gossip node name
 	changed    chan struct{}                     // capacity 1: a report arrived
 }
@@ -34,6 +34,15 @@ func newReportBook(set, replica string, boot int64, m *metrics) *reportBook {
 func (b *reportBook) begin() {
 	b.mu.Lock()
 	b.collecting = true
+	clear(b.latest)
+	b.mu.Unlock()
+}
+
+// end marks the end of a drain that did not lead to a leave (a set start):
+// reports are no longer recorded until the next begin.
+func (b *reportBook) end() {
+	b.mu.Lock()
+	b.collecting = false
 	clear(b.latest)
 	b.mu.Unlock()
 }

@@ -119,6 +119,14 @@ func TestReportBook(t *testing.T) {
 	if b.snapshot()["p1"].Inflight != 2 {
 		t.Fatal("snapshot shares its map with the book")
 	}
+
+	// A set start ends the drain: reports are forgotten and no longer
+	// recorded until the next one begins.
+	b.end()
+	b.record("p1", rep("orders", "orders-0", 42, 0))
+	if len(b.snapshot()) != 0 || testutil.ToFloat64(m.reports.WithLabelValues("before_drain")) != 2 {
+		t.Fatalf("after end: snapshot %+v, before_drain %v; want empty and 2", b.snapshot(), testutil.ToFloat64(m.reports.WithLabelValues("before_drain")))
+	}
 }
 
 func TestPendingStopped(t *testing.T) {

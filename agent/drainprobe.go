@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"time"
@@ -13,8 +14,9 @@ import (
 // passes, polling every probe.interval. It runs in the drain sequence,
 // after the proxies report the replica drained and before its process is
 // stopped: a scale-in or a restart does not lose work the replica still
-// holds after its last request.
-func (a *Agent) waitDrainProbe() {
+// holds after its last request. A set stop runs it too, and ends it early
+// through ctx when the set is started again (or the agent shuts down).
+func (a *Agent) waitDrainProbe(ctx context.Context) {
 	path := a.cfg.Drain.ProbePath
 	if path == "" {
 		return
@@ -26,10 +28,15 @@ func (a *Agent) waitDrainProbe() {
 	defer deadline.Stop()
 	tick := time.NewTicker(a.cfg.Probe.Interval)
 	defer tick.Stop()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		a.log.Warn("drain probe not possible", zap.String("url", url), zap.Error(err))
+		return
+	}
 	last := ""
 	for {
 		status := "no answer"
-		if resp, err := client.Get(url); err == nil {
+		if resp, err := client.Do(req); err == nil {
 			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
@@ -38,6 +45,8 @@ func (a *Agent) waitDrainProbe() {
 				return
 			}
 			status = resp.Status
+		} else if ctx.Err() != nil {
+			return
 		} else {
 			status = err.Error()
 		}
@@ -47,6 +56,8 @@ func (a *Agent) waitDrainProbe() {
 		}
 		select {
 		case <-tick.C:
+		case <-ctx.Done():
+			return
 		case <-deadline.C:
 			a.metrics.drainProbe.WithLabelValues("timeout").Inc()
 			a.log.Warn("drain probe did not answer 200 within drain.probe_timeout; stopping the replica anyway: work it still held may be lost",

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -46,7 +47,7 @@ func TestWaitDrainProbe(t *testing.T) {
 
 	a := probeAgent(t, addr, "/drained", time.Minute)
 	returned := make(chan struct{})
-	go func() { a.waitDrainProbe(); close(returned) }()
+	go func() { a.waitDrainProbe(context.Background()); close(returned) }()
 	poll.Until(t, 5*time.Second, "the agent to ask the replica a few times", func() bool { return asked.Load() >= 3 })
 	select {
 	case <-returned:
@@ -70,14 +71,14 @@ func TestWaitDrainProbe(t *testing.T) {
 	done.Store(false)
 	b := probeAgent(t, addr, "/drained", 200*time.Millisecond)
 	start := time.Now()
-	b.waitDrainProbe()
+	b.waitDrainProbe(context.Background())
 	if time.Since(start) < 200*time.Millisecond || testutil.ToFloat64(b.metrics.drainProbe.WithLabelValues("timeout")) != 1 {
 		t.Fatalf("after %v: timeouts %v", time.Since(start), testutil.ToFloat64(b.metrics.drainProbe.WithLabelValues("timeout")))
 	}
 
 	// Without a drain probe nothing is asked.
 	before := asked.Load()
-	probeAgent(t, addr, "", time.Minute).waitDrainProbe()
+	probeAgent(t, addr, "", time.Minute).waitDrainProbe(context.Background())
 	if asked.Load() != before {
 		t.Fatal("the agent asked a drain probe it was not given")
 	}

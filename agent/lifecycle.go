@@ -15,6 +15,8 @@ const (
 	evChildStart                  // the supervised process started (first start, restart or repair)
 	evChildExit                   // the supervised process exited unexpectedly; a restart may follow
 	evGiveUp                      // the supervisor gave up restarting the process
+	evSetStop                     // the replica's set was stopped: drain, then stop (evStop) but stay
+	evSetStart                    // the replica's set was started again
 )
 
 func (e event) String() string {
@@ -37,6 +39,10 @@ func (e event) String() string {
 		return "process_exit"
 	case evGiveUp:
 		return "give_up"
+	case evSetStop:
+		return "set_stop"
+	case evSetStart:
+		return "set_start"
 	}
 	return "unknown"
 }
@@ -54,6 +60,10 @@ type lifecycle struct {
 	// again, so that a probe answered before the exit cannot make the
 	// replica ready. Always false without supervision.
 	Down bool
+	// SetStop says the replica drains, or is stopped, because its set was
+	// stopped: unlike a shutdown, a set start may start it again. A
+	// shutdown (drain) takes the replica over and clears it.
+	SetStop bool
 }
 
 // step returns the lifecycle after ev and whether the state changed. It is
@@ -65,14 +75,23 @@ type lifecycle struct {
 //	starting, ready, recovering, failed --drain--> draining
 //	any        --stop-->         stopped
 //
-// and, with a supervised process:
+// with a supervised process:
 //
 //	starting, ready, recovering --process exit--> recovering (down)
 //	starting, recovering, failed --process start--> starting
 //	starting, ready, recovering --give up--> failed (down)
 //
+// and for a set stop (the operator stopped the replica's set; the agent
+// stays):
+//
+//	starting, ready, recovering, failed --set stop--> draining (set stop)
+//	draining (set stop) --stop--> stopped (set stop)
+//	draining, stopped (set stop) --set start--> starting
+//
 // Probe results are ignored once draining, stopped or failed, and while
-// the process is down; stopped is final. Once draining, process events
+// the process is down. Stopped is final except after a set stop; a
+// shutdown's drain clears the set stop mark, so that a stopped replica
+// that is shutting down stays stopped. Once draining, process events
 // change nothing: the replica is going away. Counters reset on every
 // transition, so each threshold counts results observed in the current
 // state only.
@@ -96,10 +115,22 @@ func step(l lifecycle, ev event, rise, fall int) (lifecycle, bool) {
 			l.State = balancer.StateReady
 		}
 	case evDrain:
+		l.SetStop = false
 		if l.State == balancer.StateDraining || l.State == balancer.StateStopped {
 			return l, false
 		}
 		l.State = balancer.StateDraining
+	case evSetStop:
+		if l.State == balancer.StateDraining || l.State == balancer.StateStopped {
+			// Already going (a shutdown wins), or already set stopped.
+			return l, false
+		}
+		l.State, l.SetStop = balancer.StateDraining, true
+	case evSetStart:
+		if !l.SetStop {
+			return l, false
+		}
+		l.State, l.SetStop, l.Down = balancer.StateStarting, false, false
 	case evStop:
 		l.State = balancer.StateStopped
 	case evChildExit:

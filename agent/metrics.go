@@ -22,6 +22,8 @@ type metrics struct {
 	commandsRejected *prometheus.CounterVec
 	// drainProbe counts drain probe waits by result (done, timeout).
 	drainProbe *prometheus.CounterVec
+	// setCommands counts set stop and start commands applied, by command.
+	setCommands *prometheus.CounterVec
 }
 
 // childMetrics count what happens to the supervised process; registered
@@ -42,7 +44,7 @@ func newChildMetrics() *childMetrics {
 	m := &childMetrics{
 		starts: prometheus.NewCounter(opts("child_starts_total", "Starts of the supervised replica process (the first, restarts and repairs).")),
 		exits: prometheus.NewCounterVec(opts("child_exits_total",
-			"Exits of the supervised replica process, by reason: exit_code (it exited by itself), signal (a signal the agent did not send), stop (the agent stopped it on shutdown), start_error (it could not be started)."),
+			"Exits of the supervised replica process, by reason: exit_code (it exited by itself), signal (a signal the agent did not send), stop (the agent stopped it: shutdown, rolling restart, set stop), start_error (it could not be started)."),
 			[]string{"reason"}),
 		restarts: prometheus.NewCounter(opts("child_restarts_total", "Restarts of the replica process scheduled after an unexpected exit.")),
 		gaveUp:   prometheus.NewCounter(opts("child_gave_up_total", "Times the agent gave up restarting the replica process (supervise.max_restarts within supervise.window) and advertised failed.")),
@@ -87,13 +89,19 @@ func newMetrics() *metrics {
 		}),
 		commandsRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "keyway", Subsystem: "agent", Name: "commands_rejected_total",
-			Help: "Admin drain commands refused because the sender is not an alive proxy, by reason (unknown_sender: no alive member of that name; not_proxy: its metadata does not say role proxy).",
+			Help: "Commands (admin drain, repair, restart, set stop) refused because the sender is not an alive proxy, by reason (unknown_sender: no alive member of that name; not_proxy: its metadata does not say role proxy).",
 		}, []string{"reason"}),
 		drainProbe: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "keyway", Subsystem: "agent", Name: "drain_probes_total",
 			Help: "Waits on the replica's drain probe (drain.probe_path) after a drain, by result: done (it answered 200) or timeout (drain.probe_timeout passed; the agent left anyway).",
 		}, []string{"result"}),
+		setCommands: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "keyway", Subsystem: "agent", Name: "set_commands_total",
+			Help: "Set stop and start commands applied (each changed what the agent does with its replica; repeats and stale ones are not counted), by command (stop, start).",
+		}, []string{"command"}),
 	}
+	m.setCommands.WithLabelValues("stop")
+	m.setCommands.WithLabelValues("start")
 	m.drainProbe.WithLabelValues("done")
 	m.drainProbe.WithLabelValues("timeout")
 	for _, r := range []string{rejectUnknownSender, rejectNotProxy} {
@@ -110,7 +118,7 @@ func newMetrics() *metrics {
 }
 
 func (m *metrics) register(reg prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.state, m.probes, m.reports, m.transitions, m.commandsRejected, m.drainProbe} {
+	for _, c := range []prometheus.Collector{m.state, m.probes, m.reports, m.transitions, m.commandsRejected, m.drainProbe, m.setCommands} {
 		if err := reg.Register(c); err != nil {
 			return err
 		}

@@ -18,7 +18,9 @@ import (
 // exponential backoff), gives up after supervise.max_restarts restarts
 // within supervise.window (lifecycle state failed, until Repair), and on
 // shutdown stops it only once the replica has drained: SIGTERM to its
-// process group, SIGKILL after supervise.stop_grace.
+// process group, SIGKILL after supervise.stop_grace. A set stop pauses it
+// (the process is stopped the same way and not restarted, using no restart
+// budget) until a set start resumes it with a fresh process.
 //
 // The supervisor is a loop on its own goroutine that owns the process. It
 // knows nothing of gossip or lifecycle states: it reports every start,
@@ -95,7 +97,7 @@ func (k childEventKind) String() string {
 const (
 	reasonExitCode   = "exit_code"   // it exited by itself, with any code
 	reasonSignal     = "signal"      // a signal the agent did not send ended it
-	reasonStop       = "stop"        // the agent stopped it (shutdown)
+	reasonStop       = "stop"        // the agent stopped it (shutdown, rolling restart, set stop)
 	reasonStartError = "start_error" // it could not be started at all
 )
 
@@ -191,9 +193,13 @@ type realTimer struct{ t *time.Timer }
 func (t realTimer) C() <-chan time.Time { return t.t.C }
 func (t realTimer) Stop() bool          { return t.t.Stop() }
 
+// errPaused: a set stop paused the supervisor; only a set start (resume)
+// starts the process again.
+var errPaused = errors.New("agent: the replica's set is stopped; its process stays stopped until the set is started")
+
 // supervisor runs one command; see the top of this file. Construct it
-// with newSupervisor and call Run once; repair and quiesce are safe for
-// concurrent use. It must not be copied.
+// with newSupervisor and call Run once; repair, restart, pause, resume and
+// quiesce are safe for concurrent use. It must not be copied.
 type supervisor struct {
 	argv  []string
 	cfg   SuperviseConfig
@@ -206,6 +212,8 @@ type supervisor struct {
 
 	repairs    chan chan error
 	restarts   chan chan error
+	pauses     chan chan error
+	resumes    chan chan error
 	quiesceC   chan struct{} // closed by quiesce
 	quiesceOne sync.Once
 	running    atomic.Bool   // Run is running
@@ -220,6 +228,7 @@ type supervisor struct {
 	retry    timer     // the pending restart, or nil
 	failed   bool      // gave up; until a repair
 	quiesced bool      // no more restarts: the agent is shutting down
+	paused   bool      // stopped on purpose (a set stop); until resume
 }
 
 func newSupervisor(argv []string, cfg SuperviseConfig, start StartFunc, c clock, seed uint64, log *zap.Logger, emit func(childEvent)) *supervisor {
@@ -227,6 +236,8 @@ func newSupervisor(argv []string, cfg SuperviseConfig, start StartFunc, c clock,
 		argv: argv, cfg: cfg, start: start, clock: c, log: log, emit: emit,
 		repairs:  make(chan chan error),
 		restarts: make(chan chan error),
+		pauses:   make(chan chan error),
+		resumes:  make(chan chan error),
 		quiesceC: make(chan struct{}),
 		done:     make(chan struct{}),
 		rnd:      rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
@@ -270,6 +281,10 @@ func (s *supervisor) Run(ctx context.Context) {
 			reply <- s.onRepair()
 		case reply := <-s.restarts:
 			reply <- s.onRestart()
+		case reply := <-s.pauses:
+			reply <- s.onPause()
+		case reply := <-s.resumes:
+			reply <- s.onResume()
 		case <-s.quiesceC:
 			s.quiesceC, s.quiesced = nil, true
 			s.cancelRetry()
@@ -314,9 +329,66 @@ func (s *supervisor) restart() error {
 	}
 }
 
+// pause asks Run to stop the process (SIGTERM, SIGKILL after stop_grace)
+// and to start none until resume: the replica's set is stopped. The stop
+// is not an unexpected exit: it uses no restart budget and never leads to
+// a give-up; a pending restart is cancelled and a give-up forgotten. It
+// returns once the process has exited (at once when none runs), or
+// ErrNotRunning once the agent is shutting down (its drain stops the
+// process) or Run has returned.
+func (s *supervisor) pause() error { return s.ask(s.pauses) }
+
+// resume ends a pause: unless a process still runs (a set stop abandoned
+// before it stopped the process), it starts a fresh one at once with a
+// fresh restart budget, whatever happened before (a give-up, a pending
+// restart). It returns once the start has been attempted (a failed start
+// counts as an exit, with backoff), or ErrNotRunning as pause does.
+func (s *supervisor) resume() error { return s.ask(s.resumes) }
+
+// ask sends a request to Run and waits for its answer. Unlike repair and
+// restart it does not fail before Run has started: the agent asks only
+// after starting it, and the request waits for Run's loop.
+func (s *supervisor) ask(c chan chan error) error {
+	reply := make(chan error, 1)
+	select {
+	case c <- reply:
+		return <-reply
+	case <-s.done:
+		return ErrNotRunning
+	}
+}
+
+func (s *supervisor) onPause() error {
+	if s.checkQuiesced() {
+		return ErrNotRunning
+	}
+	s.paused, s.failed = true, false
+	s.cancelRetry()
+	s.stop()
+	return nil
+}
+
+func (s *supervisor) onResume() error {
+	if s.checkQuiesced() {
+		return ErrNotRunning
+	}
+	s.paused = false
+	if s.proc != nil {
+		return nil
+	}
+	s.cancelRetry()
+	s.failed = false
+	s.budget.reset()
+	s.launch()
+	return nil
+}
+
 func (s *supervisor) onRestart() error {
 	if s.checkQuiesced() {
 		return ErrNotRunning
+	}
+	if s.paused {
+		return errPaused
 	}
 	s.cancelRetry()
 	s.stop()
@@ -329,7 +401,7 @@ func (s *supervisor) onRepair() error {
 	switch {
 	case s.checkQuiesced():
 		return ErrNotRunning
-	case !s.failed:
+	case !s.failed: // also while paused: pause forgets a give-up
 		return ErrNotFailed
 	}
 	s.failed = false

@@ -650,3 +650,130 @@ func TestSupervisorRestart(t *testing.T) {
 	r.cancel()
 	<-r.done
 }
+
+// A pause (set stop) stops the process like a shutdown (SIGTERM, SIGKILL
+// after stop_grace), uses no restart budget and starts nothing until
+// resume; resume starts a fresh process with a fresh budget. Repair and
+// a rolling restart are refused while paused.
+func TestSupervisorPauseResume(t *testing.T) {
+	cfg := testSupervise()
+	cfg.MaxRestarts = 1
+	r := startSupervisor(t, cfg, &fakeStarter{})
+	r.expect(t, childStart)
+	// One restart used: the budget is spent.
+	r.st.proc().exit(Exit{Code: 1})
+	r.expect(t, childExit)
+	r.restartAfter(t, r.expect(t, childRestart).Backoff)
+	p := r.st.proc()
+
+	paused := make(chan error, 1)
+	go func() { paused <- r.sup.pause() }()
+	poll.Until(t, 5*time.Second, "the grace timer", func() bool { return len(r.clk.pending()) == 1 })
+	if s := p.signals(); len(s) != 1 || s[0] != syscall.SIGTERM {
+		t.Fatalf("signals before stop_grace: %v, want [SIGTERM]", s)
+	}
+	r.clk.Advance(cfg.StopGrace)
+	ex := r.expect(t, childExit)
+	if ex.Reason != reasonStop || ex.unexpected() || !ex.Killed {
+		t.Fatalf("exit of a pause: %+v", ex)
+	}
+	if err := <-paused; err != nil {
+		t.Fatal(err)
+	}
+	if err := r.sup.pause(); err != nil { // nothing runs: at once
+		t.Fatalf("pause again: %v", err)
+	}
+	if err := r.sup.repair(); !errors.Is(err, ErrNotFailed) {
+		t.Fatalf("repair while paused: %v, want ErrNotFailed", err)
+	}
+	if err := r.sup.restart(); !errors.Is(err, errPaused) {
+		t.Fatalf("restart while paused: %v, want errPaused", err)
+	}
+	r.clk.Advance(time.Hour)
+	if err := r.sup.pause(); err != nil { // a round trip: Run handled the hour
+		t.Fatal(err)
+	}
+	select {
+	case ev := <-r.events:
+		t.Fatalf("event while paused: %+v", ev)
+	default:
+	}
+
+	if err := r.sup.resume(); err != nil {
+		t.Fatal(err)
+	}
+	if ev := r.expect(t, childStart); ev.Pid != 102 {
+		t.Fatalf("start after resume: %+v", ev)
+	}
+	// A fresh budget: the next exit is restart 1, not a give-up.
+	r.st.proc().exit(Exit{Code: 1})
+	if ex := r.expect(t, childExit); ex.Restarts != 0 {
+		t.Fatalf("exit after resume: %+v", ex)
+	}
+	if rs := r.expect(t, childRestart); rs.Restarts != 1 {
+		t.Fatalf("restart after resume: %+v", rs)
+	}
+	// Resume while not paused and a restart is pending: the process
+	// starts now, and the pending restart is cancelled.
+	if err := r.sup.resume(); err != nil {
+		t.Fatal(err)
+	}
+	r.expect(t, childStart)
+	if len(r.clk.pending()) != 0 {
+		t.Fatal("the pending restart survived resume")
+	}
+	// Resume while a process runs changes nothing.
+	if err := r.sup.resume(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ev := <-r.events:
+		t.Fatalf("event after resuming a running process: %+v", ev)
+	default:
+	}
+}
+
+// A pause forgets a give-up, and resume starts the process again; once
+// the agent shuts down (quiesce) both are refused, and shutdown with a
+// paused supervisor stops nothing.
+func TestSupervisorPauseAfterGiveUp(t *testing.T) {
+	cfg := testSupervise()
+	cfg.MaxRestarts = 0
+	r := startSupervisor(t, cfg, &fakeStarter{exitOnTerm: true})
+	r.expect(t, childStart)
+	r.st.proc().exit(Exit{Code: 1})
+	r.expect(t, childExit)
+	r.expect(t, childGiveUp)
+	if err := r.sup.pause(); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.sup.repair(); !errors.Is(err, ErrNotFailed) {
+		t.Fatalf("repair while paused after a give-up: %v, want ErrNotFailed", err)
+	}
+	if err := r.sup.resume(); err != nil {
+		t.Fatal(err)
+	}
+	r.expect(t, childStart)
+	if err := r.sup.pause(); err != nil {
+		t.Fatal(err)
+	}
+	r.expect(t, childExit)
+
+	r.sup.quiesce()
+	if err := r.sup.resume(); !errors.Is(err, ErrNotRunning) {
+		t.Fatalf("resume while shutting down: %v, want ErrNotRunning", err)
+	}
+	if err := r.sup.pause(); !errors.Is(err, ErrNotRunning) {
+		t.Fatalf("pause while shutting down: %v, want ErrNotRunning", err)
+	}
+	r.cancel()
+	<-r.done
+	if err := r.sup.resume(); !errors.Is(err, ErrNotRunning) {
+		t.Fatalf("resume after Run: %v, want ErrNotRunning", err)
+	}
+	select {
+	case ev := <-r.events:
+		t.Fatalf("event after stopping a paused supervisor: %+v", ev)
+	default:
+	}
+}
