@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"keyway/balancer"
 )
@@ -200,4 +201,25 @@ func TestStepSetStopSequence(t *testing.T) {
 			{evSetStop, draining}, {evDrain, draining}, {evSetStart, draining}, {evStop, stopped}, {evSetStart, stopped},
 		})
 	})
+}
+
+// An older set command is ignored for a while after a newer one (a proxy
+// still catching up), and wins after it (the proxies' state was reset).
+func TestStaleSetCommand(t *testing.T) {
+	for _, tc := range []struct {
+		v, newest uint64
+		age       time.Duration
+		stale     bool
+	}{
+		{4, 5, time.Second, true},
+		{5, 5, time.Second, false},
+		{6, 5, time.Second, false},
+		{0, 7, setStaleWindow - time.Millisecond, true},
+		{0, 7, setStaleWindow, false},
+		{0, 0, 0, false},
+	} {
+		if got := staleSetCommand(tc.v, tc.newest, tc.age); got != tc.stale {
+			t.Errorf("staleSetCommand(%d, %d, %s) = %v, want %v", tc.v, tc.newest, tc.age, got, tc.stale)
+		}
+	}
 }

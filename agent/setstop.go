@@ -29,6 +29,16 @@ import (
 // the drain probe and the process stop to a goroutine it owns (setStopRun),
 // so that probes, other commands and shutdown are handled meanwhile.
 
+// setStaleWindow is how long a set command older than the newest accepted
+// is ignored after that one.
+const setStaleWindow = 30 * time.Second
+
+// staleSetCommand reports whether a set command of version v is to be
+// ignored, the newest accepted being newest, accepted age ago.
+func staleSetCommand(v, newest uint64, age time.Duration) bool {
+	return v < newest && age < setStaleWindow
+}
+
 // setStopRun is a set stop under way. Run's goroutine owns it; complete is
 // written by the goroutine that finishes the stop, before it closes done.
 type setStopRun struct {
@@ -43,8 +53,8 @@ type setStopRun struct {
 
 // onSetStop handles a membership.SetStop, on the membership message
 // worker. Only an alive proxy may send it, for this agent's set; a command
-// older than the newest accepted is ignored (a proxy that has not learnt
-// the newest state yet), and one that wants what the agent already wants
+// older than the newest accepted is ignored for setStaleWindow after it (a
+// proxy that has not learnt the newest state yet), and one that wants what the agent already wants
 // changes nothing (proxies repeat it until the metadata follows).
 func (a *Agent) onSetStop(from string, msg []byte) {
 	c, err := membership.DecodeSetStop(msg)
@@ -63,10 +73,18 @@ func (a *Agent) onSetStop(from string, msg []byte) {
 		return
 	}
 	a.setMu.Lock()
-	newest := a.setVersion
-	stale := c.Version < newest
+	newest, now := a.setVersion, a.now()
+	// Older than the newest accepted: a proxy that has not learnt the
+	// newest state yet, for a second or two. Past setStaleWindow the
+	// proxies' state may have been reset instead (every proxy restarted
+	// without runtime.state_dir: versions start again from 0), and what
+	// they ask wins.
+	stale := staleSetCommand(c.Version, newest, now.Sub(a.setVersionAt))
 	changed := !stale && a.setWanted.Load() != c.Stop
 	if !stale {
+		if c.Version != newest {
+			a.setVersionAt = now
+		}
 		a.setVersion = c.Version
 		a.setWanted.Store(c.Stop)
 	}

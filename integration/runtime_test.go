@@ -288,3 +288,71 @@ func members(t testing.TB, adminAddr string) []admin.MemberInfo {
 	}
 	return ms
 }
+
+// Supervising agents stop their processes when their set is stopped
+// (drained first, no restart, no failed) and start new ones when it is
+// started; every key goes back to its owner.
+func TestStopStartSupervisedSet(t *testing.T) {
+	skipShort(t)
+	t.Setenv("KEYWAY_ADMIN_TOKEN", "s3cret")
+	a := StartProxy(t, "proxy-a", nil, 2)
+	var reps []*SupervisedProc
+	for i := range 2 {
+		reps = append(reps, StartSupervisedReplica(t, fmt.Sprintf("orders-%d", i), []string{a.Gossip}))
+	}
+	a.WaitRotation(t, 2, 30*time.Second)
+	keys := Keys(200)
+	cl := NewClient()
+	before := cl.Owners(t, a.Addr, keys, 4)
+	ca := &admin.Client{Addr: a.Admin, Token: "s3cret", Timeout: 10 * time.Second}
+
+	start := time.Now()
+	if _, _, err := ca.PatchSet("orders", admin.SetPatch{Stop: ptrTo(true)}); err != nil {
+		t.Fatal(err)
+	}
+	if code, hdr := post(a.Addr, "k"); code != 503 || hdr.Get("Retry-After") != "10" {
+		t.Fatalf("right after the stop: %d %v", code, hdr)
+	}
+	poll.Until(t, 30*time.Second, "both processes stopped and both replicas stopped", func() bool {
+		n := 0
+		for _, r := range reps {
+			if len(r.Logs("replica process exited")) == 1 {
+				n++
+			}
+		}
+		stopped := 0
+		for _, m := range members(t, a.Admin) {
+			if m.Set == "orders" && m.State == "stopped" {
+				stopped++
+			}
+		}
+		return n == 2 && stopped == 2
+	})
+	stopTook := time.Since(start)
+	for _, r := range reps {
+		if ex := r.Logs("replica process exited"); ex[0]["reason"] != "stop" {
+			t.Fatalf("%s exited with %v, want reason stop", r.Name, ex[0])
+		}
+		if len(r.ChildPids()) != 1 || r.Exited() {
+			t.Fatalf("%s: %d processes started, agent exited %v; want 1 and running", r.Name, len(r.ChildPids()), r.Exited())
+		}
+	}
+	start = time.Now()
+	if _, _, err := ca.PatchSet("orders", admin.SetPatch{Stop: ptrTo(false)}); err != nil {
+		t.Fatal(err)
+	}
+	a.WaitRotation(t, 2, 30*time.Second)
+	startTook := time.Since(start)
+	for _, r := range reps {
+		if n := len(r.ChildPids()); n != 2 {
+			t.Fatalf("%s: %d processes started, want 2", r.Name, n)
+		}
+	}
+	if after := cl.Owners(t, a.Addr, keys, 4); !sameOwners(before, after) {
+		t.Fatal("keys moved across a stop and a start")
+	}
+	if ph := setPhase(t, a, "orders"); ph != "Running" {
+		t.Fatalf("phase after the start: %s", ph)
+	}
+	t.Logf("stop → both supervised replicas stopped: %s; start → both back in rotation: %s", stopTook.Round(time.Millisecond), startTook.Round(time.Millisecond))
+}
