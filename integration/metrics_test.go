@@ -204,6 +204,7 @@ keyway_local_responses_total{reason="malformed",set="none"} 0
 keyway_local_responses_total{reason="no_key",set="orders"} 0
 keyway_local_responses_total{reason="no_replica",set="orders"} 0
 keyway_local_responses_total{reason="no_set",set="none"} 0
+keyway_local_responses_total{reason="set_stopped",set="orders"} 0
 keyway_local_responses_total{reason="unreachable",set="orders"} 0
 keyway_local_responses_total{reason="upstream_error",set="orders"} 0
 keyway_local_responses_total{reason="upstream_timeout",set="orders"} 1
