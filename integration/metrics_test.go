@@ -278,7 +278,7 @@ keyway_rotation_replicas{set="orders"} 1
 # TYPE keyway_table_rebuilds_total counter
 keyway_table_rebuilds_total{ring="false",set="orders"} 1
 keyway_table_rebuilds_total{ring="true",set="orders"} 1
-# HELP keyway_upstream_errors_total Failed exchanges with a replica, by kind: dial, stale_conn, no_free_conns, timeout, reset, other, reused_closed.
+# HELP keyway_upstream_errors_total Failed exchanges with a replica, by kind: dial, stale_conn, no_free_conns, timeout, reset, other, reused_closed, tls_handshake.
 # TYPE keyway_upstream_errors_total counter
 keyway_upstream_errors_total{kind="dial",replica="orders-0",set="orders"} 0
 keyway_upstream_errors_total{kind="dial",replica="orders-1",set="orders"} 0
@@ -294,6 +294,8 @@ keyway_upstream_errors_total{kind="stale_conn",replica="orders-0",set="orders"} 
 keyway_upstream_errors_total{kind="stale_conn",replica="orders-1",set="orders"} 0
 keyway_upstream_errors_total{kind="timeout",replica="orders-0",set="orders"} 1
 keyway_upstream_errors_total{kind="timeout",replica="orders-1",set="orders"} 0
+keyway_upstream_errors_total{kind="tls_handshake",replica="orders-0",set="orders"} 0
+keyway_upstream_errors_total{kind="tls_handshake",replica="orders-1",set="orders"} 0
 `
 
 // keywayLint are keyway's own rules on top of promlint's, for every

@@ -1,8 +1,11 @@
 package proxy
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"net"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -44,6 +47,9 @@ type Backend struct {
 	// same address, see retirePool). A connection made in an earlier
 	// generation is closed when handed back and never reused.
 	pool atomic.Uint64
+	// tlsLogged is when (Unix nanoseconds) a failed TLS handshake with the
+	// replica was last logged; tlsUnlogged counts those not logged since.
+	tlsLogged, tlsUnlogged atomic.Int64
 
 	ctr     *replicaCounters // shared by every Backend of the replica while it stays on the ring
 	latency prometheus.Observer
@@ -88,14 +94,58 @@ func (e *DialError) Unwrap() error { return e.Err }
 // health checks (health.Checker classifies errors by this method).
 func (e *DialError) ConnectFailure() bool { return true }
 
+// HandshakeError is returned for a connection whose TLS handshake with
+// the replica failed (tls.enabled): the request never reached the
+// replica, so it is always safe to retry; and the replica cannot be
+// reached as configured, so it counts against it like a failed connect.
+type HandshakeError struct {
+	Addr       string
+	ServerName string // the name verified ("" with insecure_skip_verify)
+	Err        error
+}
+
+func (e *HandshakeError) Error() string {
+	return "tls handshake with " + e.Addr + " (server name " + strconv.Quote(e.ServerName) + "): " + e.Err.Error() + handshakeHint(e.Err)
+}
+
+func (e *HandshakeError) Unwrap() error { return e.Err }
+
+// ConnectFailure marks the error as a failure to connect, for passive
+// health checks.
+func (e *HandshakeError) ConnectFailure() bool { return true }
+
+// handshakeHint says which key to check for a failed handshake.
+func handshakeHint(err error) string {
+	var unknown x509.UnknownAuthorityError
+	var host x509.HostnameError
+	var invalid x509.CertificateInvalidError
+	var alert tls.AlertError
+	var record tls.RecordHeaderError
+	switch {
+	case errors.As(err, &unknown):
+		return "; check the set's tls.ca_file: it must hold the CA that signed the replica's certificate"
+	case errors.As(err, &host):
+		return "; the replica's certificate is not issued for this name: set the set's tls.server_name (\"{replica}\" stands for the replica's name)"
+	case errors.As(err, &invalid) && invalid.Reason == x509.Expired:
+		return "; the replica's certificate expired (or is not valid yet): renew it"
+	case errors.As(err, &record):
+		return "; the replica does not speak TLS at this address: turn the set's tls.enabled off, or point it at the replica's TLS port"
+	case errors.As(err, &alert) && (alert == 116 || alert == 42 || alert == 48): // certificate_required, bad_certificate, unknown_ca
+		return "; the replica refused this proxy's client certificate (or wants one): check the set's tls.cert_file and tls.key_file"
+	}
+	return ""
+}
+
 // dialFunc opens a connection to a replica. Tests replace net.DialTimeout
 // with an in-memory listener's Dial (Options.dial).
 type dialFunc func(addr string, timeout time.Duration) (net.Conn, error)
 
 // newHostClient makes the connection pool of a replica. pool is the
 // backend's pool generation (Backend.pool): each connection remembers the
-// generation it was dialed in.
-func newHostClient(rep balancer.Replica, sc *SetConfig, dial dialFunc, pool *atomic.Uint64) *fasthttp.HostClient {
+// generation it was dialed in. tlsCfg, when not nil, makes every
+// connection a TLS one, its handshake done within timeouts.connect along
+// with the TCP connect; tlsFailed is then told of every failed handshake.
+func newHostClient(rep balancer.Replica, sc *SetConfig, dial dialFunc, pool *atomic.Uint64, tlsCfg *tls.Config, tlsFailed func(error)) *fasthttp.HostClient {
 	connect := sc.Timeouts.Connect
 	if dial == nil {
 		dial = func(addr string, timeout time.Duration) (net.Conn, error) {
@@ -109,10 +159,30 @@ func newHostClient(rep balancer.Replica, sc *SetConfig, dial dialFunc, pool *ato
 			if timeout <= 0 || timeout > connect {
 				timeout = connect
 			}
+			start := time.Now()
 			gen := pool.Load()
 			c, err := dial(addr, timeout)
 			if err != nil {
 				return nil, &DialError{Addr: addr, Err: err}
+			}
+			if tlsCfg != nil {
+				// keyway does the handshake itself rather than fasthttp
+				// (IsTLS): the stale check wraps the tls.Conn and peeks at
+				// the socket beneath it, and a failed handshake becomes a
+				// HandshakeError. fasthttp sees a plain connection and
+				// requests stay http:// (IsTLS false).
+				tc := tls.Client(c, tlsCfg)
+				_ = c.SetDeadline(start.Add(timeout))
+				if err := tc.Handshake(); err != nil {
+					c.Close()
+					herr := &HandshakeError{Addr: addr, ServerName: tlsCfg.ServerName, Err: err}
+					if tlsFailed != nil {
+						tlsFailed(herr)
+					}
+					return nil, herr
+				}
+				_ = c.SetDeadline(time.Time{})
+				c = tc
 			}
 			return newStaleCheckConn(c, gen, pool), nil
 		},
@@ -147,10 +217,11 @@ const (
 	// keep-alive timeout). Fate unknown, but no evidence against the
 	// replica.
 	errReusedClosed
+	errTLS // the TLS handshake failed (HandshakeError): never reached the replica
 	errKinds
 )
 
-var errKindNames = [errKinds]string{"dial", "stale_conn", "no_free_conns", "timeout", "reset", "other", "reused_closed"}
+var errKindNames = [errKinds]string{"dial", "stale_conn", "no_free_conns", "timeout", "reset", "other", "reused_closed", "tls_handshake"}
 
 func (k errKind) String() string { return errKindNames[k] }
 
@@ -161,7 +232,9 @@ func (k errKind) String() string { return errKindNames[k] }
 func (k errKind) evidence() bool { return k != errStale && k != errNoFreeConns && k != errReusedClosed }
 
 // neverSent reports whether the request provably did not reach the replica.
-func (k errKind) neverSent() bool { return k == errDial || k == errStale || k == errNoFreeConns }
+func (k errKind) neverSent() bool {
+	return k == errDial || k == errStale || k == errNoFreeConns || k == errTLS
+}
 
 // classifyAttempt classifies a failed attempt whose response is resp: a
 // reset or close of a reused connection before the first response byte is
@@ -176,9 +249,12 @@ func classifyAttempt(err error, resp *fasthttp.Response) errKind {
 
 func classify(err error) errKind {
 	var de *DialError
+	var he *HandshakeError
 	switch {
 	case errors.As(err, &de):
 		return errDial
+	case errors.As(err, &he):
+		return errTLS
 	case errors.Is(err, errStaleConn):
 		return errStale
 	case errors.Is(err, fasthttp.ErrNoFreeConns):

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"keyway/balancer"
+	"keyway/tlsconfig"
 )
 
 // Config configures the proxy: its listener, server limits and the replica
@@ -76,6 +77,9 @@ type SetConfig struct {
 	Hash balancer.HashConfig `yaml:"hash"`
 	// Timeouts bound the work with one replica.
 	Timeouts TimeoutsConfig `yaml:"timeouts"`
+	// TLS makes the proxy reach the set's replicas over TLS. Off by
+	// default (plain HTTP). See docs/proxy.md, TLS to replicas.
+	TLS tlsconfig.ClientConfig `yaml:"tls"`
 	// Retries configures which failed requests are tried on the next
 	// candidate.
 	Retries RetriesConfig `yaml:"retries"`
@@ -284,6 +288,7 @@ func (s SetConfig) Validate() error {
 	if s.Timeouts.Connect > s.Timeouts.Request && s.Timeouts.Request > 0 {
 		errs = append(errs, fmt.Errorf("timeouts.connect: %s is longer than timeouts.request (%s), which bounds the whole exchange; lower it", s.Timeouts.Connect, s.Timeouts.Request))
 	}
+	errs = append(errs, prefixed("tls.", s.TLS.Validate()))
 	if s.Retries.Attempts < 1 || s.Retries.Attempts > 8 {
 		errs = append(errs, fmt.Errorf("retries.attempts: must be between 1 (no retry) and 8, got %d", s.Retries.Attempts))
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -18,6 +19,7 @@ import (
 	"go.uber.org/zap"
 
 	"keyway/balancer"
+	"keyway/tlsconfig"
 )
 
 // Observer receives the outcome of every exchange with a replica that says
@@ -134,6 +136,7 @@ type replicaSet struct {
 	sources  []keySource
 	idem     []byte
 	routeHdr []byte // route_context.header; nil when off
+	tls      *tlsconfig.Client // tls, loaded; nil when off
 	maxBody  int
 	timeout  time.Duration
 	attempts int
@@ -217,6 +220,7 @@ func New(cfg Config, opts Options) (*Proxy, error) {
 		return nil, err
 	}
 	p.routes.Store(rt)
+	p.warnTLS(cfg.ReplicaSets)
 	maxBody := 0
 	for _, rs := range rt.sets {
 		maxBody = max(maxBody, rs.maxBody)
@@ -258,6 +262,15 @@ func (p *Proxy) buildRoutes(scs []SetConfig, old *routes) (*routes, []*setState,
 	rt := &routes{byName: map[string]*replicaSet{}}
 	var fresh []*setState
 	for _, sc := range scs {
+		// The TLS files are read for every generation: a reload picks up
+		// renewed certificates (Reload renews the pools when they change).
+		var up *tlsconfig.Client
+		if sc.TLS.Enabled {
+			var err error
+			if up, err = sc.TLS.Load(); err != nil {
+				return nil, nil, prefixed("replica set "+sc.Name+": tls.", err)
+			}
+		}
 		var st *setState
 		if old != nil {
 			if prev := old.byName[sc.Name]; prev != nil {
@@ -266,12 +279,12 @@ func (p *Proxy) buildRoutes(scs []SetConfig, old *routes) (*routes, []*setState,
 		}
 		if st == nil {
 			var err error
-			if st, err = p.newSetState(sc); err != nil {
+			if st, err = p.newSetState(sc, up); err != nil {
 				return nil, nil, err
 			}
 			fresh = append(fresh, st)
 		}
-		rs := newGeneration(st, sc)
+		rs := newGeneration(st, sc, up)
 		rt.sets = append(rt.sets, rs)
 		rt.byName[rs.name] = rs
 		rt.names = append(rt.names, rs.name)
@@ -285,11 +298,13 @@ func (p *Proxy) buildRoutes(scs []SetConfig, old *routes) (*routes, []*setState,
 	return rt, fresh, nil
 }
 
-// newGeneration makes a replica set's request parameters from sc.
-func newGeneration(st *setState, sc SetConfig) *replicaSet {
+// newGeneration makes a replica set's request parameters from sc and its
+// loaded TLS settings (nil: plain HTTP).
+func newGeneration(st *setState, sc SetConfig, up *tlsconfig.Client) *replicaSet {
 	rs := &replicaSet{
 		st:       st,
 		cfg:      sc,
+		tls:      up,
 		name:     sc.Name,
 		host:     []byte(strings.ToLower(sc.Match.Host)),
 		prefix:   []byte(sc.Match.PathPrefix),
@@ -344,7 +359,7 @@ func staticReplicas(sc SetConfig) []balancer.Replica {
 
 // newSetState makes a set's long-lived state and its router, fed with
 // the set's static replicas. The router's goroutine is not started.
-func (p *Proxy) newSetState(sc SetConfig) (*setState, error) {
+func (p *Proxy) newSetState(sc SetConfig, up *tlsconfig.Client) (*setState, error) {
 	st := &setState{
 		name:    sc.Name,
 		retries: p.metrics.retries.WithLabelValues(sc.Name),
@@ -356,7 +371,7 @@ func (p *Proxy) newSetState(sc SetConfig) (*setState, error) {
 	for r := localReason(0); r < localReasons; r++ {
 		st.local[r] = p.metrics.rejected.WithLabelValues(sc.Name, r.String())
 	}
-	st.cur.Store(newGeneration(st, sc))
+	st.cur.Store(newGeneration(st, sc, up))
 	router, err := balancer.NewRouter(routerConfig(sc, p.opts.Coalesce), balancer.Hooks[*Backend]{
 		NewBackend: func(r balancer.Replica) *Backend { return p.newBackend(st, r) },
 		Release:    func(r balancer.Replica, b *Backend) { p.releaseBackend(st, r, b) },
@@ -369,14 +384,21 @@ func (p *Proxy) newSetState(sc SetConfig) (*setState, error) {
 	st.router = router
 	router.SetReplicas("static", staticReplicas(sc))
 	router.Flush()
-	st.cur.Store(newGeneration(st, sc)) // now with the router
+	st.cur.Store(newGeneration(st, sc, up)) // now with the router
 	return st, nil
 }
 
 func (p *Proxy) newBackend(st *setState, r balancer.Replica) *Backend {
-	cfg := st.cur.Load().cfg
+	gen := st.cur.Load()
+	cfg := gen.cfg
 	b := &Backend{name: r.Name, addr: r.Addr}
-	b.hc = newHostClient(r, &cfg, p.opts.dial, &b.pool)
+	var tlsCfg *tls.Config
+	var tlsFailed func(error)
+	if gen.tls != nil {
+		tlsCfg = gen.tls.Config(r.Name, r.Addr)
+		tlsFailed = func(err error) { p.handshakeFailed(st.name, b, err) }
+	}
+	b.hc = newHostClient(r, &cfg, p.opts.dial, &b.pool, tlsCfg, tlsFailed)
 	p.metrics.bind(b, st.name)
 	st.mu.Lock()
 	st.live[r.Name] = b

@@ -36,8 +36,9 @@ type ReloadInfo struct {
 // the new one. A set that stays (same name) keeps its routing state: the
 // replicas gossip reported, health exclusions, keep-alive pools (renewed
 // only when timeouts.connect, timeouts.idle, timeouts.request or
-// max_conns_per_replica change: then new requests use new pools and the
-// old pools' idle connections close), so its keys stay where they are
+// max_conns_per_replica change, or the tls section or the contents of its
+// files, which every reload reads again: then new requests use new pools
+// and the old pools' idle connections close), so its keys stay where they are
 // unless its hash changes. A new set starts empty of gossip replicas
 // (the caller resyncs discovery); a removed set's requests get 404 from
 // then on and its metric series are deleted.
@@ -67,7 +68,10 @@ func (p *Proxy) Reload(cfg Config) (ReloadInfo, error) {
 			continue
 		}
 		prev := st.cur.Load()
-		if reflect.DeepEqual(prev.cfg, rs.cfg) {
+		// The TLS files were read again: a renewed certificate or CA
+		// changes the set even when its keys do not.
+		sameTLS := prev.tls.Same(rs.tls)
+		if sameTLS && reflect.DeepEqual(prev.cfg, rs.cfg) {
 			info.Unchanged++
 			continue
 		}
@@ -76,7 +80,8 @@ func (p *Proxy) Reload(cfg Config) (ReloadInfo, error) {
 			info.RingChanged = append(info.RingChanged, name)
 		}
 		renew := prev.cfg.Timeouts.Connect != rs.cfg.Timeouts.Connect || prev.cfg.Timeouts.Idle != rs.cfg.Timeouts.Idle ||
-			prev.cfg.Timeouts.Request != rs.cfg.Timeouts.Request || prev.cfg.MaxConnsPerReplica != rs.cfg.MaxConnsPerReplica
+			prev.cfg.Timeouts.Request != rs.cfg.Timeouts.Request || prev.cfg.MaxConnsPerReplica != rs.cfg.MaxConnsPerReplica ||
+			!sameTLS
 		reconf := renew || routerConfig(prev.cfg, 0) != routerConfig(rs.cfg, 0)
 		if int64(rs.cfg.Replicas) != st.declared.Load() {
 			st.declared.Store(int64(rs.cfg.Replicas))
@@ -111,6 +116,7 @@ func (p *Proxy) Reload(cfg Config) (ReloadInfo, error) {
 		info.Removed = append(info.Removed, name)
 		p.removeSet(old.byName[name].st)
 	}
+	p.warnTLS(cfg.ReplicaSets)
 	return info, nil
 }
 

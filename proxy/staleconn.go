@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"crypto/tls"
 	"errors"
 	"io"
 	"net"
@@ -12,9 +13,11 @@ import (
 
 // errStaleConn is returned when keyway is about to reuse a pooled
 // connection that the replica has already closed (it crashed, restarted or
-// idled the connection out), or one that belongs to an earlier incarnation
-// of the replica. Nothing was written: the request never reached the
-// replica, so it is always safe to send it again.
+// idled the connection out), one on which the replica sent something
+// unasked (over TLS, the close_notify alert that precedes its close), or
+// one that belongs to an earlier incarnation of the replica. Nothing was
+// written: the request never reached the replica, so it is always safe to
+// send it again.
 var errStaleConn = errors.New("proxy: pooled connection already closed by the replica")
 
 // staleCheckConn wraps a connection to a replica and watches how each
@@ -25,6 +28,15 @@ var errStaleConn = errors.New("proxy: pooled connection already closed by the re
 // without blocking: a closed or reset socket fails the write with
 // errStaleConn instead of sending a request into a dead connection, whose
 // fate keyway could then not know (a non-replayable POST would get 502).
+// So does a socket with bytes waiting: between a response read whole and
+// the next request a replica has nothing to say, and whatever it said
+// would be read as the next request's answer. Over TLS that is how a
+// replica closing an idle connection shows first: its close_notify alert
+// (a record of content type 21 in TLS 1.2; in TLS 1.3 every record looks
+// like application data, 23) arrives before its FIN, or alone while the
+// FIN is still on its way. For a TLS connection the wrapper sits above the
+// tls.Conn and peeks at the TCP socket beneath it ((*tls.Conn).NetConn),
+// so the record is seen before crypto/tls reads it.
 // The check is one non-blocking recvfrom(MSG_PEEK) per reuse and allocates
 // nothing. It runs through RawConn.Control, not RawConn.Read: Read refuses
 // to run the check at all once the connection's read deadline has passed,
@@ -68,10 +80,16 @@ type connAddr struct {
 	c *staleCheckConn
 }
 
-// newStaleCheckConn wraps c. gen and cur are the backend's pool generation
-// (see Backend.retirePool); cur may be nil.
+// newStaleCheckConn wraps c, a TCP connection or a *tls.Conn over one
+// (whose handshake is done). gen and cur are the backend's pool generation
+// (see Backend.retirePool); cur may be nil. A connection without a file
+// descriptor (an in-memory one in tests) is returned as it is.
 func newStaleCheckConn(c net.Conn, gen uint64, cur *atomic.Uint64) net.Conn {
-	sc, ok := c.(syscall.Conn)
+	under := c
+	if tc, ok := c.(*tls.Conn); ok {
+		under = tc.NetConn()
+	}
+	sc, ok := under.(syscall.Conn)
 	if !ok {
 		return c
 	}
@@ -124,6 +142,8 @@ func (c *staleCheckConn) peekFD(fd uintptr) {
 	n, _, err := syscall.Recvfrom(int(fd), c.buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
 	switch {
 	case err == nil && n == 0: // orderly shutdown by the replica
+		c.closed = true
+	case err == nil: // unasked bytes: a TLS close_notify, or anything else
 		c.closed = true
 	case err == syscall.ECONNRESET || err == syscall.EPIPE:
 		c.closed = true

@@ -44,7 +44,7 @@ type ReplicaTraffic struct {
 	Responses5xxTotal uint64
 	// TransportErrorsTotal counts failed exchanges with it; TransportErrors
 	// splits them by kind (dial, stale_conn, no_free_conns, timeout, reset,
-	// other; only kinds seen), as keyway_upstream_errors_total does. A
+	// other, tls_handshake; only kinds seen), as keyway_upstream_errors_total does. A
 	// failed exchange is not an answer: the request went to the next
 	// candidate or keyway answered it.
 	TransportErrorsTotal uint64
