@@ -119,7 +119,6 @@ func handshakeHint(err error) string {
 	var unknown x509.UnknownAuthorityError
 	var host x509.HostnameError
 	var invalid x509.CertificateInvalidError
-	var alert tls.AlertError
 	var record tls.RecordHeaderError
 	switch {
 	case errors.As(err, &unknown):
@@ -130,10 +129,18 @@ func handshakeHint(err error) string {
 		return "; the replica's certificate expired (or is not valid yet): renew it"
 	case errors.As(err, &record):
 		return "; the replica does not speak TLS at this address: turn the set's tls.enabled off, or point it at the replica's TLS port"
-	case errors.As(err, &alert) && (alert == 116 || alert == 42 || alert == 48): // certificate_required, bad_certificate, unknown_ca
-		return "; the replica refused this proxy's client certificate (or wants one): check the set's tls.cert_file and tls.key_file"
+	case isRemoteAlert(err):
+		return "; the replica refused the handshake: if it requires a client certificate (mTLS), check the set's tls.cert_file and tls.key_file, and that its CA trusts them"
 	}
 	return ""
+}
+
+// isRemoteAlert reports whether err is a TLS alert the replica sent (a
+// refused handshake), as crypto/tls reports it: a *net.OpError with Op
+// "remote error".
+func isRemoteAlert(err error) bool {
+	var oe *net.OpError
+	return errors.As(err, &oe) && oe.Op == "remote error"
 }
 
 // dialFunc opens a connection to a replica. Tests replace net.DialTimeout
@@ -144,8 +151,8 @@ type dialFunc func(addr string, timeout time.Duration) (net.Conn, error)
 // backend's pool generation (Backend.pool): each connection remembers the
 // generation it was dialed in. tlsCfg, when not nil, makes every
 // connection a TLS one, its handshake done within timeouts.connect along
-// with the TCP connect; tlsFailed is then told of every failed handshake.
-func newHostClient(rep balancer.Replica, sc *SetConfig, dial dialFunc, pool *atomic.Uint64, tlsCfg *tls.Config, tlsFailed func(error)) *fasthttp.HostClient {
+// with the TCP connect.
+func newHostClient(rep balancer.Replica, sc *SetConfig, dial dialFunc, pool *atomic.Uint64, tlsCfg *tls.Config) *fasthttp.HostClient {
 	connect := sc.Timeouts.Connect
 	if dial == nil {
 		dial = func(addr string, timeout time.Duration) (net.Conn, error) {
@@ -175,14 +182,14 @@ func newHostClient(rep balancer.Replica, sc *SetConfig, dial dialFunc, pool *ato
 				_ = c.SetDeadline(start.Add(timeout))
 				if err := tc.Handshake(); err != nil {
 					c.Close()
-					herr := &HandshakeError{Addr: addr, ServerName: tlsCfg.ServerName, Err: err}
-					if tlsFailed != nil {
-						tlsFailed(herr)
-					}
-					return nil, herr
+					return nil, &HandshakeError{Addr: addr, ServerName: tlsCfg.ServerName, Err: err}
 				}
 				_ = c.SetDeadline(time.Time{})
-				c = tc
+				w := newStaleCheckConn(tc, gen, pool)
+				if s, ok := w.(*staleCheckConn); ok {
+					s.serverName = tlsCfg.ServerName
+				}
+				return w, nil
 			}
 			return newStaleCheckConn(c, gen, pool), nil
 		},
@@ -238,13 +245,21 @@ func (k errKind) neverSent() bool {
 
 // classifyAttempt classifies a failed attempt whose response is resp: a
 // reset or close of a reused connection before the first response byte is
-// errReusedClosed (lostReusedConn), whatever error fasthttp made of it.
-func classifyAttempt(err error, resp *fasthttp.Response) errKind {
+// errReusedClosed (lostReusedConn), and a TLS alert on a fresh connection
+// before the first response byte is errTLS (tlsRefused), whatever error
+// fasthttp made of them. It returns the error to report: err, or for
+// errTLS the HandshakeError behind it.
+func classifyAttempt(err error, resp *fasthttp.Response) (errKind, error) {
 	k := classify(err)
 	if k == errReset && lostReusedConn(resp) {
-		return errReusedClosed
+		return errReusedClosed, err
 	}
-	return k
+	if !k.neverSent() {
+		if herr := tlsRefused(resp); herr != nil {
+			return errTLS, herr
+		}
+	}
+	return k, err
 }
 
 func classify(err error) errKind {

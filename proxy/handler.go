@@ -222,10 +222,14 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, rs *replicaSet, t *balancer.Ta
 			p.logAccess(ctx, rs.name, b.name, code, start, tried)
 			return
 		}
-		lastErr, lastKind = err, classifyAttempt(err, &ctx.Response)
+		lastKind, lastErr = classifyAttempt(err, &ctx.Response)
+		err = lastErr
 		b.ctr.upErrs[lastKind].Add(1)
 		if lastKind == errDial && isRefused(err) {
 			p.ejectRefused(rs, b)
+		}
+		if lastKind == errTLS {
+			p.handshakeFailed(rs.name, b, err)
 		}
 		if lastKind.evidence() {
 			b.lastFail.Store(end.UnixNano())

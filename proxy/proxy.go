@@ -135,7 +135,7 @@ type replicaSet struct {
 	prefix   []byte
 	sources  []keySource
 	idem     []byte
-	routeHdr []byte // route_context.header; nil when off
+	routeHdr []byte            // route_context.header; nil when off
 	tls      *tlsconfig.Client // tls, loaded; nil when off
 	maxBody  int
 	timeout  time.Duration
@@ -393,12 +393,10 @@ func (p *Proxy) newBackend(st *setState, r balancer.Replica) *Backend {
 	cfg := gen.cfg
 	b := &Backend{name: r.Name, addr: r.Addr}
 	var tlsCfg *tls.Config
-	var tlsFailed func(error)
 	if gen.tls != nil {
 		tlsCfg = gen.tls.Config(r.Name, r.Addr)
-		tlsFailed = func(err error) { p.handshakeFailed(st.name, b, err) }
 	}
-	b.hc = newHostClient(r, &cfg, p.opts.dial, &b.pool, tlsCfg, tlsFailed)
+	b.hc = newHostClient(r, &cfg, p.opts.dial, &b.pool, tlsCfg)
 	p.metrics.bind(b, st.name)
 	st.mu.Lock()
 	st.live[r.Name] = b

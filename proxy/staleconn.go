@@ -70,6 +70,16 @@ type staleCheckConn struct {
 	lost     bool // the current exchange on a reused connection failed before its first response byte
 	closed   bool // set by peekFD
 	buf      [1]byte
+
+	// Over TLS (isTLS): serverName is the name verified; refused is set when the
+	// replica answered the first exchange with a TLS alert before any
+	// response byte. With TLS 1.3 the client's handshake ends before the
+	// server has checked the client's certificate: a replica refusing it
+	// (mTLS) says so with an alert in place of the first answer, having
+	// read no request.
+	isTLS      bool
+	serverName string
+	refused    *HandshakeError
 }
 
 // connAddr is a staleCheckConn's remote address. fasthttp keeps the
@@ -86,7 +96,8 @@ type connAddr struct {
 // descriptor (an in-memory one in tests) is returned as it is.
 func newStaleCheckConn(c net.Conn, gen uint64, cur *atomic.Uint64) net.Conn {
 	under := c
-	if tc, ok := c.(*tls.Conn); ok {
+	tc, isTLS := c.(*tls.Conn)
+	if isTLS {
 		under = tc.NetConn()
 	}
 	sc, ok := under.(syscall.Conn)
@@ -97,7 +108,7 @@ func newStaleCheckConn(c net.Conn, gen uint64, cur *atomic.Uint64) net.Conn {
 	if err != nil {
 		return c
 	}
-	s := &staleCheckConn{Conn: c, raw: raw, gen: gen, cur: cur}
+	s := &staleCheckConn{Conn: c, raw: raw, gen: gen, cur: cur, isTLS: isTLS}
 	s.peek = s.peekFD
 	s.addr = connAddr{Addr: c.RemoteAddr(), c: s}
 	return s
@@ -111,8 +122,12 @@ func (c *staleCheckConn) Read(b []byte) (int, error) {
 	n, err := c.Conn.Read(b)
 	if n > 0 {
 		c.answered = true
-	} else if err != nil && c.reused && !c.answered && connLost(err) {
-		c.lost = true
+	} else if err != nil && !c.answered {
+		if c.reused && connLost(err) {
+			c.lost = true
+		} else if !c.reused && c.isTLS && c.refused == nil && isRemoteAlert(err) {
+			c.refused = &HandshakeError{Addr: c.addr.String(), ServerName: c.serverName, Err: err}
+		}
 	}
 	return n, err
 }
@@ -154,6 +169,16 @@ func (c *staleCheckConn) peekFD(fd uintptr) {
 // connection.
 func connLost(err error) bool {
 	return err == io.EOF || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}
+
+// tlsRefused returns the refused handshake (staleCheckConn.refused) of the
+// connection of a failed attempt, or nil. Valid after a failed attempt
+// only, like lostReusedConn.
+func tlsRefused(resp *fasthttp.Response) *HandshakeError {
+	if a, ok := resp.RemoteAddr().(*connAddr); ok && a.c.refused != nil {
+		return a.c.refused
+	}
+	return nil
 }
 
 // lostReusedConn reports whether the attempt that filled resp ran on a
