@@ -522,3 +522,19 @@ func TestReusedConnectionClosedByReplica(t *testing.T) {
 		})
 	}
 }
+
+// Plain HTTP too: bytes a replica sent unasked on an idle pooled
+// connection (a 408 before it closes, say) would be read as the next
+// request's answer. The connection is not reused.
+func TestStaleCheckRefusesUnaskedBytes(t *testing.T) {
+	c, s := tcpPair(t)
+	w := newStaleCheckConn(c, 0, nil)
+	exchange(t, w, s)
+	if _, err := s.Write([]byte("HTTP/1.1 408 Request Timeout\r\n\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, 5*time.Second, "the replica's bytes to arrive", func() bool { _, ok := peerSpoke(c); return ok })
+	if _, err := w.Write([]byte("q")); !errors.Is(err, errStaleConn) {
+		t.Fatalf("write on a pooled connection with unasked bytes: %v, want errStaleConn", err)
+	}
+}
