@@ -196,6 +196,10 @@ func runValidate(args []string, stdout, stderr io.Writer) error {
 	if err := admin.CheckToken(cfg.Admin, nil); err != nil {
 		return usageError{err.Error()}
 	}
+	// Valid but unsafe (tls.insecure_skip_verify) or probably a mistake.
+	for _, w := range cfg.Warnings() {
+		fmt.Fprintln(stderr, "warning:", w)
+	}
 	fmt.Fprintln(stdout, config.Summary(cfg))
 	return nil
 }
