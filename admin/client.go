@@ -2,14 +2,18 @@ package admin
 
 import (
 	"bytes"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -28,24 +32,37 @@ type Client struct {
 	// Actor names the caller in the audit trail of mutating calls (the
 	// X-Keyway-Actor header), e.g. "alice@build-7"; "" sends none.
 	Actor string
+	// TLS configures calls to an admin listener over TLS (an https:// Addr,
+	// or host:port when TLS is set): the CAs that verify its certificate,
+	// a client certificate for mTLS. Nil means the system's roots and no
+	// client certificate. It must not be changed after the first call.
+	TLS *tls.Config
+
+	mu        sync.Mutex
+	transport *http.Transport // made at the first call, with TLS
 }
 
 // ErrBadAddr is returned (wrapped) for an Addr that is not host:port or a
 // URL.
 var ErrBadAddr = errors.New("bad admin address")
 
-// BaseURL turns Addr into the API's base URL ("http://host:port").
+// BaseURL turns Addr into the API's base URL ("http://host:port", or
+// "https://host:port" for host:port with TLS set).
 func (c *Client) BaseURL() (string, error) {
 	a := strings.TrimSpace(c.Addr)
 	if a == "" {
 		return "", fmt.Errorf("%w: empty: pass the admin API address, e.g. 127.0.0.1:9901", ErrBadAddr)
 	}
 	if !strings.Contains(a, "://") {
-		a = "http://" + a
+		if c.TLS != nil {
+			a = "https://" + a
+		} else {
+			a = "http://" + a
+		}
 	}
 	u, err := url.Parse(a)
-	if err != nil || u.Host == "" {
-		return "", fmt.Errorf("%w %q: want host:port or http://host:port", ErrBadAddr, c.Addr)
+	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+		return "", fmt.Errorf("%w %q: want host:port, http://host:port or https://host:port", ErrBadAddr, c.Addr)
 	}
 	return strings.TrimRight(u.String(), "/"), nil
 }
@@ -240,9 +257,9 @@ func (c *Client) Export() ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	resp, err := (&http.Client{Timeout: c.timeout()}).Get(base + "/v1/runtime/export")
+	resp, err := c.httpClient(c.timeout()).Get(base + "/v1/runtime/export")
 	if err != nil {
-		return nil, fmt.Errorf("cannot reach the keyway admin API at %s: %v", c.Addr, err)
+		return nil, c.reachError(err)
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
@@ -285,13 +302,9 @@ func (c *Client) call(method, path string, body []byte, want int, v any, timeout
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	resp, err := (&http.Client{Timeout: timeout}).Do(req)
+	resp, err := c.httpClient(timeout).Do(req)
 	if err != nil {
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
-		}
-		return nil, fmt.Errorf("cannot reach the keyway admin API at %s: %v\n(is the proxy running with admin.listen there? pass --admin ADDR or set KEYWAY_ADMIN)", c.Addr, err)
+		return nil, c.reachError(err)
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
@@ -307,9 +320,56 @@ func (c *Client) call(method, path string, body []byte, want int, v any, timeout
 	return raw, nil
 }
 
+// httpClient returns a client for one call bounded by timeout. Calls
+// share one transport (and its connections: one TLS handshake for the
+// several calls of a command).
+func (c *Client) httpClient(timeout time.Duration) *http.Client {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.transport == nil {
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		if c.TLS != nil {
+			t.TLSClientConfig = c.TLS.Clone()
+		}
+		c.transport = t
+	}
+	return &http.Client{Timeout: timeout, Transport: c.transport}
+}
+
+// reachError explains a call that got no answer, with what to check:
+// the address, or for TLS the CA, the name, the client certificate.
+func (c *Client) reachError(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	hint := "is the proxy running with admin.listen there? pass --admin ADDR or set KEYWAY_ADMIN"
+	var unknown x509.UnknownAuthorityError
+	var host x509.HostnameError
+	var invalid x509.CertificateInvalidError
+	var record tls.RecordHeaderError
+	var oe *net.OpError
+	switch {
+	case errors.As(err, &unknown):
+		hint = "certificate signed by unknown authority: pass --ca-file FILE (or set KEYWAY_ADMIN_CA) naming the CA that signed the admin listener's certificate"
+	case errors.As(err, &host):
+		hint = "the admin listener's certificate is not issued for the host in --admin: use a name or address it covers"
+	case errors.As(err, &invalid) && invalid.Reason == x509.Expired:
+		hint = "the admin listener's certificate expired or is not valid yet: renew it"
+	case errors.As(err, &record), strings.Contains(err.Error(), "server gave HTTP response to HTTPS client"):
+		hint = "the admin listener does not speak TLS: use --admin http://HOST:PORT"
+	case errors.As(err, &oe) && oe.Op == "remote error", strings.Contains(err.Error(), "remote error: tls:"):
+		hint = "the admin listener refused the TLS handshake: if it requires a client certificate, pass --cert-file and --key-file (or set KEYWAY_ADMIN_CERT and KEYWAY_ADMIN_KEY) with one its CA trusts"
+	}
+	return fmt.Errorf("cannot reach the keyway admin API at %s: %v\n(%s)", c.Addr, err, hint)
+}
+
 // apiError turns an error answer into an error naming the address; a
 // refused reload becomes a *ReloadError.
 func (c *Client) apiError(method, path string, status int, body []byte) error {
+	if status == http.StatusBadRequest && bytes.Contains(body, []byte("HTTP request to an HTTPS server")) {
+		return fmt.Errorf("admin API at %s: the admin listener uses TLS: use --admin https://HOST:PORT, with --ca-file FILE if its certificate is not signed by a CA this system trusts", c.Addr)
+	}
 	var e ReloadRefused // an ErrorBody with problems
 	if json.Unmarshal(body, &e) == nil && e.Error != "" {
 		if (status == http.StatusUnprocessableEntity || status == http.StatusBadRequest) && len(e.Problems) > 0 {

@@ -194,7 +194,7 @@ func checkServerName(s string) error {
 func loadCAs(file string) (*x509.CertPool, []byte, error) {
 	data, err := os.ReadFile(file)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%v: name a PEM file of the CA certificates that sign the replicas' certificates", err)
+		return nil, nil, fmt.Errorf("%v: name a PEM file of CA certificates", err)
 	}
 	pool := x509.NewCertPool()
 	n := 0
@@ -244,7 +244,7 @@ func loadKeyPair(certFile, keyFile string, now time.Time) (tls.Certificate, []by
 		}
 	}
 	if leaf := cert.Leaf; leaf != nil && now.After(leaf.NotAfter) {
-		return tls.Certificate{}, data, fmt.Errorf("cert_file: %q expired on %s: renew it (replicas would refuse it)", certFile, leaf.NotAfter.UTC().Format(time.RFC3339))
+		return tls.Certificate{}, data, fmt.Errorf("cert_file: %q expired on %s: renew it (servers refuse an expired certificate)", certFile, leaf.NotAfter.UTC().Format(time.RFC3339))
 	}
 	return cert, data, nil
 }

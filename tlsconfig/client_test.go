@@ -65,7 +65,7 @@ func TestClientConfigValidate(t *testing.T) {
 			*c = ClientConfig{CAFile: "/nonexistent", ServerName: "{pod}", MinVersion: "1.0"}
 		}},
 		"missing CA file": {modify: func(c *ClientConfig) { c.CAFile = filepath.Join(f.dir, "nope.pem") },
-			want: []string{"ca_file: ", "nope.pem", "no such file", "PEM file of the CA certificates"}},
+			want: []string{"ca_file: ", "nope.pem", "no such file", "PEM file of CA certificates"}},
 		"CA file is not PEM": {modify: func(c *ClientConfig) { c.CAFile = garbage },
 			want: []string{"ca_file: ", "holds no PEM certificate"}},
 		"CA file is a key": {modify: func(c *ClientConfig) { c.CAFile = f.key },

@@ -30,6 +30,7 @@ const cliTimeout = 5 * time.Second
 type cliFlags struct {
 	admin   string
 	rawJSON bool
+	tls     adminTLSFlags
 }
 
 func newCLIFlags(fs *flag.FlagSet) *cliFlags {
@@ -38,8 +39,9 @@ func newCLIFlags(fs *flag.FlagSet) *cliFlags {
 	if def == "" {
 		def = defaultAdminAddr
 	}
-	fs.StringVar(&cf.admin, "admin", def, "admin API `ADDR` (host:port or URL) of the proxy to ask; env KEYWAY_ADMIN")
+	fs.StringVar(&cf.admin, "admin", def, "admin API `ADDR` (host:port, http:// or https:// URL) of the proxy to ask; env KEYWAY_ADMIN")
 	fs.BoolVar(&cf.rawJSON, "json", false, "print the API's JSON answer instead of a table")
+	cf.tls.register(fs)
 	return cf
 }
 
@@ -53,7 +55,7 @@ func parseCLIFlags(fs *flag.FlagSet, args []string, stderr io.Writer, usage stri
 // client returns the admin API client of --admin, with token for the
 // mutating commands.
 func (cf *cliFlags) client(token string) *admin.Client {
-	return &admin.Client{Addr: cf.admin, Token: token, Timeout: cliTimeout, Actor: cliActor()}
+	return &admin.Client{Addr: cf.admin, Token: token, Timeout: cliTimeout, Actor: cliActor(), TLS: cf.tls.cfg}
 }
 
 // cliActor names the caller in the proxies' audit trail: USER@HOST, or
@@ -70,8 +72,12 @@ func cliActor() string {
 	return u + "@" + h
 }
 
-// checkAddr rejects an --admin that is not an address.
+// checkAddr rejects an --admin that is not an address, and loads the TLS
+// flags' files.
 func (cf *cliFlags) checkAddr() error {
+	if err := cf.tls.load(); err != nil {
+		return err
+	}
 	if _, err := cf.client("").BaseURL(); err != nil {
 		return usageError{"--admin: " + err.Error()}
 	}
