@@ -111,13 +111,20 @@ func (c *Checker) probe(ctx context.Context, r *replica, addr string) probeResul
 	res := probeResult{r: r}
 	pctx, cancel := context.WithTimeout(ctx, c.cfg.Active.Timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(pctx, http.MethodGet, "http://"+addr+c.cfg.Active.Path, nil)
+	scheme, client := "http://", c.client
+	if c.probeTLS != nil {
+		if cfg := c.probeTLS(r.set, r.name, addr); cfg != nil {
+			scheme, client = "https://", newProbeClient()
+			client.Transport.(*http.Transport).TLSClientConfig = cfg
+		}
+	}
+	req, err := http.NewRequestWithContext(pctx, http.MethodGet, scheme+addr+c.cfg.Active.Path, nil)
 	if err != nil {
 		res.result, res.desc, res.at = resultError, err.Error(), c.now()
 		return res
 	}
 	req.Header.Set("User-Agent", "keyway-health")
-	resp, err := c.client.Do(req)
+	resp, err := client.Do(req)
 	if err == nil {
 		// Read (a bounded part of) the body so that a replica that sends
 		// the headers but stalls the body still times out.

@@ -2,6 +2,7 @@ package health
 
 import (
 	"context"
+	"crypto/tls"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -49,10 +50,15 @@ func (e liveEvent) failures() float64 {
 	return e.counts["bad_status"] + e.counts["timeout"] + e.counts["error"]
 }
 
-func startChecker(t *testing.T, cfg Config) *liveChecker {
+func startChecker(t *testing.T, cfg Config, probeTLS ...func(set, replica, addr string) *tls.Config) *liveChecker {
 	t.Helper()
 	lc := &liveChecker{sink: newRecSink(t), events: make(chan liveEvent, 100)}
+	var pt func(set, replica, addr string) *tls.Config
+	if len(probeTLS) > 0 {
+		pt = probeTLS[0]
+	}
 	c, err := NewChecker(cfg, lc.sink, Options{
+		ProbeTLS:   pt,
 		Logger:     zaptest.NewLogger(t),
 		Registerer: prometheus.NewPedanticRegistry(),
 		OnEvent: func(e Event) {

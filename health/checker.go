@@ -2,6 +2,7 @@ package health
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"maps"
@@ -95,6 +96,12 @@ type Options struct {
 	// (HTTP_PROXY must not reroute probes) and no redirects (a 3xx is an
 	// answer, judged by expect_status).
 	Client *http.Client
+	// ProbeTLS, if non-nil, returns the TLS configuration with which to
+	// probe a replica of a set, or nil for plain HTTP: the proxy's, for a
+	// set whose replicas speak TLS. With one, the probe is an https request
+	// on a fresh connection (Client is not used for it). It is called for
+	// every probe, from the probes' goroutines.
+	ProbeTLS func(set, replica, addr string) *tls.Config
 }
 
 // Checker runs the active prober and the passive outlier detector for
@@ -116,6 +123,7 @@ type Checker struct {
 	now       func() time.Time
 	onEvent   func(Event)
 	client    *http.Client
+	probeTLS  func(set, replica, addr string) *tls.Config
 	metrics   *metrics
 
 	// obs is the hot path's view: set → replica → counters. The maps are
@@ -201,6 +209,7 @@ func NewChecker(cfg Config, sink Sink, opts Options) (*Checker, error) {
 		now:       opts.Now,
 		onEvent:   opts.OnEvent,
 		client:    opts.Client,
+		probeTLS:  opts.ProbeTLS,
 		metrics:   newMetrics(),
 		sets:      map[string]*setState{},
 		kick:      make(chan struct{}, 1),

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"crypto/tls"
 	"fmt"
 	"time"
 
@@ -30,6 +31,19 @@ func (p *Proxy) handshakeFailed(set string, b *Backend, err error) {
 	p.log.Warn("TLS handshake with a replica failed; the request goes to the next candidate or gets 503",
 		zap.String("set", set), zap.String("replica", b.name), zap.String("addr", b.addr),
 		zap.Int64("unlogged_failures", b.tlsUnlogged.Swap(0)), zap.Error(err))
+}
+
+// ReplicaTLS returns the TLS configuration the proxy's requests to a
+// replica of set use now — the set's CA, client certificate and server
+// name for replica at addr — or nil when the set speaks plain HTTP to its
+// replicas or is not served. Each call makes a new configuration, for
+// active health probes (health.Options.ProbeTLS). Safe for concurrent use.
+func (p *Proxy) ReplicaTLS(set, replica, addr string) *tls.Config {
+	rs := p.routes.Load().byName[set]
+	if rs == nil || rs.tls == nil {
+		return nil
+	}
+	return rs.tls.Config(replica, addr)
 }
 
 // warnTLS logs, once per call, what the sets' tls sections make unsafe

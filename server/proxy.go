@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"io"
 	"sync"
 
@@ -133,7 +134,10 @@ func NewProxy(cfg config.Config, opts Options) (_ *ProxyNode, err error) {
 	// checker: the checker's sink is bound to the proxy right after it
 	// exists, before anything runs (step 3).
 	excl := &exclusions{}
-	n.hc, err = health.NewChecker(cfg.Health, excl, health.Options{Logger: n.log.Named("health"), Registerer: n.reg, OnEvent: auditHealth(n.audit)})
+	n.hc, err = health.NewChecker(cfg.Health, excl, health.Options{Logger: n.log.Named("health"), Registerer: n.reg, OnEvent: auditHealth(n.audit),
+		// Probes start with Run, after the proxy exists: they reach a set's
+		// replicas over TLS as its requests do.
+		ProbeTLS: func(set, replica, addr string) *tls.Config { return n.p.ReplicaTLS(set, replica, addr) }})
 	if err != nil {
 		return nil, err
 	}
