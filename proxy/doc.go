@@ -30,7 +30,8 @@
 // # Delivery contract
 //
 // keyway answers 2xx only when a replica did. A request that provably never
-// reached a replica (dial failure, no free pooled connection) goes to the
+// reached a replica (dial failure, failed TLS handshake, no free pooled
+// connection, a stale pooled connection) goes to the
 // next candidate; one whose fate is unknown (reset or bad answer after
 // sending) only if it is replayable: an idempotent method or the
 // configured idempotency header. A timeout spends the set's whole request
@@ -53,4 +54,12 @@
 // HTTP/1.1 and keeps its pooled connections whatever the client or the
 // replica say about theirs. No User-Agent, Server or Content-Type is
 // added.
+//
+// # TLS to replicas
+//
+// A set with tls.enabled speaks TLS to its replicas (upstreamtls.go): one
+// tls.Config per replica (its server name, its session cache), the
+// handshake done in the dial (backend.go) so that the stale check
+// (staleconn.go) wraps the tls.Conn and peeks at the TCP socket beneath:
+// a close_notify on an idle pooled connection retires it before reuse.
 package proxy
