@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -33,6 +34,9 @@ type tlsReplica struct {
 	conns  []*tls.Conn           // handshake done
 	states []tls.ConnectionState // of conns
 	failed []error               // failed handshakes
+	// written counts the answers whose Write has returned: crypto/tls's
+	// Close sends no close_notify while a Write is still in progress.
+	written atomic.Int64
 }
 
 // finHeld is a server's TCP connection whose Close sends nothing: a
@@ -92,6 +96,7 @@ func startTLSReplica(t testing.TB, name string, cfg *tls.Config, holdFIN bool) *
 					if _, err := tc.Write([]byte("HTTP/1.1 200 OK\r\nContent-Length: " + itoa(len(name)) + "\r\n\r\n" + name)); err != nil {
 						return
 					}
+					r.written.Add(1)
 				}
 			})
 		}
@@ -111,13 +116,21 @@ func startTLSReplica(t testing.TB, name string, cfg *tls.Config, holdFIN bool) *
 func itoa(n int) string { return string(fasthttp.AppendUint(nil, n)) }
 
 // closeAll closes every connection the way a server idling them out
-// does: close_notify, then FIN (unless held).
+// does: close_notify, then FIN (unless held). The connections must be
+// idle (see awaitIdle).
 func (r *tlsReplica) closeAll() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, c := range r.conns {
 		c.Close()
 	}
+}
+
+// awaitIdle waits until the replica is done writing every answer: its
+// connections are idle.
+func (r *tlsReplica) awaitIdle(t testing.TB) {
+	t.Helper()
+	poll.Until(t, 5*time.Second, "the replica to finish writing its answers", func() bool { return r.written.Load() == r.count.Load() })
 }
 
 func (r *tlsReplica) snapshot() ([]tls.ConnectionState, []error) {
@@ -429,6 +442,7 @@ func TestTLSIdleConnectionClosedByReplica(t *testing.T) {
 				if r := cl.do(t, "POST", "/ingest", "x", "X-Key", "k"); r.status != 200 {
 					t.Fatalf("first POST: %s", r)
 				}
+				r0.awaitIdle(t)
 				tc.act(r0)
 				poll.Until(t, 5*time.Second, "the replica's record to reach the proxy", func() bool {
 					for _, c := range dl.all() {
