@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"keyway/agent"
 	"keyway/config"
@@ -47,7 +48,8 @@ func NewAgent(cfg agent.Config, opts Options) (*AgentNode, error) {
 func (n *AgentNode) Run(ctx context.Context) error {
 	defer n.logs.Close()
 	if err := n.a.Run(ctx); err != nil {
-		n.log.Error("keyway agent stopped with an error", zap.Error(err))
+		// No stack trace: the error says what failed (a taken port, say).
+		n.log.WithOptions(zap.AddStacktrace(zapcore.FatalLevel)).Error("keyway agent stopped with an error", zap.Error(err))
 		return err
 	}
 	return nil

@@ -264,7 +264,9 @@ func (n *ProxyNode) Run(ctx context.Context) error {
 	}
 	err := g.Wait()
 	if err != nil {
-		n.log.Error("keyway stopped with an error", zap.Error(err))
+		// No stack trace: the error says what failed (a taken port, say), and
+		// the stack of Run's caller says nothing more.
+		n.log.WithOptions(zap.AddStacktrace(zapcore.FatalLevel)).Error("keyway stopped with an error", zap.Error(err))
 	}
 	return err
 }

@@ -34,7 +34,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	d, err := server.NewDemo(cfg, server.Options{Stdout: stdout, Stderr: stderr, Version: versionString()})
 	if err != nil {
-		return err
+		return explainBind(err, cf.File, proxyListeners(cfg))
 	}
 	printDemoHelp(stdout, cfg, d.Proxy.ProxyAddr(), d.Proxy.AdminAddr(), d.TokenFile)
 	ctx, cancel := context.WithCancel(ctx)
@@ -47,7 +47,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		case <-ctx.Done():
 		}
 	}()
-	return d.Run(ctx)
+	return explainBind(d.Run(ctx), cf.File, proxyListeners(cfg))
 }
 
 func printDemoHelp(w io.Writer, cfg config.Config, proxyAddr, adminAddr, tokenFile string) {
