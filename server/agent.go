@@ -10,6 +10,7 @@ import (
 
 	"keyway/agent"
 	"keyway/config"
+	"keyway/internal/buildinfo"
 	"keyway/logging"
 )
 
@@ -31,6 +32,7 @@ func NewAgent(cfg agent.Config, opts Options) (*AgentNode, error) {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(buildinfo.Collector()) // keyway_build_info{version,commit,go_version}
 	// The supervised replica process (cfg.Command) writes to the agent's
 	// own stdout and stderr.
 	a, err := agent.New(cfg, agent.Options{Logger: logs.App.Named("agent"), Registerer: reg, Gatherer: reg,

@@ -9,12 +9,12 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"strings"
 	"syscall"
 
 	"keyway/admin"
 	"keyway/config"
+	"keyway/internal/buildinfo"
 	"keyway/server"
 )
 
@@ -131,6 +131,10 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	case "restart":
 		return runRestart(rest, stdout, stderr)
 	case "version", "--version", "-v":
+		fs := flag.NewFlagSet("version", flag.ContinueOnError)
+		if err := parseArgs(fs, rest, stderr, func() { fmt.Fprint(fs.Output(), versionUsage) }); err != nil {
+			return err
+		}
 		fmt.Fprintln(stdout, versionString())
 		return nil
 	case "help", "--help", "-h":
@@ -145,21 +149,21 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 }
 
-func versionString() string {
-	v, rev := "(devel)", ""
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		if bi.Main.Version != "" {
-			v = bi.Main.Version
-		}
-		for _, s := range bi.Settings {
-			if s.Key == "vcs.revision" && len(s.Value) >= 12 {
-				rev = " " + s.Value[:12]
-			}
-		}
-		return fmt.Sprintf("keyway %s%s %s", v, rev, bi.GoVersion)
-	}
-	return "keyway " + v
-}
+// versionString is the line `keyway version` prints and every node logs
+// at start (buildinfo: stamped by make build, or what Go recorded).
+func versionString() string { return buildinfo.Get().String() }
+
+const versionUsage = `Usage: keyway version
+
+Prints the version, the git commit, the build date and the Go version of
+this binary, e.g.
+
+  keyway v1.2.0 commit 0123456789ab built 2026-11-30T19:00:00Z go1.26.8
+
+'make build' (and the Dockerfile) stamp them; a binary built with plain
+'go build' shows what Go recorded: the commit when built in a git checkout,
+"(devel)" as the version. /metrics says the same: keyway_build_info.
+`
 
 const precedenceNote = `
 Precedence: built-in defaults < the file < KEYWAY_* environment variables
