@@ -73,7 +73,7 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	cfg, err := config.LoadAgent(file, keys.Options()...)
 	if err != nil {
-		return err
+		return agentFileHint(err, file)
 	}
 	cfg.Command = command
 	if check {

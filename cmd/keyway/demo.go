@@ -24,7 +24,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	var cfg config.Config
 	var err error
 	if cf.File != "" {
-		cfg, err = config.Load(cf.File, cf.Options()...)
+		cfg, err = loadConfig(cf)
 	} else {
 		cfg, err = config.LoadBytes(demo.ConfigName, demo.ConfigYAML, cf.Options()...)
 	}

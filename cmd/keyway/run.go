@@ -210,14 +210,20 @@ func loadConfig(cf *config.ProxyFlags) (config.Config, error) {
 	if cf.File == "" {
 		return config.Config{}, usageError{"no configuration file: pass -c FILE (try examples/minimal.yaml)"}
 	}
-	return config.Load(cf.File, cf.Options()...)
+	cfg, err := config.Load(cf.File, cf.Options()...)
+	return cfg, proxyFileHint(err, cf.File)
 }
 
 func runValidate(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("validate", flag.ContinueOnError)
 	cf := config.NewProxyFlags(fs)
-	if err := parseFlags(fs, args, stderr, "Usage: keyway validate -c FILE [flags]\n\nChecks a configuration file, prints a one-line summary and exits 0, or\nprints every problem and exits 2.\n\n"); err != nil {
+	if err := parseFlags(fs, args, stderr, "Usage: keyway validate -c FILE [flags]\n\nChecks a configuration file, prints a one-line summary and exits 0, or\nprints every problem and exits 2. An agent's file (keys replica, probe,\ndrain, supervise) is checked as keyway agent --check -c FILE does.\n\n"); err != nil {
 		return err
+	}
+	if cf.File != "" {
+		if kind, agentKeys, _ := fileKind(cf.File); kind == config.KindAgent {
+			return validateAgentFile(cf, agentKeys, stdout)
+		}
 	}
 	cfg, err := loadConfig(cf)
 	if err != nil {

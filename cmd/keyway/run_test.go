@@ -50,9 +50,6 @@ func TestValidateExamples(t *testing.T) {
 	}
 	files = append(files, "../../demo/demo.yaml")
 	for _, f := range files {
-		if strings.HasPrefix(filepath.Base(f), "agent") {
-			continue // an agent file: agent_test.go checks it
-		}
 		t.Run(filepath.Base(f), func(t *testing.T) {
 			var out, errb bytes.Buffer
 			if err := run(context.Background(), []string{"validate", "-c", f}, &out, &errb); err != nil {
@@ -60,6 +57,10 @@ func TestValidateExamples(t *testing.T) {
 			}
 			if !strings.HasPrefix(out.String(), "ok: ") || strings.Count(out.String(), "\n") != 1 {
 				t.Fatalf("want a one-line summary starting with ok:, got %q", out.String())
+			}
+			// An agent's file is checked as one, and said to be one.
+			if agent := strings.HasPrefix(filepath.Base(f), "agent"); agent != strings.HasPrefix(out.String(), "ok: agent file for keyway agent -c "+f+": replica ") {
+				t.Fatalf("agent file %v, summary %q", agent, out.String())
 			}
 		})
 	}
