@@ -125,3 +125,23 @@ func TestFileKinds(t *testing.T) {
 		t.Fatalf("validate %s: %q, %v", agentFile, out, err)
 	}
 }
+
+// --replicas 0 is a count out of range, not a missing flag.
+func TestScaleReplicasFlag(t *testing.T) {
+	t.Setenv("KEYWAY_ADMIN_TOKEN", "t")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--set", "orders"}, "keyway scale needs --set SET and --replicas N (N from 1 to 1000)"},
+		{[]string{"--replicas", "3"}, "keyway scale needs --set SET and --replicas N (N from 1 to 1000)"},
+		{[]string{"--set", "orders", "--replicas", "0"}, "--replicas 0: the declared replica count must be 1 to 1000 (to stop a set, use keyway stop --set orders)"},
+		{[]string{"--set", "orders", "--replicas", "-2"}, "--replicas -2: the declared replica count must be 1 to 1000"},
+		{[]string{"--set", "orders", "--replicas", "1001"}, "--replicas 1001: the declared replica count must be 1 to 1000"},
+	} {
+		_, _, err := keywayCLI(t, append([]string{"scale", "--admin", "127.0.0.1:9"}, tc.args...)...)
+		if err == nil || exitCode(err) != exitConfig || !strings.HasPrefix(err.Error(), tc.want) {
+			t.Errorf("scale %v: %v (exit %d), want exit 2 and %q", tc.args, err, exitCode(err), tc.want)
+		}
+	}
+}
