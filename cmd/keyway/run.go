@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 
@@ -199,11 +200,21 @@ func parseArgs(fs *flag.FlagSet, args []string, stderr io.Writer, usage func()) 
 	case fs.NArg() == 0:
 		return nil
 	}
-	if c := fs.Lookup("c"); c != nil && c.Value.String() == "" && !strings.HasPrefix(fs.Arg(0), "-") {
+	if c := fs.Lookup("c"); c != nil && c.Value.String() == "" && looksLikeFile(fs.Arg(0)) {
 		return usageError{fmt.Sprintf("unexpected argument %q: did you mean -c %s? (keyway %s takes its configuration file with -c FILE, and flags before any other argument)",
 			fs.Arg(0), fs.Arg(0), fs.Name())}
 	}
 	return usageError{fmt.Sprintf("unexpected arguments: %s", strings.Join(fs.Args(), " "))}
+}
+
+// looksLikeFile reports whether a stray argument is probably a
+// configuration file: a YAML name, or a file that exists.
+func looksLikeFile(arg string) bool {
+	if ext := strings.ToLower(filepath.Ext(arg)); ext == ".yaml" || ext == ".yml" {
+		return true
+	}
+	fi, err := os.Stat(arg)
+	return err == nil && fi.Mode().IsRegular()
 }
 
 func loadConfig(cf *config.ProxyFlags) (config.Config, error) {

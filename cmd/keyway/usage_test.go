@@ -69,7 +69,13 @@ func TestPositionalFileHint(t *testing.T) {
 			t.Errorf("%v: %v (exit %d)", args, err, exitCode(err))
 		}
 	}
-	for _, args := range [][]string{{"status", "extra"}, {"validate", "-c", "a.yaml", "b.yaml"}} {
+	// A file that exists, whatever its name, gets the hint too.
+	conf := filepath.Join(t.TempDir(), "keyway.conf")
+	os.WriteFile(conf, []byte("listen: :8080\n"), 0o644)
+	if _, _, err := keywayCLI(t, "proxy", conf); err == nil || !strings.Contains(err.Error(), "did you mean -c "+conf+"?") {
+		t.Errorf("proxy %s: %v", conf, err)
+	}
+	for _, args := range [][]string{{"status", "extra"}, {"validate", "-c", "a.yaml", "b.yaml"}, {"agent", "orders"}} {
 		if _, _, err := keywayCLI(t, args...); err == nil || exitCode(err) != exitConfig || !strings.Contains(err.Error(), "unexpected arguments: ") {
 			t.Errorf("%v: %v (exit %d)", args, err, exitCode(err))
 		}
