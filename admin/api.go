@@ -231,6 +231,7 @@ func (s *Server) write(w http.ResponseWriter, status int, v any) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set(AdminHeader, "1")
 	w.WriteHeader(status)
 	_, _ = w.Write(buf.Bytes())
 }

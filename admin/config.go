@@ -33,8 +33,10 @@ func DefaultConfig() Config { return Config{Listen: "127.0.0.1:9901"} }
 func (c Config) Validate() error {
 	var errs []error
 	if c.Listen != "" {
-		if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+		if _, port, err := net.SplitHostPort(c.Listen); err != nil {
 			errs = append(errs, fmt.Errorf("listen: %q is not host:port (e.g. \"127.0.0.1:9901\"), or empty to disable the admin listener", c.Listen))
+		} else if _, err := net.LookupPort("tcp", port); err != nil {
+			errs = append(errs, fmt.Errorf("listen: %q has an invalid port: use 0 to 65535 (0 picks a free port)", c.Listen))
 		}
 	}
 	if c.TokenFile != "" && strings.TrimSpace(c.TokenFile) != c.TokenFile {

@@ -251,6 +251,8 @@ func (c Config) Validate() error {
 	if c.Listen != "" {
 		if _, port, err := net.SplitHostPort(c.Listen); err != nil || port == "" {
 			add("listen: %q is not host:port (e.g. \"127.0.0.1:9902\", or \":9902\" for all interfaces), or empty to disable the agent's HTTP listener", c.Listen)
+		} else if _, err := net.LookupPort("tcp", port); err != nil {
+			add("listen: %q has an invalid port: use 0 to 65535 (0 picks a free port)", c.Listen)
 		}
 	}
 

@@ -17,6 +17,7 @@ import (
 	"keyway/config"
 	"keyway/eventlog"
 	"keyway/health"
+	"keyway/internal/buildinfo"
 	"keyway/logging"
 	"keyway/membership"
 	"keyway/proxy"
@@ -105,6 +106,7 @@ func NewProxy(cfg config.Config, opts Options) (_ *ProxyNode, err error) {
 	// 1. Metrics and the audit trail: every other component reports to them.
 	n.reg = prometheus.NewRegistry()
 	n.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	n.reg.MustRegister(buildinfo.Collector()) // keyway_build_info{version,commit,go_version}
 	if n.reloads, err = newReloadMetrics(n.reg); err != nil {
 		return nil, err
 	}
@@ -264,7 +266,9 @@ func (n *ProxyNode) Run(ctx context.Context) error {
 	}
 	err := g.Wait()
 	if err != nil {
-		n.log.Error("keyway stopped with an error", zap.Error(err))
+		// No stack trace: the error says what failed (a taken port, say), and
+		// the stack of Run's caller says nothing more.
+		n.log.WithOptions(zap.AddStacktrace(zapcore.FatalLevel)).Error("keyway stopped with an error", zap.Error(err))
 	}
 	return err
 }

@@ -4,7 +4,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -18,8 +17,6 @@ func main() {
 	if err == nil {
 		return
 	}
-	if !errors.Is(err, errHelpShown) {
-		fmt.Fprintln(os.Stderr, "keyway:", err)
-	}
+	fmt.Fprintln(os.Stderr, "keyway:", err)
 	os.Exit(exitCode(err))
 }
