@@ -16,7 +16,7 @@ import (
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	cf := config.NewProxyFlags(fs)
-	if err := parseFlags(fs, args, stderr, "Usage: keyway demo [flags]\n\nRuns a proxy and, for each replica set, as many built-in demo replicas as it\ndeclares (orders-0..2), each behind its own agent, all on loopback and found\nby gossip, from an embedded configuration (demo/demo.yaml). Each demo\nreplica answers with its name, the key and how often it saw that key.\n\n"); err != nil {
+	if err := parseFlags(fs, args, stderr, "Usage: keyway demo [flags]\n\nRuns a proxy and, for each replica set, as many built-in demo replicas as it\ndeclares (orders-0..2), each behind its own agent, all on loopback and found\nby gossip, from an embedded configuration (demo/demo.yaml). Each demo\nreplica answers with its name, the key and how often it saw that key.\nFault switches on each replica's own address (ADDR in keyway status): POST /_mode?v=500|hang|ok, POST /_ready?v=false|true.\n\n"); err != nil {
 		return err
 	}
 	var cfg config.Config

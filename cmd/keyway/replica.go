@@ -20,7 +20,7 @@ func runReplica(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	keyHeader := fs.String("key-header", "X-Key", "`HEADER` whose value it reports as the key")
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprint(stderr, "Usage: keyway replica [flags]\n\nRuns a demo replica: it answers every request with JSON naming itself, the key\nand how often it saw that key; GET /_stats lists every key it saw.\n\n")
+		fmt.Fprint(stderr, "Usage: keyway replica [flags]\n\nRuns a demo replica: it answers every request with JSON naming itself, the key\nand how often it saw that key; GET /_stats lists every key it saw.\nFault switches: POST /_mode?v=500|hang|ok (answer 500, never answer, normal), POST /_ready?v=false|true (fail or pass /readyz).\n\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
