@@ -245,6 +245,7 @@ func fieldDocs() map[string]string {
 
 		"admin.listen":     "host:port of the admin listener (/metrics, /healthz, /readyz); empty disables it",
 		"admin.token_file": "file holding the bearer token of the admin API's mutating endpoints (drain, undrain); the admin token environment variable overrides it (docs/admin.md); a token is required when admin.listen is not loopback",
+		"admin.debug":      "who may read /debug/pprof/ and /v1/config: auto (anyone on a loopback admin.listen, the bearer token on any other), token (always the token), open (anyone who reaches the listener), off (neither is served)",
 		"log.level":        "debug, info, warn or error",
 		"log.format":       "json or console",
 		"log.access_log":   "write one line per proxied request to stdout",
