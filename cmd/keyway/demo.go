@@ -86,6 +86,8 @@ Try:
 			fmt.Fprintf(w, "  go run ./cmd/keyway drain%s --set %s --replica %s --token-file %s\n", flags, set.Name, names[len(names)-1], tokenFile)
 			fmt.Fprintf(w, "  go run ./cmd/keyway undrain%s --set %s --replica %s --token-file %s\n", flags, set.Name, names[len(names)-1], tokenFile)
 		}
+		fmt.Fprintf(w, "  curl -s -X POST 'http://REPLICA_ADDR/_mode?v=500'   # make a replica fail (ADDR in keyway status; ?v=ok ends it, ?v=hang stalls it;\n")
+		fmt.Fprintf(w, "                                                     # /_ready?v=false makes it recovering): see the README, \"See ejection and recovery\"\n")
 		fmt.Fprintf(w, "and open http://%s/ui for the live dashboard.\n", adminAddr)
 	}
 	fmt.Fprintln(w, "\nPress Ctrl-C to stop.")
