@@ -130,7 +130,7 @@ func TestAccessLogKey(t *testing.T) {
 		key  any // nil: no key field
 		logs string
 	}{
-		"header":              {path: "/ingest", hdrs: []string{"X-Key", "cust-42"}, key: "<cust-42>", logs: "/ingest"},
+		"header":               {path: "/ingest", hdrs: []string{"X-Key", "cust-42"}, key: "<cust-42>", logs: "/ingest"},
 		"path segment escaped": {path: "/ingest/cust%2D42/x", key: "<cust-42>", logs: "/ingest/{key}/x"},
 		"query, plus":          {path: "/ingest?k=a+b%21", key: "<a b!>", logs: "/ingest"},
 		"header first":         {path: "/ingest/other", hdrs: []string{"X-Key", "h"}, key: "<h>", logs: "/ingest/{key}"},

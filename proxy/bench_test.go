@@ -148,9 +148,12 @@ func BenchmarkProxyRequest(b *testing.B) {
 // line alone). The price of one line per request.
 func BenchmarkProxyRequestAccessLog(b *testing.B) {
 	cases := map[string]func(*logging.Config){
-		"file":      func(c *logging.Config) { c.Access.Path = filepath.Join(b.TempDir(), "access.log") },
-		"file_hmac": func(c *logging.Config) { c.Access.Path = filepath.Join(b.TempDir(), "access.log"); c.Access.Key = logging.KeyHMAC },
-		"discard":   func(c *logging.Config) {},
+		"file": func(c *logging.Config) { c.Access.Path = filepath.Join(b.TempDir(), "access.log") },
+		"file_hmac": func(c *logging.Config) {
+			c.Access.Path = filepath.Join(b.TempDir(), "access.log")
+			c.Access.Key = logging.KeyHMAC
+		},
+		"discard": func(c *logging.Config) {},
 	}
 	for _, name := range []string{"file", "file_hmac", "discard"} {
 		b.Run(name, func(b *testing.B) {

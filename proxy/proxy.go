@@ -95,10 +95,6 @@ type Proxy struct {
 	cfg     Config // Listen and Server; the replica sets live in routes
 	opts    Options
 	log     *zap.Logger
-	// The access log (accesslog.go): nil when off.
-	access     io.Writer
-	accessKey  func(dst, key []byte) []byte
-	accessBufs sync.Pool // *accessLine
 	metrics *metrics
 	clk     clock // opts.clock or the wall clock
 	traffic *trafficSampler
@@ -122,6 +118,11 @@ type Proxy struct {
 
 	lingering  lingerTracker // connections draining before close (listener.go)
 	lingerTime time.Duration // bound on one connection's draining
+
+	// The access log (accesslog.go): access is nil when it is off.
+	access     io.Writer
+	accessKey  func(dst, key []byte) []byte
+	accessBufs sync.Pool // *accessLine
 }
 
 // routes is one generation of the proxy's replica sets. It is immutable:
