@@ -20,10 +20,11 @@ import (
 
 // accessBufferSize is the size of each of the access log's two buffers:
 // while the flusher writes one, requests fill the other; a line that finds
-// both in use is dropped and counted. At 300 bytes a line, 512 KiB holds
-// about 1700 lines: a third of a second at 5000 requests a second per
-// core, time for a disk to stall before a line is lost, and little memory.
-const accessBufferSize = 512 << 10
+// both in use is dropped and counted. At about 300 bytes a line, 1 MiB
+// holds 3500 lines: a third of a second at 10,000 requests a second, the
+// time a disk may stall (or the flusher wait for a core) before a line is
+// lost, for 2 MiB of memory.
+const accessBufferSize = 1 << 20
 
 // flushInterval bounds how long a line waits in the buffer.
 const flushInterval = time.Second

@@ -191,6 +191,40 @@ func BenchmarkProxyRequestAccessLog(b *testing.B) {
 	}
 }
 
+// BenchmarkAccessLine measures building one access-log line (no output):
+// the keyed request of BenchmarkProxyRequest, with the key left out and
+// with a stand-in for its HMAC.
+func BenchmarkAccessLine(b *testing.B) {
+	for _, withKey := range []bool{false, true} {
+		b.Run(map[bool]string{false: "key_omitted", true: "key_appended"}[withKey], func(b *testing.B) {
+			cfg := testConfig()
+			cfg.ReplicaSets[0].Replicas = 1
+			opts := Options{Coalesce: -1, AccessLog: io.Discard}
+			if withKey {
+				opts.AccessKey = func(dst, key []byte) []byte { return append(dst, "0123456789abcdef"...) }
+			}
+			p, err := New(cfg, opts)
+			if err != nil {
+				b.Fatal(err)
+			}
+			rs := p.routes.Load().byName["orders"]
+			var ctx fasthttp.RequestCtx
+			req := newKeyedPost("http://orders.example/ingest", "customer-42", []byte(`{"id":1}`))
+			defer fasthttp.ReleaseRequest(req)
+			req.Header.Set("X-Request-Id", "0123456789abcdef0123456789abcdef")
+			ctx.Init(req, &net.TCPAddr{IP: net.IPv4(192, 0, 2, 1), Port: 40000}, nil)
+			ctx.Response.SetBodyString("ok")
+			l := &accessLine{}
+			start := time.Now()
+			b.ReportAllocs()
+			for b.Loop() {
+				l.buf = p.appendAccess(l, &ctx, rs, "orders-1", "", 200, 1, start, time.Millisecond)
+			}
+			b.ReportMetric(float64(len(l.buf)), "bytes/line")
+		})
+	}
+}
+
 // BenchmarkProxyRequestParallel is BenchmarkProxyRequest from GOMAXPROCS
 // concurrent clients, each with its own key.
 func BenchmarkProxyRequestParallel(b *testing.B) {
