@@ -181,13 +181,10 @@ func (a *AccessLog) Write(line []byte) (int, error) {
 	return len(line), nil
 }
 
-// AppendKey returns the function that appends the form of a request's key
+// KeyAppender returns the function that appends the form of a request's key
 // the log shows (its HMAC, or the key itself) to dst, or nil when the key
 // is omitted (log.access.key).
-func (a *AccessLog) AppendKey() func(dst, key []byte) []byte { return a.keyFn }
-
-// Path returns the access log file's path, or "" for stdout.
-func (a *AccessLog) Path() string { return a.path }
+func (a *AccessLog) KeyAppender() func(dst, key []byte) []byte { return a.keyFn }
 
 // start runs the flusher, unless Close came first.
 func (a *AccessLog) start() {

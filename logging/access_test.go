@@ -390,7 +390,7 @@ func TestKeyHasherKnownVector(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	if got := string(l.Access.AppendKey()(nil, []byte("Test Using Larger Than Block-Size Key - Hash Key First"))); got != "60e431591ee0b67f" {
+	if got := string(l.Access.KeyAppender()(nil, []byte("Test Using Larger Than Block-Size Key - Hash Key First"))); got != "60e431591ee0b67f" {
 		t.Fatalf("HMAC = %s, want 60e431591ee0b67f", got)
 	}
 	// The environment's secret takes precedence over the file.
@@ -401,7 +401,7 @@ func TestKeyHasherKnownVector(t *testing.T) {
 	}
 	defer l2.Close()
 	want := string(newKeyHasher([]byte("Jefe-Jefe-Jefe-Jefe")).appendKey(nil, []byte("k")))
-	if got := string(l2.Access.AppendKey()(nil, []byte("k"))); got != want {
+	if got := string(l2.Access.KeyAppender()(nil, []byte("k"))); got != want {
 		t.Fatalf("with the environment's secret: %s, want %s", got, want)
 	}
 }
@@ -414,7 +414,7 @@ func TestKeyModes(t *testing.T) {
 			t.Fatal(err)
 		}
 		got := "<nil>"
-		if f := a.AppendKey(); f != nil {
+		if f := a.KeyAppender(); f != nil {
 			got = string(f([]byte("p:"), []byte("cust-42")))
 		}
 		if got != want {

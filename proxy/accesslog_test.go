@@ -119,6 +119,51 @@ func TestAccessLog(t *testing.T) {
 	}
 }
 
+// TestAccessLogUnreadable: requests fasthttp could not read get a line
+// too, with the reason, the set whose body limit applied, and a duration
+// of their own (not the previous request's on the connection).
+func TestAccessLogUnreadable(t *testing.T) {
+	sink := &lineSink{}
+	r := startReplica(t, "r0")
+	_, addr := startProxyOpts(t, Options{AccessLog: sink}, func(c *Config) { c.ReplicaSets[0].MaxBodyBytes = 16 }, r)
+	rc := dialRaw(t, addr)
+	rc.send(t, "POST /ingest HTTP/1.1\r\nHost: orders.example\r\nX-Key: k\r\nContent-Length: 2\r\n\r\nok")
+	if got := rc.read(t); got.status != 200 {
+		t.Fatalf("first request: %v", got)
+	}
+	rc.send(t, "POST /ingest HTTP/1.1\r\nHost: orders.example\r\nX-Key: k\r\nContent-Length: 100\r\n\r\n"+strings.Repeat("x", 100))
+	if got := rc.read(t); got.status != 413 {
+		t.Fatalf("large body: %v", got)
+	}
+	rc2 := dialRaw(t, addr)
+	rc2.send(t, "GARBAGE\r\n\r\n")
+	if got := rc2.read(t); got.status != 400 {
+		t.Fatalf("malformed: %v", got)
+	}
+	lines := sink.lines(t)
+	if len(lines) != 3 {
+		t.Fatalf("%d lines, want 3: %v", len(lines), lines)
+	}
+	want := []map[string]any{
+		{"status": 200.0, "set": "orders", "replica": "r0"},
+		{"status": 413.0, "set": "orders", "replica": "", "reason": "body_too_large", "attempts": 0.0},
+		{"status": 400.0, "set": "", "replica": "", "reason": "malformed"},
+	}
+	for i, l := range lines {
+		for k, v := range want[i] {
+			if l[k] != v {
+				t.Errorf("line %d: %s = %v, want %v (%v)", i, k, l[k], v, l)
+			}
+		}
+		if d, _ := l["duration"].(float64); d < 0 || d > 5 {
+			t.Errorf("line %d: duration %v", i, l["duration"])
+		}
+		if id, _ := l["request_id"].(string); !reqIDForm.MatchString(id) {
+			t.Errorf("line %d: no request id", i)
+		}
+	}
+}
+
 // TestAccessLogKey: with AccessKey, the line carries the key's logged
 // form, computed from the decoded key whatever its source; without it,
 // no key. The key's path segment is always {key}.
@@ -174,7 +219,7 @@ func TestAccessLogHMAC(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := startReplica(t, "r0")
-	_, addr := startProxyOpts(t, Options{AccessLog: logs.Access, AccessKey: logs.Access.AppendKey()}, nil, r)
+	_, addr := startProxyOpts(t, Options{AccessLog: logs.Access, AccessKey: logs.Access.KeyAppender()}, nil, r)
 	newClient(addr).do(t, "POST", "/ingest", "x", "X-Key", "customer-42")
 	logs.Close()
 	mac := hmac.New(sha256.New, []byte(secret))

@@ -120,7 +120,7 @@ func TestHandlerAllocsAccessLog(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			rig := startMemRigOpts(t, 3, tc.modify, Options{AccessLog: logs.Access, AccessKey: logs.Access.AppendKey()})
+			rig := startMemRigOpts(t, 3, tc.modify, Options{AccessLog: logs.Access, AccessKey: logs.Access.KeyAppender()})
 			tmpl := newKeyedPost("http://orders.example"+tc.uri, "", []byte(`{"id":1,"amount":12.5}`))
 			defer fasthttp.ReleaseRequest(tmpl)
 			tmpl.Header.Del("X-Key")

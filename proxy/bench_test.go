@@ -166,7 +166,7 @@ func BenchmarkProxyRequestAccessLog(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer logs.Close()
-			rig := startMemRigOpts(b, 3, nil, Options{AccessLog: logs.Access, AccessKey: logs.Access.AppendKey()})
+			rig := startMemRigOpts(b, 3, nil, Options{AccessLog: logs.Access, AccessKey: logs.Access.KeyAppender()})
 			req := newKeyedPost("http://orders.example/ingest", "customer-42", []byte(`{"id":1,"amount":12.5,"note":"benchmark payload"}`))
 			defer fasthttp.ReleaseRequest(req)
 			resp := fasthttp.AcquireResponse()

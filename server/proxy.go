@@ -159,7 +159,7 @@ func NewProxy(cfg config.Config, opts Options) (_ *ProxyNode, err error) {
 		popts.Observer = n.hc
 	}
 	if logs.Access != nil { // not a nil *AccessLog in the interface
-		popts.AccessLog, popts.AccessKey = logs.Access, logs.Access.AppendKey()
+		popts.AccessLog, popts.AccessKey = logs.Access, logs.Access.KeyAppender()
 	}
 	n.p, err = proxy.New(n.eff.Config, popts)
 	if err != nil {
