@@ -26,7 +26,8 @@ func (o *countingObserver) Observe(_, _ string, _ int, _ error, _ time.Duration)
 // TestHandlerAllocs guards the steady-state hot path: a proxied request that
 // a replica answers 2xx costs the handler no allocation. It drives
 // p.handle with one reused RequestCtx against in-memory replicas; the
-// count includes the replica's server and the HostClient.
+// count includes the replica's server and the HostClient. The access log
+// is off here (TestHandlerAllocsAccessLog has it on).
 func TestHandlerAllocs(t *testing.T) {
 	cases := map[string]struct {
 		modify   func(*Config)
