@@ -256,11 +256,22 @@ func (c Config) Validate() error {
 		}
 	}
 
-	for _, e := range leaves(c.Log.Validate()) {
+	// The access log's keys have the agent's own rule: absent.
+	lc := c.Log
+	lc.AccessLog, lc.Access = false, logging.DefaultConfig().Access
+	for _, e := range leaves(lc.Validate()) {
 		add("log.%w", e)
 	}
 	if c.Log.AccessLog {
 		add("log.access_log: the agent forwards no requests and writes no access log; remove this key")
+	}
+	for _, k := range []struct {
+		name string
+		set  bool
+	}{{"path", c.Log.Access.Path != ""}, {"key", c.Log.Access.Key != logging.KeyOmit}, {"key_secret_file", c.Log.Access.KeySecretFile != ""}} {
+		if k.set {
+			add("log.access.%s: the agent forwards no requests and writes no access log; remove this key", k.name)
+		}
 	}
 	for _, e := range leaves(c.Gossip.Validate()) {
 		add("gossip.%w", e)

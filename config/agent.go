@@ -304,9 +304,12 @@ func agentFieldDocs() map[string]string {
 
 		"listen": "host:port of the agent's HTTP listener (/healthz, /readyz, /metrics); empty disables it. In Kubernetes use :9902 so the kubelet can reach it",
 
-		"log.level":      "debug, info, warn or error",
-		"log.format":     "json or console",
-		"log.access_log": "not used by the agent; must stay false",
+		"log.level":                  "debug, info, warn or error",
+		"log.format":                 "json or console",
+		"log.access_log":             "not used by the agent; must stay false",
+		"log.access.path":            "not used by the agent; must stay empty",
+		"log.access.key":             "not used by the agent",
+		"log.access.key_secret_file": "not used by the agent; must stay empty",
 
 		"gossip.bind_addr":          "IP address gossip listens on (UDP and TCP); 0.0.0.0 for all interfaces",
 		"gossip.bind_port":          "gossip port; 0 picks a free one, which is advertised (set one when a firewall or NetworkPolicy needs it)",

@@ -112,6 +112,7 @@ func load(name string, data []byte, opts ...Option) (Config, map[string]loc, err
 	if cfg.Gossip.Enabled {
 		d.checkGossipKey(name, cfg.Gossip.Config, o.env)
 	}
+	d.checkAccessKey(name, cfg.Log, o.env)
 	if len(d.probs) > 0 {
 		return Config{}, nil, &Error{Problems: sortProblems(d.sources, d.probs)}
 	}

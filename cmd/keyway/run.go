@@ -252,14 +252,17 @@ func runValidate(args []string, stdout, stderr io.Writer) error {
 func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("proxy", flag.ContinueOnError)
 	cf := config.NewProxyFlags(fs)
-	if err := parseFlags(fs, args, stderr, "Usage: keyway proxy -c FILE [flags]\n\nRuns the proxy until SIGINT or SIGTERM, then drains in-flight requests.\nSIGHUP re-reads FILE (with the same flags and environment) and applies\nthe replica sets, log.level and admin.token_file without dropping a\nconnection; a file changing any other key is refused whole and logged.\n\n"); err != nil {
+	if err := parseFlags(fs, args, stderr, "Usage: keyway proxy -c FILE [flags]\n\nRuns the proxy until SIGINT or SIGTERM, then drains in-flight requests.\nSIGHUP re-reads FILE (with the same flags and environment) and applies\nthe replica sets, log.level and admin.token_file without dropping a\nconnection; a file changing any other key is refused whole and logged.\nSIGUSR1 reopens the access log file (log.access.path) after a rotation.\n\n"); err != nil {
 		return err
 	}
-	// First, so that a SIGHUP during startup waits for the node instead of
-	// killing the process (its default action).
+	// First, so that a SIGHUP or SIGUSR1 during startup waits for the node
+	// instead of killing the process (their default action).
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
+	usr1 := make(chan os.Signal, 1)
+	signal.Notify(usr1, syscall.SIGUSR1)
+	defer signal.Stop(usr1)
 
 	cfg, err := loadConfig(cf)
 	if err != nil {
@@ -281,6 +284,18 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 				return
 			case <-hup:
 				_, _ = node.Reload("SIGHUP") // logged, counted and audited inside
+			}
+		}
+	}()
+	// Apart from reloads: a reopen waits for a write in progress, which a
+	// stalled disk can make long.
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-usr1:
+				_ = node.ReopenLogs() // log rotation; logged and counted inside
 			}
 		}
 	}()
