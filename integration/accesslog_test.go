@@ -167,3 +167,33 @@ replica_sets:
 		t.Fatalf("stdout line %v: want status 200 from r0 and no key", l)
 	}
 }
+
+// SIGUSR1 reopens the proxy's access log; every other keyway process
+// survives one (pkill -USR1 keyway reaches them all).
+func TestSIGUSR1IsHarmlessToAgents(t *testing.T) {
+	skipShort(t)
+	a := StartProxy(t, "proxy", nil, 1)
+	rep := StartReplica(t, "orders-0", []string{a.Gossip})
+	a.WaitRotation(t, 1, 30*time.Second)
+	agentHTTP := rep.Agent.WaitLine(t, logField("agent started", "http"), 10*time.Second)[1]
+	for _, p := range []*Proc{rep.Agent, rep.Replica} {
+		if err := syscall.Kill(p.Pid(), syscall.SIGUSR1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Both answer after the signal (a process it ended could not).
+	if resp, err := http.Get("http://" + agentHTTP + "/healthz"); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("the agent after SIGUSR1: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+	for range 20 {
+		if code, _, err := NewClient().Send(a.Addr, "k"); err != nil || code != 200 {
+			t.Fatalf("after SIGUSR1: %d %v", code, err)
+		}
+	}
+	if rep.Agent.Exited() || rep.Replica.Exited() {
+		t.Fatal("a SIGUSR1 ended the agent or the replica")
+	}
+	a.WaitRotation(t, 1, 5*time.Second)
+}
