@@ -1,5 +1,6 @@
 # keyway: one static binary for the proxy, the agent, the CLI and the demo replica.
-#   docker build -t keyway .
+#   make docker          # = docker build --build-arg VERSION=... --build-arg COMMIT=... --build-arg DATE=... -t keyway:VERSION .
+#   docker build -t keyway .                # works too; `keyway version` then says "dev", commit unknown
 #   docker run --rm -p 8080:8080 keyway demo --listen :8080   # the admin API stays on loopback
 # The runtime image is Alpine rather than distroless so that a replica container's
 # preStop hook can wait for its agent with sh and wget (deploy/kubernetes/orders.yaml).
@@ -8,9 +9,20 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
-RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o /out/keyway ./cmd/keyway
+# The build context has no .git (.dockerignore): the version, commit and
+# date come in as build arguments and are stamped like `make build` does
+# (keyway version, keyway_build_info).
+ARG VERSION=dev
+ARG COMMIT=
+ARG DATE=
+RUN CGO_ENABLED=0 go build -trimpath -o /out/keyway \
+    -ldflags "-s -w -X keyway/internal/buildinfo.version=${VERSION} -X keyway/internal/buildinfo.commit=${COMMIT} -X keyway/internal/buildinfo.date=${DATE}" \
+    ./cmd/keyway
 
 FROM alpine:3.20
+ARG VERSION=dev
+ARG COMMIT=
+LABEL org.opencontainers.image.title=keyway org.opencontainers.image.version=${VERSION} org.opencontainers.image.revision=${COMMIT}
 RUN adduser -D -H -u 65532 keyway
 COPY --from=build /out/keyway /usr/local/bin/keyway
 USER 65532:65532

@@ -1,4 +1,16 @@
-.PHONY: test race vet bench demo build
+.PHONY: test race vet bench demo build docker
+
+# What `keyway version` and the keyway_build_info metric report. Override
+# any of them: make build VERSION=v1.2.0. VERSION is the nearest tag (git
+# describe), or "dev" before the first tag; COMMIT ends in -dirty when the
+# tree has uncommitted changes to tracked files.
+VERSION ?= $(shell git describe --tags --dirty 2>/dev/null || echo dev)
+COMMIT  ?= $(shell c=$$(git rev-parse HEAD 2>/dev/null) && { git diff --quiet HEAD 2>/dev/null || c=$$c-dirty; echo $$c; })
+DATE    ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
+BIN     ?= bin/keyway
+STAMP   := keyway/internal/buildinfo
+LDFLAGS := -X $(STAMP).version=$(VERSION) -X $(STAMP).commit=$(COMMIT) -X $(STAMP).date=$(DATE)
+
 test:            ## all tests (the README's test command)
 	go test ./...
 race:            ## all tests under the race detector, as CI runs them
@@ -9,5 +21,7 @@ bench:           ## hot-path micro-benchmarks
 	go test -run XXX -bench . -benchmem ./balancer/ ./proxy/
 demo:
 	go run ./cmd/keyway demo
-build:
-	go build -o bin/keyway ./cmd/keyway
+build:           ## bin/keyway, one static binary, stamped with VERSION, COMMIT and DATE
+	CGO_ENABLED=0 go build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/keyway
+docker:          ## the image keyway:VERSION, stamped like build (the image has no .git to read)
+	docker build --build-arg VERSION=$(VERSION) --build-arg COMMIT=$(COMMIT) --build-arg DATE=$(DATE) -t keyway:$(VERSION) .

@@ -3,9 +3,11 @@
 // mutating, with the bearer token: drain, undrain, reload, create, change,
 // stop, start and delete sets, repair, restart; see
 // docs/admin.md), Prometheus metrics at /metrics, liveness at
-// /healthz, readiness at /readyz and Go profiles at /debug/pprof/. It uses net/http on its own listener (loopback by
-// default), so scrapes never compete with proxied traffic and are never
-// routed or exposed on the ingress port.
+// /healthz, readiness at /readyz and Go profiles at /debug/pprof/ (open on
+// a loopback listener, behind the bearer token on any other: admin.debug).
+// It uses net/http on its own listener (loopback by default), so scrapes
+// never compete with proxied traffic and are never routed or exposed on the
+// ingress port. Every other path answers a JSON error.
 package admin
 
 import (
@@ -118,11 +120,12 @@ func New(cfg Config, opts Options) (*Server, error) {
 	s.routePlan(mux)
 	s.routeAPI(mux)
 	s.routeUI(mux)
-	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
-	mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
-	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	mux.HandleFunc("GET /debug/pprof/", s.debugOnly(pprof.Index))
+	mux.HandleFunc("GET /debug/pprof/cmdline", s.debugOnly(pprof.Cmdline))
+	mux.HandleFunc("GET /debug/pprof/profile", s.debugOnly(pprof.Profile))
+	mux.HandleFunc("GET /debug/pprof/symbol", s.debugOnly(pprof.Symbol))
+	mux.HandleFunc("GET /debug/pprof/trace", s.debugOnly(pprof.Trace))
+	s.routeRest(mux)
 	s.srv = &http.Server{
 		Handler:           mux,
 		ReadHeaderTimeout: 5 * time.Second,
@@ -149,6 +152,10 @@ func checkToken(cfg Config, lookup func(string) (string, bool)) (string, error) 
 	if cfg.Listen != "" && token == "" && !loopback(cfg.Listen) {
 		return "", fmt.Errorf("admin.listen %q is not a loopback address and no admin token is configured: "+
 			"set admin.token_file (or %s) so the mutating endpoints need a token, or listen on loopback (e.g. \"127.0.0.1:9901\")", cfg.Listen, TokenEnv)
+	}
+	if cfg.Listen != "" && token == "" && cfg.Debug == DebugToken {
+		return "", fmt.Errorf("admin.debug %q needs the admin token and none is configured: "+
+			"set admin.token_file (or %s), or set admin.debug to auto", cfg.Debug, TokenEnv)
 	}
 	return token, nil
 }
@@ -183,6 +190,9 @@ func (s *Server) tokenFor(tokenFile string) (string, error) {
 	}
 	if token == "" && !loopback(c.Listen) {
 		return "", fmt.Errorf("admin.token_file: no token, and admin.listen %q is not a loopback address: the mutating endpoints would be open to the network", c.Listen)
+	}
+	if token == "" && c.Debug == DebugToken {
+		return "", fmt.Errorf("admin.token_file: no token, and admin.debug is %q: /debug/pprof/ and /v1/config would answer nobody", c.Debug)
 	}
 	return token, nil
 }

@@ -43,7 +43,7 @@ func (s *Server) routeAPI(mux *http.ServeMux) {
 	mux.HandleFunc("GET /v1/fleet", s.getFleet)
 	mux.HandleFunc("GET /v1/route", s.route)
 	mux.HandleFunc("GET /v1/events", s.listEvents)
-	mux.HandleFunc("GET /v1/config", s.getConfig)
+	mux.HandleFunc("GET /v1/config", s.debugOnly(s.getConfig))
 	for _, p := range apiRoutes {
 		allow, use := "GET, HEAD", "use GET"
 		switch p {
@@ -231,6 +231,7 @@ func (s *Server) write(w http.ResponseWriter, status int, v any) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set(AdminHeader, "1")
 	w.WriteHeader(status)
 	_, _ = w.Write(buf.Bytes())
 }

@@ -266,6 +266,9 @@ func (c *Client) Export() ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := c.checkAdmin(http.MethodGet, "/v1/runtime/export", resp, raw); err != nil {
+		return nil, err
+	}
 	if resp.StatusCode != http.StatusOK {
 		return nil, c.apiError(http.MethodGet, "/v1/runtime/export", resp.StatusCode, raw)
 	}
@@ -310,6 +313,9 @@ func (c *Client) call(method, path string, body []byte, want int, v any, timeout
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
 		return nil, fmt.Errorf("reading the answer of %s%s: %w", base, path, err)
+	}
+	if err := c.checkAdmin(method, path, resp, raw); err != nil {
+		return raw, err
 	}
 	if resp.StatusCode != want {
 		return raw, c.apiError(method, path, resp.StatusCode, raw)

@@ -20,27 +20,62 @@ type Config struct {
 	// Without a token the mutating endpoints answer 401, and an admin
 	// listener off loopback refuses to start.
 	TokenFile string `yaml:"token_file"`
+	// Debug decides who may read /debug/pprof/ (profiles, the command
+	// line, goroutine stacks) and /v1/config (the effective configuration,
+	// redacted): DebugAuto (the default) lets anyone who reaches a loopback
+	// listener read them and requires the bearer token on any other;
+	// DebugToken always requires it, DebugOpen never does, and DebugOff
+	// serves neither.
+	Debug string `yaml:"debug"`
 }
+
+// The values of admin.debug.
+const (
+	DebugAuto  = "auto"
+	DebugToken = "token"
+	DebugOpen  = "open"
+	DebugOff   = "off"
+)
 
 // TokenEnv is the environment variable that holds the admin token.
 const TokenEnv = "KEYWAY_ADMIN_TOKEN"
 
 // DefaultConfig returns the admin configuration used when the YAML omits a field.
-func DefaultConfig() Config { return Config{Listen: "127.0.0.1:9901"} }
+func DefaultConfig() Config { return Config{Listen: "127.0.0.1:9901", Debug: DebugAuto} }
 
 // Validate reports every problem with the configuration. Each error starts
 // with the field's YAML name followed by ": ".
 func (c Config) Validate() error {
 	var errs []error
 	if c.Listen != "" {
-		if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+		if _, port, err := net.SplitHostPort(c.Listen); err != nil {
 			errs = append(errs, fmt.Errorf("listen: %q is not host:port (e.g. \"127.0.0.1:9901\"), or empty to disable the admin listener", c.Listen))
+		} else if _, err := net.LookupPort("tcp", port); err != nil {
+			errs = append(errs, fmt.Errorf("listen: %q has an invalid port: use 0 to 65535 (0 picks a free port)", c.Listen))
 		}
 	}
 	if c.TokenFile != "" && strings.TrimSpace(c.TokenFile) != c.TokenFile {
 		errs = append(errs, fmt.Errorf("token_file: %q has leading or trailing white space", c.TokenFile))
 	}
+	switch c.Debug {
+	case "", DebugAuto, DebugToken, DebugOpen, DebugOff:
+	default:
+		errs = append(errs, fmt.Errorf("debug: %q is not one of auto (open on a loopback listener, the bearer token on any other), token, open, off", c.Debug))
+	}
 	return errors.Join(errs...)
+}
+
+// debugMode resolves admin.debug for the configured listener: DebugToken,
+// DebugOpen or DebugOff. An empty value is DebugAuto.
+func (c Config) debugMode() string {
+	switch c.Debug {
+	case DebugToken, DebugOpen, DebugOff:
+		return c.Debug
+	}
+	if loopback(c.Listen) {
+		return DebugOpen
+	}
+	return DebugToken
 }
 
 // loadToken returns the admin token: env (through lookup) first, then the

@@ -61,16 +61,27 @@ func (s *Server) authorized(h http.HandlerFunc) http.HandlerFunc {
 			s.fail(w, http.StatusUnauthorized, "no admin token configured on this proxy: set admin.token_file or "+TokenEnv+" to enable mutating endpoints")
 			return
 		}
-		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		want := sha256.Sum256([]byte(token))
-		have := sha256.Sum256([]byte(strings.TrimSpace(got)))
-		if !ok || subtle.ConstantTimeCompare(want[:], have[:]) != 1 {
+		if !s.bearerOK(r) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="keyway admin"`)
 			s.fail(w, http.StatusUnauthorized, "missing or wrong bearer token: send Authorization: Bearer TOKEN (admin.token_file or "+TokenEnv+")")
 			return
 		}
 		h(w, r)
 	}
+}
+
+// bearerOK reports whether the request carries the admin token; never
+// when no token is configured. The comparison takes the same time whatever
+// the token sent.
+func (s *Server) bearerOK(r *http.Request) bool {
+	token := *s.token.Load()
+	if token == "" {
+		return false
+	}
+	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	want := sha256.Sum256([]byte(token))
+	have := sha256.Sum256([]byte(strings.TrimSpace(got)))
+	return ok && subtle.ConstantTimeCompare(want[:], have[:]) == 1
 }
 
 func (s *Server) drain(w http.ResponseWriter, r *http.Request, drain bool) {

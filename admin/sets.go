@@ -236,6 +236,7 @@ func (s *Server) exportRuntime(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/yaml")
 	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set(AdminHeader, "1")
 	_, _ = w.Write(b)
 }
 

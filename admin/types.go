@@ -118,6 +118,14 @@ type ReplicaTraffic struct {
 	// exchanges with it.
 	RequestsPerSecond *float64 `json:"requests_per_second"`
 	ErrorsPerSecond   *float64 `json:"errors_per_second"`
+	// MeanLatencySeconds and P99LatencySeconds are the latency of the
+	// answers it gave within the window (keyway_request_duration_seconds:
+	// from receiving the request to having the answer ready, retries
+	// included): the mean, and the 99th percentile estimated from the
+	// histogram's buckets as histogram_quantile does. null without rates
+	// or without an answer in the window.
+	MeanLatencySeconds *float64 `json:"mean_latency_seconds"`
+	P99LatencySeconds  *float64 `json:"p99_latency_seconds"`
 	// RequestsTotal counts answers from the replica, any status
 	// (keyway_requests_total).
 	RequestsTotal uint64 `json:"requests_total"`
@@ -158,6 +166,15 @@ type ReplicaStatus struct {
 	// Reason says why it is out of rotation ("" when in): its state, "down",
 	// and the proxy-local exclusions ("excluded: probe+ejected").
 	Reason string `json:"reason,omitempty"`
+	// StateSince is when this proxy first saw the replica in its state,
+	// and StateSeconds how long ago that was when the answer was made;
+	// RotationSince and RotationSeconds the same for its place in or out
+	// of rotation. A proxy that started or learned of the replica later
+	// counts from then. Absent when unknown.
+	StateSince      *time.Time `json:"state_since,omitempty"`
+	StateSeconds    *float64   `json:"state_seconds,omitempty"`
+	RotationSince   *time.Time `json:"rotation_since,omitempty"`
+	RotationSeconds *float64   `json:"rotation_seconds,omitempty"`
 	// Partitions is the number of partitions it owns on the ring, and Share
 	// that number divided by the partition count (0..1).
 	Partitions int     `json:"partitions"`

@@ -2,8 +2,10 @@ package admin
 
 import (
 	"embed"
+	"fmt"
 	"io/fs"
 	"net/http"
+	"strings"
 )
 
 // The dashboard: one page embedded in the binary, plain
@@ -33,6 +35,12 @@ func (s *Server) routeUI(mux *http.ServeMux) {
 	mux.HandleFunc("GET /ui", page)
 	mux.HandleFunc("GET /ui/{$}", page)
 	mux.Handle("GET /ui/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// A missing asset is a JSON 404 like every other unknown path of
+		// the admin listener (the file server's own is plain text).
+		if st, err := fs.Stat(uiAssets, strings.TrimPrefix(r.URL.Path, "/ui/")); err != nil || st.IsDir() {
+			s.fail(w, http.StatusNotFound, fmt.Sprintf("no dashboard file %s: the dashboard is /ui", r.URL.Path))
+			return
+		}
 		w.Header().Set("Cache-Control", "no-store")
 		assets.ServeHTTP(w, r)
 	}))

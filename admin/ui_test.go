@@ -42,16 +42,22 @@ func TestUIPage(t *testing.T) {
 		t.Fatalf("GET /ui/app.js: %d %q", code, ctype)
 	}
 	for _, want := range []string{`"set-card`, `"data-set"`, `"phase"`, `"replica-row"`, `"data-replica"`, "/v1/replica_sets", "/v1/route?", "/v1/events", "no replicas yet — start agents or add static replicas", "setInterval(refresh, REFRESH_MS)", "REFRESH_MS = 2000",
-		`"num rate"`, `"num errors"`, `"set-rate`, "requests_per_second", "errors_per_second", "requests_total", "errors_total", "rate: measuring"} {
+		`"num rate"`, `"num errors"`, `"set-rate`, "requests_per_second", "errors_per_second", "requests_total", "errors_total", "rate: measuring",
+		`"num latency"`, "mean_latency_seconds", "p99_latency_seconds", `"num share"`, "(stand-ins serve it)", `"data-out"`,
+		"state_seconds", "rotation_seconds", `"state-since"`, `"rotation-since"`, `"data-seconds"`} {
 		if !strings.Contains(js, want) {
 			t.Errorf("app.js lacks %s", want)
 		}
 	}
-	if code, ctype, _ := get("/ui/style.css"); code != http.StatusOK || !strings.HasPrefix(ctype, "text/css") {
+	code, ctype, css := get("/ui/style.css")
+	if code != http.StatusOK || !strings.HasPrefix(ctype, "text/css") {
 		t.Errorf("GET /ui/style.css: %d %q", code, ctype)
 	}
-	if code, _, _ := get("/ui/nope.js"); code != http.StatusNotFound {
-		t.Errorf("GET /ui/nope.js: %d, want 404", code)
+	if !strings.Contains(css, ".bar.out") || !strings.Contains(css, "repeating-linear-gradient") {
+		t.Errorf("style.css has no hatched .bar.out for a replica out of rotation")
+	}
+	if code, ctype, _ := get("/ui/nope.js"); code != http.StatusNotFound || ctype != "application/json" {
+		t.Errorf("GET /ui/nope.js: %d %q, want a JSON 404", code, ctype)
 	}
 
 	// No external assets: nothing the page loads names another origin.

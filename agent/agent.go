@@ -188,6 +188,7 @@ func New(cfg Config, opts Options) (*Agent, error) {
 	if err := m.register(reg); err != nil {
 		return nil, fmt.Errorf("agent metrics: %w", err)
 	}
+	m.info.WithLabelValues(cfg.Replica.Set, name).Set(1)
 
 	boot := now().UnixNano()
 	a := &Agent{

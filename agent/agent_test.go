@@ -64,7 +64,7 @@ func TestProbeDrivesLifecycle(t *testing.T) {
 	// /metrics: exactly one state is 1; the names pass promlint.
 	code, body := get(t, a.base+"/metrics")
 	if code != 200 || !strings.Contains(body, `keyway_agent_state{state="recovering"} 1`) || !strings.Contains(body, `keyway_agent_state{state="ready"} 0`) ||
-		!strings.Contains(body, "keyway_gossip_members") {
+		!strings.Contains(body, "keyway_gossip_members") || !strings.Contains(body, `keyway_agent_info{replica="orders-0",set="orders"} 1`) {
 		t.Fatalf("/metrics: %d\n%s", code, body)
 	}
 	problems, err := promlint.New(strings.NewReader(body)).Lint()

@@ -251,14 +251,27 @@ func (c Config) Validate() error {
 	if c.Listen != "" {
 		if _, port, err := net.SplitHostPort(c.Listen); err != nil || port == "" {
 			add("listen: %q is not host:port (e.g. \"127.0.0.1:9902\", or \":9902\" for all interfaces), or empty to disable the agent's HTTP listener", c.Listen)
+		} else if _, err := net.LookupPort("tcp", port); err != nil {
+			add("listen: %q has an invalid port: use 0 to 65535 (0 picks a free port)", c.Listen)
 		}
 	}
 
-	for _, e := range leaves(c.Log.Validate()) {
+	// The access log's keys have the agent's own rule: absent.
+	lc := c.Log
+	lc.AccessLog, lc.Access = false, logging.DefaultConfig().Access
+	for _, e := range leaves(lc.Validate()) {
 		add("log.%w", e)
 	}
 	if c.Log.AccessLog {
 		add("log.access_log: the agent forwards no requests and writes no access log; remove this key")
+	}
+	for _, k := range []struct {
+		name string
+		set  bool
+	}{{"path", c.Log.Access.Path != ""}, {"key", c.Log.Access.Key != logging.KeyOmit}, {"key_secret_file", c.Log.Access.KeySecretFile != ""}} {
+		if k.set {
+			add("log.access.%s: the agent forwards no requests and writes no access log; remove this key", k.name)
+		}
 	}
 	for _, e := range leaves(c.Gossip.Validate()) {
 		add("gossip.%w", e)

@@ -54,7 +54,13 @@ func TestConfigValidate(t *testing.T) {
 		"listen":                          {modify: func(c *Config) { c.Listen = "9902" }, want: []string{`listen: "9902" is not host:port`}},
 		"listen off":                      {modify: func(c *Config) { c.Listen = "" }},
 		"log":                             {modify: func(c *Config) { c.Log.Level = "loud"; c.Log.AccessLog = true }, want: []string{"log.level: must be one of", "log.access_log: the agent forwards no requests"}},
-		"gossip":                          {modify: func(c *Config) { c.Gossip.BindAddr = "here"; c.Gossip.Join = []string{"a/b"} }, want: []string{`gossip.bind_addr: "here" is not an IP address`, `gossip.join[0]: "a/b" is not host or host:port`}},
+		"access log keys": {modify: func(c *Config) {
+			c.Log.Access.Path = "/tmp/a.log"
+			c.Log.Access.Key = "plain"
+			c.Log.Access.KeySecretFile = "/s"
+		},
+			want: []string{"log.access.path: the agent forwards no requests", "log.access.key: the agent", "log.access.key_secret_file: the agent"}},
+		"gossip": {modify: func(c *Config) { c.Gossip.BindAddr = "here"; c.Gossip.Join = []string{"a/b"} }, want: []string{`gossip.bind_addr: "here" is not an IP address`, `gossip.join[0]: "a/b" is not host or host:port`}},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

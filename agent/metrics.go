@@ -14,6 +14,10 @@ var states = []balancer.State{
 }
 
 type metrics struct {
+	// info is 1 with the agent's set and replica as labels, so that
+	// dashboards can name the replica behind an agent's other series
+	// (they carry no set or replica label of their own).
+	info        *prometheus.GaugeVec   // set, replica
 	state       *prometheus.GaugeVec   // state
 	probes      *prometheus.CounterVec // result
 	reports     *prometheus.CounterVec // result
@@ -71,6 +75,10 @@ func (m *childMetrics) register(reg prometheus.Registerer) error {
 
 func newMetrics() *metrics {
 	m := &metrics{
+		info: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "keyway", Subsystem: "agent", Name: "info",
+			Help: "Always 1; its labels name the replica set and the replica this agent advertises.",
+		}, []string{"set", "replica"}),
 		state: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: "keyway", Subsystem: "agent", Name: "state",
 			Help: "The lifecycle state the agent advertises for its replica: 1 for the current state, 0 for the others.",
@@ -118,7 +126,7 @@ func newMetrics() *metrics {
 }
 
 func (m *metrics) register(reg prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.state, m.probes, m.reports, m.transitions, m.commandsRejected, m.drainProbe, m.setCommands} {
+	for _, c := range []prometheus.Collector{m.info, m.state, m.probes, m.reports, m.transitions, m.commandsRejected, m.drainProbe, m.setCommands} {
 		if err := reg.Register(c); err != nil {
 			return err
 		}

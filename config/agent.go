@@ -304,9 +304,12 @@ func agentFieldDocs() map[string]string {
 
 		"listen": "host:port of the agent's HTTP listener (/healthz, /readyz, /metrics); empty disables it. In Kubernetes use :9902 so the kubelet can reach it",
 
-		"log.level":      "debug, info, warn or error",
-		"log.format":     "json or console",
-		"log.access_log": "not used by the agent; must stay false",
+		"log.level":                  "debug, info, warn or error",
+		"log.format":                 "json or console",
+		"log.access_log":             "not used by the agent; must stay false",
+		"log.access.path":            "not used by the agent; must stay empty",
+		"log.access.key":             "not used by the agent",
+		"log.access.key_secret_file": "not used by the agent; must stay empty",
 
 		"gossip.bind_addr":          "IP address gossip listens on (UDP and TCP); 0.0.0.0 for all interfaces",
 		"gossip.bind_port":          "gossip port; 0 picks a free one, which is advertised (set one when a firewall or NetworkPolicy needs it)",
@@ -321,4 +324,57 @@ func agentFieldDocs() map[string]string {
 		"gossip.profile":            "failure detection: lan (memberlist's LAN preset, about 5s to detect a crash) or fast (about 2s); use the proxies' value",
 		"gossip.push_pull_interval": "full state sync period, bounding how stale a member's view can get; at least 1s",
 	}
+}
+
+// FileKind is which of keyway's two configuration files a file is, as
+// its top-level keys tell: the proxy's (keyway proxy, validate) or the
+// agent's (keyway agent).
+type FileKind int
+
+const (
+	// KindUnknown: no top-level key that only one of the files has (an
+	// empty file, not YAML, or only listen, log and gossip).
+	KindUnknown FileKind = iota
+	// KindProxy: keys only the proxy's file has (replica_sets, admin, ...)
+	// and none that only the agent's has.
+	KindProxy
+	// KindAgent: keys only the agent's file has (replica, probe, drain,
+	// supervise) and none that only the proxy's has.
+	KindAgent
+	// KindMixed: keys of both.
+	KindMixed
+)
+
+// DetectKind tells from data's top-level keys which configuration file it
+// is, and returns the keys that only the agent's file has and those that
+// only the proxy's has, in file order. Keys of both files (listen, log,
+// gossip) and unknown keys do not count. It never fails: data that is not
+// a YAML mapping is KindUnknown.
+func DetectKind(data []byte) (kind FileKind, agentKeys, proxyKeys []string) {
+	var doc yaml.Node
+	if yaml.Unmarshal(data, &doc) != nil || len(doc.Content) == 0 || doc.Content[0].Kind != yaml.MappingNode {
+		return KindUnknown, nil, nil
+	}
+	proxyFields, agentFields := fieldsOf(reflect.TypeFor[Config]()), fieldsOf(reflect.TypeFor[agent.Config]())
+	root := doc.Content[0]
+	for i := 0; i+1 < len(root.Content); i += 2 {
+		k := root.Content[i].Value
+		_, inProxy := lookupField(proxyFields, k)
+		_, inAgent := lookupField(agentFields, k)
+		switch {
+		case inAgent && !inProxy:
+			agentKeys = append(agentKeys, k)
+		case inProxy && !inAgent:
+			proxyKeys = append(proxyKeys, k)
+		}
+	}
+	switch {
+	case len(agentKeys) > 0 && len(proxyKeys) > 0:
+		return KindMixed, agentKeys, proxyKeys
+	case len(agentKeys) > 0:
+		return KindAgent, agentKeys, nil
+	case len(proxyKeys) > 0:
+		return KindProxy, nil, proxyKeys
+	}
+	return KindUnknown, nil, nil
 }

@@ -250,10 +250,14 @@ func fieldDocs() map[string]string {
 		"replica_sets[].stopped":                    "stop the set: requests get 503 with Retry-After, its phase is Stopped, its agents drain their replicas and stop the processes they supervise; a run-time stop or start (PATCH /v1/replica_sets/{set}) overrides it",
 		"replica_sets[].route_context.header":       "header telling the replica how keyway routed each attempt: partition, stand-in flag, ring identifier and ring owner (format in docs/proxy.md, Route context), e.g. X-Keyway-Route; replaces a client's header of that name; not a hop-by-hop, forwarding, key or idempotency header; empty disables",
 
-		"admin.listen":     "host:port of the admin listener (/metrics, /healthz, /readyz); empty disables it",
-		"admin.token_file": "file holding the bearer token of the admin API's mutating endpoints (drain, undrain); the admin token environment variable overrides it (docs/admin.md); a token is required when admin.listen is not loopback",
-		"log.level":        "debug, info, warn or error",
-		"log.format":       "json or console",
-		"log.access_log":   "write one line per proxied request to stdout",
+		"admin.listen":               "host:port of the admin listener (/metrics, /healthz, /readyz); empty disables it",
+		"admin.token_file":           "file holding the bearer token of the admin API's mutating endpoints (drain, undrain); the admin token environment variable overrides it (docs/admin.md); a token is required when admin.listen is not loopback",
+		"admin.debug":                "who may read /debug/pprof/ and /v1/config: auto (anyone on a loopback admin.listen, the bearer token on any other), token (always the token), open (anyone who reaches the listener), off (neither is served)",
+		"log.level":                  "debug, info, warn or error",
+		"log.format":                 "json or console",
+		"log.access_log":             "write the access log: one JSON line per request, to stdout or log.access.path (docs/logging.md)",
+		"log.access.path":            "file the access log is appended to (created 0640; its directory must exist), reopened on SIGUSR1 for log rotation; empty or stdout: stdout. Needs log.access_log: true",
+		"log.access.key":             "whether lines carry the request's key: omit (it may be personal data), hmac (HMAC-SHA256 with the key secret, 16 hex digits: correlate without reading) or plain. A key path segment always shows as {key}. Needs log.access_log: true",
+		"log.access.key_secret_file": "file holding the secret of key: hmac, at least 16 bytes (e.g. openssl rand -hex 32 > FILE); KEYWAY_ACCESS_LOG_KEY_SECRET takes precedence. Use one secret on every proxy to correlate keys across them",
 	}
 }

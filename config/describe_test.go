@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"keyway/admin"
+	"keyway/logging"
 )
 
 var update = flag.Bool("update", false, "rewrite the reference tables in docs/configuration.md from Describe()")
@@ -185,8 +186,9 @@ func TestDocs(t *testing.T) {
 			t.Errorf("%s does not mention `%s`", docsPath, f.Path)
 		}
 	}
-	// Secrets, read by membership and admin directly: never config keys.
-	envs := map[string]bool{"KEYWAY_GOSSIP_KEY": true, admin.TokenEnv: true}
+	// Secrets, read by membership, admin and logging directly: never
+	// config keys.
+	envs := map[string]bool{"KEYWAY_GOSSIP_KEY": true, admin.TokenEnv: true, logging.KeySecretEnv: true}
 	for _, f := range Describe() {
 		envs[f.Env] = true
 	}

@@ -112,6 +112,7 @@ func load(name string, data []byte, opts ...Option) (Config, map[string]loc, err
 	if cfg.Gossip.Enabled {
 		d.checkGossipKey(name, cfg.Gossip.Config, o.env)
 	}
+	d.checkAccessKey(name, cfg.Log, o.env)
 	if len(d.probs) > 0 {
 		return Config{}, nil, &Error{Problems: sortProblems(d.sources, d.probs)}
 	}
@@ -137,7 +138,7 @@ func parseOneDocument(name string, data []byte, allowEmpty bool, topKeys string)
 	case errors.Is(err, io.EOF):
 		return nil, []Problem{{File: name, Message: emptyMessage}}
 	case err != nil:
-		return nil, []Problem{syntaxProblem(name, err)}
+		return nil, []Problem{syntaxProblem(name, data, err)}
 	}
 	var probs []Problem
 	var next yaml.Node
@@ -146,7 +147,7 @@ func parseOneDocument(name string, data []byte, allowEmpty bool, topKeys string)
 		probs = append(probs, Problem{File: name, Line: next.Line, Column: next.Column,
 			Message: "a second YAML document starts here; keyway reads one document per file: remove this \"---\" and what follows it, or merge the documents"})
 	case !errors.Is(err, io.EOF):
-		probs = append(probs, syntaxProblem(name, err))
+		probs = append(probs, syntaxProblem(name, data, err))
 	}
 	root := doc.Content[0]
 	switch {
@@ -164,18 +165,69 @@ func parseOneDocument(name string, data []byte, allowEmpty bool, topKeys string)
 const emptyMessage = `the file is empty (or only comments); it needs at least one replica set, e.g. replica_sets: [{name: orders, static: [{name: orders-0, addr: "127.0.0.1:9001"}]}]`
 
 // syntaxProblem turns a yaml.v3 error ("yaml: line 3: mapping values are
-// not allowed in this context") into a problem at that line.
-func syntaxProblem(name string, err error) Problem {
-	msg := strings.TrimPrefix(err.Error(), "yaml: ")
-	p := Problem{File: name, Message: "invalid YAML: " + msg}
-	if rest, ok := strings.CutPrefix(msg, "line "); ok {
-		if num, text, ok := strings.Cut(rest, ": "); ok {
-			if n, err := strconv.Atoi(num); err == nil {
-				p.Line, p.Message = n, "invalid YAML: "+text
+// not allowed in this context") into a problem at the line of data where
+// the problem is.
+//
+// yaml.v3 does not always report that line. A scanner error is reported at
+// the start of the token being scanned (its "context mark") when it has
+// one: a tab that breaks the indentation on line 4, in the continuation of
+// a value that starts on line 3, is "line 3". A parser error's line is
+// the context's, 0-based: one line early. So the line is found again: the
+// first prefix of the file, from the reported line on, that fails with the
+// same message ends at the line of the problem. (A prefix that ends before
+// it parses, or fails differently: the problem is not in it.)
+func syntaxProblem(name string, data []byte, err error) Problem {
+	line, text := splitYAMLError(err)
+	p := Problem{File: name, Line: line, Message: "invalid YAML: " + text}
+	if line == 0 {
+		return p
+	}
+	lines := bytes.SplitAfter(data, []byte("\n"))
+	for l := line; l <= len(lines) && l < line+1000; l++ {
+		if e := firstYAMLError(bytes.Join(lines[:l], nil)); e != nil {
+			if _, t := splitYAMLError(e); t == text {
+				p.Line = l
 			}
+			break
+		}
+	}
+	if p.Line <= len(lines) {
+		indent := lines[p.Line-1][:len(lines[p.Line-1])-len(bytes.TrimLeft(lines[p.Line-1], " \t"))]
+		if bytes.ContainsRune(indent, '\t') {
+			p.Message += "; this line is indented with a tab: YAML indents with spaces only"
 		}
 	}
 	return p
+}
+
+// splitYAMLError splits "yaml: line 3: text" into 3 and "text" (0 when
+// the error names no line).
+func splitYAMLError(err error) (int, string) {
+	msg := strings.TrimPrefix(err.Error(), "yaml: ")
+	if rest, ok := strings.CutPrefix(msg, "line "); ok {
+		if num, text, ok := strings.Cut(rest, ": "); ok {
+			if n, err := strconv.Atoi(num); err == nil {
+				return n, text
+			}
+		}
+	}
+	return 0, msg
+}
+
+// firstYAMLError is the first syntax error of data as parseOneDocument
+// meets it (in its first two documents), or nil.
+func firstYAMLError(data []byte) error {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	for range 2 {
+		var doc yaml.Node
+		if err := dec.Decode(&doc); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		}
+	}
+	return nil
 }
 
 // override applies one environment variable or explicit value. The path

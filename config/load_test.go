@@ -332,7 +332,7 @@ func TestLoadProblems(t *testing.T) {
 		},
 		"unknown key, no close match": {
 			yaml: "admin:\n  password: s3cret\n" + okSets,
-			want: []string{`f.yaml:2: admin.password: unknown key "password"; allowed keys: listen, token_file`},
+			want: []string{`f.yaml:2: admin.password: unknown key "password"; allowed keys: listen, token_file, debug`},
 		},
 		"unknown key from another section": {
 			yaml: "level: debug\n" + okSets,

@@ -2,6 +2,7 @@ package health
 
 import (
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -36,6 +37,7 @@ type PhaseTracker struct {
 	inRot    *prometheus.GaugeVec // set, replica
 	state    *prometheus.GaugeVec // set, replica, state
 	onChange func(PhaseChange)
+	now      func() time.Time // time.Now; tests replace it
 
 	mu   sync.Mutex
 	sets map[string]*trackedSet
@@ -52,10 +54,23 @@ type trackedSet struct {
 	members  []balancer.Member
 }
 
-// trackedReplica holds a replica's pre-bound series.
+// trackedReplica holds a replica's pre-bound series and since when it is
+// in its state and in (or out of) rotation.
 type trackedReplica struct {
 	inRot  prometheus.Gauge
 	states [len(replicaStates)]prometheus.Gauge
+	since  ReplicaSince
+}
+
+// ReplicaSince says since when a replica has had its lifecycle state and
+// its place in or out of rotation, as this proxy's tables showed them:
+// the first table that listed it so, or that listed it at all (a replica
+// that left the tables and came back starts again). A plain value.
+type ReplicaSince struct {
+	State         balancer.State
+	StateSince    time.Time
+	InRotation    bool
+	RotationSince time.Time
 }
 
 var allPhases = []Phase{PhaseCreated, PhaseScheduling, PhaseRunning, PhaseDegraded, PhaseFailed, PhaseStopped}
@@ -86,6 +101,7 @@ func NewPhaseTracker(reg prometheus.Registerer, onChange func(PhaseChange)) (*Ph
 			Help: "Lifecycle state a replica advertises (static replicas are ready): 1 for the current state (starting, ready, draining, recovering, stopped, failed), 0 for the others.",
 		}, []string{"set", "replica", "state"}),
 		onChange: onChange,
+		now:      time.Now,
 		sets:     map[string]*trackedSet{},
 	}
 	if reg != nil {
@@ -175,6 +191,7 @@ func (t *PhaseTracker) updateLocked(set string, s *trackedSet) {
 // listed lose theirs. t.mu is held.
 func (t *PhaseTracker) replicasChanged(set string, s *trackedSet, ms []balancer.Member) {
 	listed := make(map[string]bool, len(ms))
+	now := t.now()
 	for _, m := range ms {
 		listed[m.Name] = true
 		r := s.replicas[m.Name]
@@ -183,7 +200,14 @@ func (t *PhaseTracker) replicasChanged(set string, s *trackedSet, ms []balancer.
 			for i, st := range replicaStates {
 				r.states[i] = t.state.WithLabelValues(set, m.Name, st.String())
 			}
+			r.since = ReplicaSince{State: m.State, StateSince: now, InRotation: m.InRotation, RotationSince: now}
 			s.replicas[m.Name] = r
+		}
+		if r.since.State != m.State {
+			r.since.State, r.since.StateSince = m.State, now
+		}
+		if r.since.InRotation != m.InRotation {
+			r.since.InRotation, r.since.RotationSince = m.InRotation, now
 		}
 		if m.InRotation {
 			r.inRot.Set(1)
@@ -232,4 +256,21 @@ func (t *PhaseTracker) Phase(set string) Phase {
 		return s.phase
 	}
 	return ""
+}
+
+// Since returns, for each replica of a set's last table, since when it has
+// had its state and its place in or out of rotation; nil for an unknown
+// set.
+func (t *PhaseTracker) Since(set string) map[string]ReplicaSince {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := t.sets[set]
+	if s == nil {
+		return nil
+	}
+	out := make(map[string]ReplicaSince, len(s.replicas))
+	for name, r := range s.replicas {
+		out[name] = r.since
+	}
+	return out
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -221,5 +222,55 @@ func TestPhaseTrackerSetStopped(t *testing.T) {
 	tr.SetStopped("users", true)
 	if p := tr.Phase("users"); p != PhaseStopped {
 		t.Fatalf("users %q", p)
+	}
+}
+
+// Since follows each replica's state and rotation separately: a change of
+// one keeps the other's time; a replica that leaves the tables and comes
+// back starts again; an unknown set has none.
+func TestPhaseTrackerSince(t *testing.T) {
+	tr, err := NewPhaseTracker(nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	now := t0
+	tr.now = func() time.Time { return now }
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	step := func(d time.Duration, ms ...balancer.Member) {
+		now = at(d)
+		tr.TableChanged("orders", 2, ms, balancer.RebuildInfo{})
+	}
+	check := func(name string, want ReplicaSince) {
+		t.Helper()
+		if got := tr.Since("orders")[name]; got != want {
+			t.Errorf("%s at %v: %+v, want %+v", name, now.Sub(t0), got, want)
+		}
+	}
+	step(0, member("a", balancer.StateStarting, -1, false))
+	check("a", ReplicaSince{balancer.StateStarting, at(0), false, at(0)})
+	step(time.Second, member("a", balancer.StateReady, 0, true), member("b", balancer.StateStarting, -1, false))
+	check("a", ReplicaSince{balancer.StateReady, at(time.Second), true, at(time.Second)})
+	check("b", ReplicaSince{balancer.StateStarting, at(time.Second), false, at(time.Second)})
+	// An ejection: out of rotation, still ready since 1 s.
+	step(5*time.Second, member("a", balancer.StateReady, 0, false), member("b", balancer.StateReady, 1, true))
+	check("a", ReplicaSince{balancer.StateReady, at(time.Second), false, at(5 * time.Second)})
+	check("b", ReplicaSince{balancer.StateReady, at(5 * time.Second), true, at(5 * time.Second)})
+	// A table that changes nothing for a replica keeps its times.
+	step(7*time.Second, member("a", balancer.StateReady, 0, false), member("b", balancer.StateReady, 1, true))
+	check("a", ReplicaSince{balancer.StateReady, at(time.Second), false, at(5 * time.Second)})
+	// A drain: state and rotation change together.
+	step(9*time.Second, member("a", balancer.StateReady, 0, true), member("b", balancer.StateDraining, 1, false))
+	check("a", ReplicaSince{balancer.StateReady, at(time.Second), true, at(9 * time.Second)})
+	check("b", ReplicaSince{balancer.StateDraining, at(9 * time.Second), false, at(9 * time.Second)})
+	// b forgotten, then back.
+	step(10*time.Second, member("a", balancer.StateReady, 0, true))
+	if _, ok := tr.Since("orders")["b"]; ok {
+		t.Error("b has a since after it left the tables")
+	}
+	step(12*time.Second, member("a", balancer.StateReady, 0, true), member("b", balancer.StateDraining, 1, false))
+	check("b", ReplicaSince{balancer.StateDraining, at(12 * time.Second), false, at(12 * time.Second)})
+	if got := tr.Since("nope"); got != nil {
+		t.Errorf("unknown set: %v", got)
 	}
 }

@@ -265,12 +265,38 @@ replica_sets:
 	if fl(trs["orders-3"].ErrorsPerSecond) <= 0 || fl(trs["orders-2"].ErrorsPerSecond) <= 0 || fl(trs["orders-0"].ErrorsPerSecond) != 0 {
 		t.Errorf("error rates: orders-0 %v, orders-2 %v, orders-3 %v", fl(trs["orders-0"].ErrorsPerSecond), fl(trs["orders-2"].ErrorsPerSecond), fl(trs["orders-3"].ErrorsPerSecond))
 	}
+	// Latency over the same window: for the replicas that answered, none
+	// for the one that refused every connection.
+	for _, name := range []string{"orders-0", "orders-1", "orders-2"} {
+		if answered[name] > 0 && (fl(trs[name].MeanLatencySeconds) <= 0 || fl(trs[name].P99LatencySeconds) <= 0) {
+			t.Errorf("%s answered %d: mean latency %v, p99 %v, want both measured", name, answered[name], fl(trs[name].MeanLatencySeconds), fl(trs[name].P99LatencySeconds))
+		}
+	}
+	if tr := trs["orders-3"]; tr.MeanLatencySeconds != nil || tr.P99LatencySeconds != nil {
+		t.Errorf("orders-3 answered nothing: mean latency %v, p99 %v, want null", fl(tr.MeanLatencySeconds), fl(tr.P99LatencySeconds))
+	}
+	// How long each replica has been in its state and in or out of
+	// rotation: orders-2 left rotation at its ejection, after every
+	// replica became ready.
+	reps := map[string]admin.ReplicaStatus{}
+	for _, r := range st.Replicas {
+		reps[r.Name] = r
+		if r.StateSince == nil || r.StateSeconds == nil || r.RotationSince == nil || r.RotationSeconds == nil || *r.StateSeconds < 0 {
+			t.Errorf("%s: state_since %v (%v s), rotation_since %v (%v s), want all set", r.Name, r.StateSince, fl(r.StateSeconds), r.RotationSince, fl(r.RotationSeconds))
+		}
+	}
+	if r2, r0 := reps["orders-2"], reps["orders-0"]; r2.InRotation || r2.RotationSince == nil || r0.RotationSince == nil || !r2.RotationSince.After(*r0.RotationSince) ||
+		fl(r2.RotationSeconds) > fl(r0.RotationSeconds) {
+		t.Errorf("orders-2 (ejected) rotation since %v (%v s), orders-0 (in) since %v (%v s): want orders-2 out since later", r2.RotationSince, fl(r2.RotationSeconds), r0.RotationSince, fl(r0.RotationSeconds))
+	}
 	raw, _ := json.MarshalIndent(st.Traffic, "", "  ")
 	t.Logf("set traffic: %s", raw)
-	for _, name := range []string{"orders-2", "orders-3"} {
+	for _, name := range []string{"orders-0", "orders-2", "orders-3"} {
 		raw, _ := json.Marshal(trs[name])
 		t.Logf("%s traffic: %s", name, raw)
 	}
+	raw, _ = json.Marshal(reps["orders-2"])
+	t.Logf("orders-2: %s", raw)
 }
 
 // fl reads a rate: -1 for null.

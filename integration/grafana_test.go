@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"keyway/agent"
 	"keyway/balancer"
 	"keyway/config"
 	"keyway/eventlog"
@@ -146,6 +147,16 @@ replica_sets:
 	if _, err := health.NewPhaseTracker(rec, nil); err != nil {
 		t.Fatal(err)
 	}
+	// An agent that supervises a process registers every keyway_agent_
+	// family, the child_* ones included. New binds and starts nothing.
+	acfg := agent.DefaultConfig()
+	acfg.Listen = ""
+	acfg.Replica.Set, acfg.Replica.Name, acfg.Replica.Addr = "orders", "orders-0", "127.0.0.1:1"
+	acfg.Gossip.BindAddr, acfg.Gossip.BindPort, acfg.Gossip.Join = "127.0.0.1", 0, []string{"127.0.0.1:1"}
+	acfg.Command = []string{"true"}
+	if _, err := agent.New(acfg, agent.Options{Registerer: rec}); err != nil {
+		t.Fatal(err)
+	}
 	p, err := proxy.New(cfg.Config, proxy.Options{Registerer: rec})
 	if err != nil {
 		t.Fatal(err)
@@ -168,14 +179,15 @@ func (noSink) SetExcluded(string, string, balancer.Reason, bool) {}
 func dashboardExprs(t *testing.T, raw []byte) map[string]string {
 	t.Helper()
 	var d struct {
-		SchemaVersion int                     `json:"schemaVersion"`
-		Inputs        []struct{ Name string } `json:"__inputs"`
-		Panels        []dashPanel             `json:"panels"`
+		SchemaVersion int             `json:"schemaVersion"`
+		Inputs        json.RawMessage `json:"__inputs"`
+		Panels        []dashPanel     `json:"panels"`
 		Templating    struct {
 			List []struct {
-				Name  string          `json:"name"`
-				Type  string          `json:"type"`
-				Query json.RawMessage `json:"query"`
+				Name       string          `json:"name"`
+				Type       string          `json:"type"`
+				Query      json.RawMessage `json:"query"`
+				Datasource *dashDatasource `json:"datasource"`
 			} `json:"list"`
 		} `json:"templating"`
 	}
@@ -185,16 +197,33 @@ func dashboardExprs(t *testing.T, raw []byte) map[string]string {
 	if d.SchemaVersion < 36 {
 		t.Errorf("schemaVersion %d, want a current one (39)", d.SchemaVersion)
 	}
-	if len(d.Inputs) != 1 || d.Inputs[0].Name != "DS_PROMETHEUS" {
-		t.Errorf("__inputs %+v, want one DS_PROMETHEUS datasource input", d.Inputs)
+	// File provisioning does not resolve __inputs (${DS_...} stays a
+	// literal uid that names no datasource): the datasource is a template
+	// variable, which an import in the UI fills as well.
+	if d.Inputs != nil || strings.Contains(string(raw), "${DS_") {
+		t.Errorf("the dashboard has __inputs or a ${DS_...} reference; use the datasource variable ${%s}", dsVar)
+	}
+	if len(d.Templating.List) == 0 || d.Templating.List[0].Name != dsVar || d.Templating.List[0].Type != "datasource" || string(d.Templating.List[0].Query) != `"prometheus"` {
+		t.Errorf("the first template variable is not {name: %s, type: datasource, query: prometheus}", dsVar)
+	}
+	checkDS := func(where string, ds *dashDatasource) {
+		if ds == nil || ds.Type != "prometheus" || ds.UID != "${"+dsVar+"}" {
+			t.Errorf("%s: datasource %+v, want {type: prometheus, uid: ${%s}}", where, ds, dsVar)
+		}
 	}
 	exprs := map[string]string{}
 	var walk func([]dashPanel)
 	walk = func(ps []dashPanel) {
 		for _, p := range ps {
+			if p.Type != "row" {
+				checkDS(fmt.Sprintf("panel %q", p.Title), p.Datasource)
+			}
 			for _, tg := range p.Targets {
 				if strings.TrimSpace(tg.Expr) == "" {
 					t.Errorf("panel %q target %s has no expr", p.Title, tg.RefID)
+				}
+				if tg.Datasource != nil {
+					checkDS(fmt.Sprintf("panel %q target %s", p.Title, tg.RefID), tg.Datasource)
 				}
 				exprs[fmt.Sprintf("panel %q target %s", p.Title, tg.RefID)] = tg.Expr
 			}
@@ -209,6 +238,7 @@ func dashboardExprs(t *testing.T, raw []byte) map[string]string {
 		if v.Type != "query" {
 			continue
 		}
+		checkDS("variable "+v.Name, v.Datasource)
 		var q struct {
 			Query string `json:"query"`
 		}
@@ -223,12 +253,22 @@ func dashboardExprs(t *testing.T, raw []byte) map[string]string {
 	return exprs
 }
 
+// dsVar names the dashboard's datasource variable.
+const dsVar = "datasource"
+
+type dashDatasource struct {
+	Type string `json:"type"`
+	UID  string `json:"uid"`
+}
+
 type dashPanel struct {
-	Title   string `json:"title"`
-	Type    string `json:"type"`
-	Targets []struct {
-		RefID string `json:"refId"`
-		Expr  string `json:"expr"`
+	Title      string          `json:"title"`
+	Type       string          `json:"type"`
+	Datasource *dashDatasource `json:"datasource"`
+	Targets    []struct {
+		RefID      string          `json:"refId"`
+		Expr       string          `json:"expr"`
+		Datasource *dashDatasource `json:"datasource"`
 	} `json:"targets"`
 	Panels []dashPanel `json:"panels"`
 }
@@ -279,6 +319,11 @@ func TestGrafanaDashboardUsesOnlyKeywayMetrics(t *testing.T) {
 		"keyway_ring_fingerprint_disagreements", "keyway_upstream_errors_total", "keyway_retries_total",
 		"keyway_all_replicas_unhealthy_total", "keyway_replica_in_rotation", "keyway_replica_state",
 		"keyway_gossip_health_score", "keyway_gossip_replicas", "keyway_config_reloads_total", "keyway_config_last_reload_successful",
+		// The agents' row.
+		"keyway_agent_info", "keyway_agent_state", "keyway_agent_probes_total", "keyway_agent_state_changes_total",
+		"keyway_agent_child_starts_total", "keyway_agent_child_exits_total", "keyway_agent_child_restarts_total",
+		"keyway_agent_child_gave_up_total", "keyway_agent_child_running", "keyway_agent_set_commands_total",
+		"keyway_agent_commands_rejected_total",
 	} {
 		if !used[m] {
 			t.Errorf("no panel uses %s", m)

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"keyway/admin"
 	"keyway/config"
 	"keyway/demo"
 	"keyway/internal/stacktest"
@@ -24,7 +25,9 @@ const chromiumPath = "/usr/bin/chromium"
 
 // TestDashboardInBrowser drives the real /ui page of a running demo in
 // headless Chromium: the set's phase and its three replicas appear, a key
-// lookup names a replica, and a full-page screenshot is saved.
+// lookup names a replica, the latency and time-in-state columns fill in, a
+// replica out of rotation shows its share hatched and served by stand-ins,
+// and a full-page screenshot is saved.
 func TestDashboardInBrowser(t *testing.T) {
 	if _, err := os.Stat(chromiumPath); err != nil {
 		t.Skipf("browser test skipped: %s not found (install Debian's chromium: apt-get install -y chromium; .ci/run does this in CI)", chromiumPath)
@@ -38,7 +41,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := stacktest.StartDemo(t, cfg, "orders", 3)
-	proxy, admin := d.Proxy, d.Admin
+	proxy, adminAddr := d.Proxy, d.Admin
 
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(chromiumPath),
@@ -57,7 +60,7 @@ func TestDashboardInBrowser(t *testing.T) {
 
 	// The first call starts the browser: no timeout on its context.
 	start := time.Now()
-	if err := chromedp.Do(bctx, chromedp.Navigate("http://"+admin+"/ui")); err != nil {
+	if err := chromedp.Do(bctx, chromedp.Navigate("http://"+adminAddr+"/ui")); err != nil {
 		t.Fatalf("navigate to /ui: %v", err)
 	}
 	ctx, cancel := context.WithTimeout(bctx, 15*time.Second)
@@ -137,6 +140,77 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Errorf("set rate %q, %v", setRate, err)
 	}
 	t.Logf("set rate: %s; rows: %s", setRate, strings.Join(cells, "; "))
+
+	// Latency: the replicas that answered show a measured mean and p99;
+	// every row says how long the replica has been in its state and in
+	// rotation.
+	const latency = `(() => {
+		const rows = [...document.querySelectorAll('.set-card[data-set="orders"] .replica-row')];
+		const answered = rows.filter((r) => Number(r.querySelector('td.rate').dataset.total) > 0);
+		return rows.length === 3 && answered.length > 0 &&
+			answered.every((r) => Number(r.querySelector('td.latency').dataset.mean) > 0 && Number(r.querySelector('td.latency').dataset.p99) > 0 &&
+				/\d/.test(r.querySelector('td.latency').innerText)) &&
+			rows.every((r) => r.querySelector('.state-since') && r.querySelector('.state-since').dataset.seconds !== "" &&
+				/^for \d/.test(r.querySelector('.state-since').innerText) && /^in for \d/.test(r.querySelector('.rotation-since').innerText));
+	})()`
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](latency, chromedp.WithPollingInterval(100*time.Millisecond))); err != nil {
+		body, _ := chromedp.Run(bctx, chromedp.Text(`.set-card[data-set="orders"]`))
+		t.Fatalf("latency and time-in-state columns did not appear: %v\ncard text:\n%s", err, body)
+	}
+	lat, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll('.replica-row')].map((r) =>
+		r.dataset.replica + ": " + r.querySelector('td.latency').innerText.replace(/\s+/g, " ") + " | " + r.querySelector('.state-since').innerText)`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("latency and time in state: %s", strings.Join(lat, "; "))
+
+	// A replica out of rotation (its readiness switch off: its agent
+	// advertises recovering): its share is hatched, labelled as served by
+	// stand-ins, and its rotation line counts the time out; the others'
+	// shares stay plain.
+	var reps admin.ReplicaList
+	stacktest.GetJSON(t, "http://"+adminAddr+"/v1/replica_sets/orders/replicas", &reps)
+	readySwitch := func(v string) {
+		t.Helper()
+		resp, err := http.Post("http://"+reps.Replicas[2].Addr+"/_ready?v="+v, "", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	readySwitch("false")
+	const outShown = `(() => {
+		const r = document.querySelector('.replica-row[data-replica="orders-2"]');
+		if (!r || r.dataset.inRotation !== 'false') return false;
+		const share = r.querySelector('td.share');
+		const others = [...document.querySelectorAll('.replica-row:not([data-replica="orders-2"]) td.share')];
+		return share.dataset.out === 'true' && !!share.querySelector('.bar.out') &&
+			share.innerText.includes('(stand-ins serve it)') && /^out for \d/.test(r.querySelector('.rotation-since').innerText) &&
+			r.querySelector('.state-since').innerText.startsWith('for ') &&
+			getComputedStyle(share.querySelector('.bar')).backgroundImage.includes('repeating-linear-gradient') &&
+			others.length === 2 && others.every((td) => td.dataset.out === 'false' && !td.querySelector('.bar.out') && !td.innerText.includes('stand-ins'));
+	})()`
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](outShown, chromedp.WithPollingInterval(100*time.Millisecond))); err != nil {
+		body, _ := chromedp.Run(bctx, chromedp.Text(`.set-card[data-set="orders"]`))
+		t.Fatalf("orders-2 out of rotation is not shown with a hatched share served by stand-ins: %v\ncard text:\n%s", err, body)
+	}
+	outRow, _ := chromedp.Run(ctx, chromedp.Text(`.replica-row[data-replica="orders-2"]`))
+	t.Logf("orders-2 out of rotation: %s", strings.Join(strings.Fields(outRow), " "))
+	outShot, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatalf("screenshot: %v", err)
+	}
+	if dst := os.Getenv("KEYWAY_UI_SCREENSHOT_OUT"); dst != "" {
+		if err := os.WriteFile(dst, outShot, 0o644); err != nil {
+			t.Errorf("copying the screenshot to %s: %v", dst, err)
+		}
+	}
+	readySwitch("true")
+	const backIn = `(() => { const r = document.querySelector('.replica-row[data-replica="orders-2"]');
+		return !!r && r.dataset.inRotation === 'true' && r.querySelector('td.share').dataset.out === 'false' && !r.querySelector('.bar.out'); })()`
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](backIn, chromedp.WithPollingInterval(100*time.Millisecond))); err != nil {
+		t.Fatalf("orders-2 back in rotation is still shown out: %v", err)
+	}
 
 	// Look a key up through the route form.
 	if err := chromedp.Do(ctx,

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -91,6 +92,11 @@ func (c Config) Validate() error {
 	for i, j := range c.Join {
 		if strings.TrimSpace(j) == "" || strings.Contains(j, "/") {
 			errs = append(errs, fmt.Errorf("join[%d]: %q is not host or host:port", i, j))
+		} else if _, port, err := net.SplitHostPort(j); err == nil {
+			// memberlist parses the port as a 16-bit number.
+			if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
+				errs = append(errs, fmt.Errorf("join[%d]: %q has an invalid port: use 1 to 65535", i, j))
+			}
 		}
 	}
 	if c.RejoinInterval != 0 && c.RejoinInterval < time.Second {

@@ -3,7 +3,11 @@
 package proxy
 
 import (
+	"bytes"
+	"io"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +15,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"keyway/balancer"
+	"keyway/logging"
 )
 
 // countingObserver is an Observer that keeps nothing but a count.
@@ -21,7 +26,8 @@ func (o *countingObserver) Observe(_, _ string, _ int, _ error, _ time.Duration)
 // TestHandlerAllocs guards the steady-state hot path: a proxied request that
 // a replica answers 2xx costs the handler no allocation. It drives
 // p.handle with one reused RequestCtx against in-memory replicas; the
-// count includes the replica's server and the HostClient.
+// count includes the replica's server and the HostClient. The access log
+// is off here (TestHandlerAllocsAccessLog has it on).
 func TestHandlerAllocs(t *testing.T) {
 	cases := map[string]struct {
 		modify   func(*Config)
@@ -82,6 +88,74 @@ func TestHandlerAllocs(t *testing.T) {
 			}
 			if obs.n == 0 {
 				t.Fatal("the observer was never called")
+			}
+		})
+	}
+}
+
+// TestHandlerAllocsAccessLog is TestHandlerAllocs with the access log on
+// (logging's real writer, to a file): the line is built in a pooled buffer
+// and appended to the log's buffer, so it costs no allocation either, with
+// the key left out, hashed (HMAC) or plain, from a header or the path.
+func TestHandlerAllocsAccessLog(t *testing.T) {
+	t.Setenv(logging.KeySecretEnv, "0123456789abcdef0123456789abcdef")
+	cases := map[string]struct {
+		key    string
+		modify func(*Config)
+		uri    string
+		hdrs   []string
+	}{
+		"key omitted":                {key: logging.KeyOmit, uri: "/ingest", hdrs: []string{"X-Key", "customer-42"}},
+		"key hmac, header":           {key: logging.KeyHMAC, uri: "/ingest", hdrs: []string{"X-Key", "customer-42"}},
+		"key hmac, path segment":     {key: logging.KeyHMAC, modify: keys(balancer.KeySource{PathSegment: 2}), uri: "/ingest/customer%2D42/x"},
+		"key plain, query":           {key: logging.KeyPlain, modify: keys(balancer.KeySource{Query: "key"}), uri: "/ingest?key=customer+42"},
+		"client request id, escaped": {key: logging.KeyOmit, uri: "/ingest", hdrs: []string{"X-Key", "k", "X-Request-Id", `a"b\\é`}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			cfg := logging.DefaultConfig()
+			cfg.AccessLog = true
+			cfg.Access.Key = tc.key
+			cfg.Access.Path = filepath.Join(t.TempDir(), "access.log")
+			logs, err := logging.New(cfg, io.Discard, io.Discard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rig := startMemRigOpts(t, 3, tc.modify, Options{AccessLog: logs.Access, AccessKey: logs.Access.KeyAppender()})
+			tmpl := newKeyedPost("http://orders.example"+tc.uri, "", []byte(`{"id":1,"amount":12.5}`))
+			defer fasthttp.ReleaseRequest(tmpl)
+			tmpl.Header.Del("X-Key")
+			for i := 0; i+1 < len(tc.hdrs); i += 2 {
+				tmpl.Header.Set(tc.hdrs[i], tc.hdrs[i+1])
+			}
+			var ctx fasthttp.RequestCtx
+			ctx.Init(tmpl, &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 40000}, nil)
+			run := func() {
+				tmpl.CopyTo(&ctx.Request)
+				ctx.Response.Reset()
+				ctx.Response.Header.SetNoDefaultContentType(true)
+				rig.p.handle(&ctx)
+				if ctx.Response.StatusCode() != 200 {
+					t.Fatalf("status %d: %s", ctx.Response.StatusCode(), ctx.Response.Body())
+				}
+			}
+			for i := 0; i < 20; i++ {
+				run()
+			}
+			allocs := testing.AllocsPerRun(500, run)
+			logs.Close()
+			if allocs != 0 {
+				t.Fatalf("%v allocations per proxied request with the access log on, want 0", allocs)
+			}
+			b, err := os.ReadFile(cfg.Access.Path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := bytes.Count(b, []byte("\n")); n != 521 {
+				t.Fatalf("%d lines in the access log, want 521", n)
+			}
+			if full, failed := logs.Access.Dropped(); full+failed != 0 {
+				t.Fatalf("dropped %d, %d lines", full, failed)
 			}
 		})
 	}

@@ -4,15 +4,15 @@ import (
 	"context"
 	"io"
 	"net"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/fasthttputil"
-	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 
 	"keyway/balancer"
+	"keyway/logging"
 )
 
 // memRig is a proxy with one replica set "orders" whose replicas, and the
@@ -143,19 +143,85 @@ func BenchmarkProxyRequest(b *testing.B) {
 }
 
 // BenchmarkProxyRequestAccessLog is BenchmarkProxyRequest with the access
-// log on (JSON to io.Discard): the price of one log entry per request.
+// log on: logging's real buffered writer, to a file, without the key
+// (omit), with its HMAC, and to stdout (here io.Discard, the cost of the
+// line alone). The price of one line per request.
 func BenchmarkProxyRequestAccessLog(b *testing.B) {
-	access := zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), zapcore.AddSync(io.Discard), zapcore.InfoLevel))
-	rig := startMemRigOpts(b, 3, nil, Options{AccessLog: access})
-	req := newKeyedPost("http://orders.example/ingest", "customer-42", []byte(`{"id":1}`))
-	defer fasthttp.ReleaseRequest(req)
-	resp := fasthttp.AcquireResponse()
-	defer fasthttp.ReleaseResponse(resp)
-	b.ReportAllocs()
-	for b.Loop() {
-		if err := rig.client.Do(req, resp); err != nil || resp.StatusCode() != 200 {
-			b.Fatalf("%v %d", err, resp.StatusCode())
-		}
+	cases := map[string]func(*logging.Config){
+		"file": func(c *logging.Config) { c.Access.Path = filepath.Join(b.TempDir(), "access.log") },
+		"file_hmac": func(c *logging.Config) {
+			c.Access.Path = filepath.Join(b.TempDir(), "access.log")
+			c.Access.Key = logging.KeyHMAC
+		},
+		"discard": func(c *logging.Config) {},
+	}
+	for _, name := range []string{"file", "file_hmac", "discard"} {
+		b.Run(name, func(b *testing.B) {
+			b.Setenv(logging.KeySecretEnv, "0123456789abcdef0123456789abcdef")
+			cfg := logging.DefaultConfig()
+			cfg.AccessLog = true
+			cases[name](&cfg)
+			logs, err := logging.New(cfg, io.Discard, io.Discard)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer logs.Close()
+			rig := startMemRigOpts(b, 3, nil, Options{AccessLog: logs.Access, AccessKey: logs.Access.KeyAppender()})
+			req := newKeyedPost("http://orders.example/ingest", "customer-42", []byte(`{"id":1,"amount":12.5,"note":"benchmark payload"}`))
+			defer fasthttp.ReleaseRequest(req)
+			resp := fasthttp.AcquireResponse()
+			defer fasthttp.ReleaseResponse(resp)
+			for i := 0; i < 10; i++ {
+				if err := rig.client.Do(req, resp); err != nil || resp.StatusCode() != 200 {
+					b.Fatalf("warm-up: %v %d %s", err, resp.StatusCode(), resp.Body())
+				}
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				if err := rig.client.Do(req, resp); err != nil || resp.StatusCode() != 200 {
+					b.Fatalf("%v %d", err, resp.StatusCode())
+				}
+			}
+			b.StopTimer()
+			if full, failed := logs.Access.Dropped(); full+failed != 0 {
+				b.Logf("%d lines dropped (buffer full), %d lost to write errors", full, failed)
+			}
+		})
+	}
+}
+
+// BenchmarkAccessLine measures building one access-log line (no output):
+// the keyed request of BenchmarkProxyRequest, with the key left out and
+// with a stand-in for its HMAC.
+func BenchmarkAccessLine(b *testing.B) {
+	for _, withKey := range []bool{false, true} {
+		b.Run(map[bool]string{false: "key_omitted", true: "key_appended"}[withKey], func(b *testing.B) {
+			cfg := testConfig()
+			cfg.ReplicaSets[0].Replicas = 1
+			opts := Options{Coalesce: -1, AccessLog: io.Discard}
+			if withKey {
+				opts.AccessKey = func(dst, key []byte) []byte { return append(dst, "0123456789abcdef"...) }
+			}
+			p, err := New(cfg, opts)
+			if err != nil {
+				b.Fatal(err)
+			}
+			rs := p.routes.Load().byName["orders"]
+			var ctx fasthttp.RequestCtx
+			req := newKeyedPost("http://orders.example/ingest", "customer-42", []byte(`{"id":1}`))
+			defer fasthttp.ReleaseRequest(req)
+			req.Header.Set("X-Request-Id", "0123456789abcdef0123456789abcdef")
+			ctx.Init(req, &net.TCPAddr{IP: net.IPv4(192, 0, 2, 1), Port: 40000}, nil)
+			ctx.Response.SetBodyString("ok")
+			l := &accessLine{}
+			start := time.Now()
+			b.ReportAllocs()
+			for b.Loop() {
+				l.buf = p.appendAccess(l, &ctx, rs, "orders-1", "", 200, 1, start, time.Millisecond)
+			}
+			b.ReportMetric(float64(len(l.buf)), "bytes/line")
+		})
 	}
 }
 

@@ -371,7 +371,7 @@ func validateListen(addr string) error {
 		return fmt.Errorf("%q has an invalid host", addr)
 	}
 	if _, err := net.LookupPort("tcp", port); err != nil {
-		return fmt.Errorf("%q has an invalid port", addr)
+		return fmt.Errorf("%q has an invalid port: use 0 to 65535 (0 picks a free port)", addr)
 	}
 	return nil
 }
@@ -380,6 +380,9 @@ func validateHostPort(addr string) error {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil || host == "" || port == "" || port == "0" {
 		return fmt.Errorf("%q is not host:port with a non-zero port, e.g. \"10.0.0.7:9001\"", addr)
+	}
+	if n, err := net.LookupPort("tcp", port); err != nil || n == 0 {
+		return fmt.Errorf("%q has an invalid port: use 1 to 65535", addr)
 	}
 	return nil
 }

@@ -21,6 +21,11 @@ type replicaCounters struct {
 	created  time.Time
 	requests [6]atomic.Uint64 // answers by status class: index 1..5 is 1xx..5xx; 0 is unused
 	upErrs   [errKinds]atomic.Uint64
+	// latency is the replica's keyway_request_duration_seconds series,
+	// which the traffic sampler reads for the latency over its window (the
+	// request path observes it anyway: the sampler adds nothing there).
+	// nil until attached; guarded by counters.mu.
+	latency prometheus.Metric
 }
 
 // setCounters count the answers keyway gave itself for a set (its replica
@@ -104,6 +109,18 @@ func (c *counters) bind(set, replica string) *replicaCounters {
 		s.replicas[replica] = r
 	}
 	return r
+}
+
+// attachLatency gives a replica's counters its latency histogram series,
+// for the traffic sampler; a histogram that cannot be read is left out.
+func (c *counters) attachLatency(r *replicaCounters, h prometheus.Observer) {
+	m, ok := h.(prometheus.Metric)
+	if !ok {
+		return
+	}
+	c.mu.Lock()
+	r.latency = m
+	c.mu.Unlock()
 }
 
 // unbind drops the counters of a replica that left the set's ring.

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"cmp"
 	"encoding/json"
 	"errors"
 	"math/rand/v2"
@@ -167,6 +166,7 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, rs *replicaSet, t *balancer.Ta
 	var lastErr error
 	var lastKind errKind
 	var last *Backend
+	var upstream time.Duration // time in exchanges with replicas (the access log)
 	tried := 0
 	sameRetried := false // the one try again on the same replica is used up
 	same := false        // this attempt tries the previous one's replica again
@@ -202,6 +202,7 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, rs *replicaSet, t *balancer.Ta
 		}
 		end := time.Now()
 		d := end.Sub(t0)
+		upstream += d
 		if err == nil {
 			code := ctx.Response.StatusCode()
 			if now := end.UnixNano(); code >= 500 {
@@ -219,7 +220,7 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, rs *replicaSet, t *balancer.Ta
 			restoreRequest(ctx, http10)
 			b.ctr.requests[codeClass(code)].Add(1)
 			b.latency.Observe(time.Since(start).Seconds())
-			p.logAccess(ctx, rs.name, b.name, code, start, tried)
+			p.logAccess(ctx, rs, b.name, "", code, tried, ctx.Time(), upstream)
 			return
 		}
 		lastKind, lastErr = classifyAttempt(err, &ctx.Response)
@@ -273,16 +274,16 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, rs *replicaSet, t *balancer.Ta
 	switch {
 	case lastKind.neverSent():
 		p.answer(ctx, rs, lrUnreachable, fasthttp.StatusServiceUnavailable,
-			"no replica could be reached for this request ("+lastKind.String()+"); it was not delivered: retry", last.name, start, tried)
+			"no replica could be reached for this request ("+lastKind.String()+"); it was not delivered: retry", last.name, tried, upstream)
 	case lastKind == errTimeout:
 		p.answer(ctx, rs, lrTimeout, fasthttp.StatusGatewayTimeout,
-			"the replica did not answer within "+rs.timeout.String()+"; the request may or may not have been processed", last.name, start, tried)
+			"the replica did not answer within "+rs.timeout.String()+"; the request may or may not have been processed", last.name, tried, upstream)
 	case lastKind == errReusedClosed:
 		p.answer(ctx, rs, lrUpstream, fasthttp.StatusBadGateway,
-			"the replica closed a reused connection as the request was sent ("+lastKind.String()+"); the request may or may not have been processed", last.name, start, tried)
+			"the replica closed a reused connection as the request was sent ("+lastKind.String()+"); the request may or may not have been processed", last.name, tried, upstream)
 	default:
 		p.answer(ctx, rs, lrUpstream, fasthttp.StatusBadGateway,
-			"the replica failed after the request was sent ("+lastKind.String()+"); the request may or may not have been processed", last.name, start, tried)
+			"the replica failed after the request was sent ("+lastKind.String()+"); the request may or may not have been processed", last.name, tried, upstream)
 	}
 	if ce := p.log.Check(zapcore.DebugLevel, "request failed"); ce != nil {
 		ce.Write(zap.String("set", rs.name), zap.String("replica", last.name), zap.Error(lastErr))
@@ -312,11 +313,17 @@ type errorBody struct {
 
 // respondError answers with a small JSON body. 503s carry Retry-After.
 func (p *Proxy) respondError(ctx *fasthttp.RequestCtx, rs *replicaSet, reason localReason, status int, msg, replica string) {
-	p.answer(ctx, rs, reason, status, msg, replica, ctx.Time(), 0)
+	p.answer(ctx, rs, reason, status, msg, replica, 0, 0)
 }
 
-// answer is respondError after attempts with replicas.
-func (p *Proxy) answer(ctx *fasthttp.RequestCtx, rs *replicaSet, reason localReason, status int, msg, replica string, start time.Time, attempts int) {
+// answer is respondError after attempts with replicas, which took
+// upstream in all.
+func (p *Proxy) answer(ctx *fasthttp.RequestCtx, rs *replicaSet, reason localReason, status int, msg, replica string, attempts int, upstream time.Duration) {
+	p.answerAt(ctx, rs, reason, status, msg, replica, attempts, upstream, ctx.Time())
+}
+
+// answerAt is answer for a request read at start.
+func (p *Proxy) answerAt(ctx *fasthttp.RequestCtx, rs *replicaSet, reason localReason, status int, msg, replica string, attempts int, upstream time.Duration, start time.Time) {
 	set := ""
 	if rs != nil {
 		set = rs.name
@@ -327,7 +334,7 @@ func (p *Proxy) answer(ctx *fasthttp.RequestCtx, rs *replicaSet, reason localRea
 	if reason == lrStopped {
 		ctx.Response.Header.SetBytesKV(hdrRetryAfter, strRetryAfterStopped)
 	}
-	p.logAccess(ctx, cmp.Or(set, "none"), cmp.Or(replica, "none"), status, start, attempts)
+	p.logAccess(ctx, rs, replica, reason.String(), status, attempts, start, upstream)
 }
 
 func writeJSONError(ctx *fasthttp.RequestCtx, status int, msg, set, replica string) {
@@ -345,7 +352,7 @@ func (p *Proxy) respondNoSet(ctx *fasthttp.RequestCtx) {
 	p.metrics.counters.noSet[4].Add(1)
 	writeJSONError(ctx, fasthttp.StatusNotFound,
 		"no replica set matches host "+strconv.Quote(string(ctx.Host()))+" and path "+strconv.Quote(string(ctx.URI().PathOriginal())), "", "")
-	p.logAccess(ctx, "none", "none", fasthttp.StatusNotFound, ctx.Time(), 0)
+	p.logAccess(ctx, nil, "", "no_set", fasthttp.StatusNotFound, 0, ctx.Time(), 0)
 }
 
 // handleParseError answers requests fasthttp could not read.
@@ -359,8 +366,10 @@ func (p *Proxy) handleParseError(ctx *fasthttp.RequestCtx, err error) {
 		// The headers were read: name the set whose limit applies. The
 		// server-wide limit is the largest max_body_bytes of all sets.
 		if rs := p.matchSet(ctx.Host(), ctx.URI().PathOriginal()); rs != nil {
-			p.respondError(ctx, rs, lrBodyTooLarge, fasthttp.StatusRequestEntityTooLarge,
-				"request body exceeds max_body_bytes ("+ByteSize(rs.maxBody).String()+") of this replica set", "")
+			// ctx.Time() is not this request's: fasthttp sets it once a
+			// request is read whole.
+			p.answerAt(ctx, rs, lrBodyTooLarge, fasthttp.StatusRequestEntityTooLarge,
+				"request body exceeds max_body_bytes ("+ByteSize(rs.maxBody).String()+") of this replica set", "", 0, 0, time.Now())
 			ctx.SetConnectionClose()
 			markLinger(ctx.Conn())
 			return
@@ -381,47 +390,7 @@ func (p *Proxy) handleParseError(ctx *fasthttp.RequestCtx, err error) {
 	writeJSONError(ctx, status, msg, "", "")
 	ctx.SetConnectionClose()
 	markLinger(ctx.Conn())
-	p.logAccess(ctx, "none", "none", status, ctx.Time(), 0)
-}
-
-// logAccess writes one access-log entry, if the access log is on. set and
-// replica are "none" when keyway answered without one.
-func (p *Proxy) logAccess(ctx *fasthttp.RequestCtx, set, replica string, status int, start time.Time, attempts int) {
-	if p.access == nil {
-		return
-	}
-	ce := p.access.Check(zapcore.InfoLevel, "access")
-	if ce == nil {
-		return
-	}
-	// Allocations remain: the variadic field slice, which escapes into the
-	// core, and the remote address's String. The request's byte fields go
-	// through accessRequest rather than zap.ByteString, which boxes each
-	// []byte (an allocation apiece).
-	ce.Write(
-		zap.String("set", set),
-		zap.String("replica", replica),
-		zap.Int("status", status),
-		zap.Duration("duration", time.Since(start)),
-		zap.Int("attempts", attempts),
-		zap.Int("bytes", len(ctx.Response.Body())),
-		zap.Inline((*accessRequest)(ctx)),
-		zap.Stringer("remote", ctx.RemoteAddr()),
-	)
-}
-
-// accessRequest adds a request's method, raw path and request id to an
-// access-log entry. A pointer conversion of the RequestCtx: making it
-// an ObjectMarshaler costs no allocation. Like zap.ByteString, it refers to
-// the request's buffers, which the (synchronous) encoder copies.
-type accessRequest fasthttp.RequestCtx
-
-func (a *accessRequest) MarshalLogObject(enc zapcore.ObjectEncoder) error {
-	ctx := (*fasthttp.RequestCtx)(a)
-	enc.AddByteString("method", ctx.Request.Header.Method())
-	enc.AddByteString("path", ctx.URI().PathOriginal())
-	enc.AddByteString("request_id", ctx.Request.Header.PeekBytes(hdrRequestID))
-	return nil
+	p.logAccess(ctx, nil, "", parseErrorReason(status), status, 0, time.Now(), 0)
 }
 
 // lifecycleReady reports whether a replica's own view allows traffic —

@@ -103,6 +103,7 @@ var codeClasses = [6]string{"error", "1xx", "2xx", "3xx", "4xx", "5xx"}
 func (m *metrics) bind(b *Backend, set string) {
 	b.ctr = m.counters.bind(set, b.name)
 	b.latency = m.latency.WithLabelValues(set, b.name)
+	m.counters.attachLatency(b.ctr, b.latency)
 }
 
 // unbind deletes a departed replica's counters and series.

@@ -1,8 +1,6 @@
 package proxy
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -14,8 +12,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/valyala/fasthttp"
-	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 
 	"keyway/balancer"
 
@@ -261,54 +257,3 @@ func TestMetricsRegisteredTwice(t *testing.T) {
 		t.Fatal("New registered the same metrics twice without an error")
 	}
 }
-
-// TestAccessLog: one JSON entry per request, for answers from replicas and
-// from keyway itself.
-func TestAccessLog(t *testing.T) {
-	var mu sync.Mutex
-	var buf bytes.Buffer
-	sink := zapcore.AddSync(writerFunc(func(b []byte) (int, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		return buf.Write(b)
-	}))
-	access := zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), sink, zapcore.InfoLevel))
-	dead, live := startReplica(t, "dead"), startReplica(t, "live")
-	p, addr := startProxyOpts(t, Options{AccessLog: access}, func(c *Config) { c.ReplicaSets[0].Match.PathPrefix = "/ingest" }, dead, live)
-	key := keyOwnedBy(t, p, "dead")
-	dead.stop(t)
-	cl := newClient(addr)
-	cl.do(t, "POST", "/ingest/a?x=1", "x", "X-Key", key, "X-Request-Id", "rid-1")
-	cl.do(t, "GET", "/elsewhere", "")
-
-	mu.Lock()
-	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
-	mu.Unlock()
-	if len(lines) != 2 {
-		t.Fatalf("%d access-log lines, want 2:\n%s", len(lines), strings.Join(lines, "\n"))
-	}
-	want := []map[string]any{
-		{"set": "orders", "replica": "live", "method": "POST", "path": "/ingest/a", "status": 200.0, "attempts": 2.0, "request_id": "rid-1"},
-		{"set": "none", "replica": "none", "method": "GET", "path": "/elsewhere", "status": 404.0, "attempts": 0.0},
-	}
-	for i, line := range lines {
-		var got map[string]any
-		if err := json.Unmarshal([]byte(line), &got); err != nil {
-			t.Fatalf("line %d %q: %v", i, line, err)
-		}
-		for k, v := range want[i] {
-			if got[k] != v {
-				t.Errorf("line %d: %s = %v, want %v (%s)", i, k, got[k], v, line)
-			}
-		}
-		for _, k := range []string{"duration", "remote", "bytes"} {
-			if _, ok := got[k]; !ok {
-				t.Errorf("line %d lacks %s: %s", i, k, line)
-			}
-		}
-	}
-}
-
-type writerFunc func([]byte) (int, error)
-
-func (f writerFunc) Write(b []byte) (int, error) { return f(b) }

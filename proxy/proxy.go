@@ -7,6 +7,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"slices"
 	"strings"
@@ -49,8 +50,16 @@ type TableObserver interface {
 type Options struct {
 	// Logger receives application logs. If nil, logs are discarded.
 	Logger *zap.Logger
-	// AccessLog, if non-nil, receives one entry per request.
-	AccessLog *zap.Logger
+	// AccessLog, if non-nil, receives the access log: one Write per
+	// request, of one JSON object and '\n' (docs/logging.md). Write must be
+	// safe for concurrent use, must not block on I/O and must not retain
+	// the slice; its error is ignored (logging.AccessLog).
+	AccessLog io.Writer
+	// AccessKey, if non-nil, adds the request's key to access-log lines:
+	// it appends the form to log (an HMAC, or the key itself) of the
+	// decoded key to dst. Nil leaves the key out. Either way a key path
+	// segment shows as {key} in the logged path.
+	AccessKey func(dst, key []byte) []byte
 	// Registerer receives the proxy's metrics. If nil, they are not
 	// exported. New fails if they are already registered there.
 	Registerer prometheus.Registerer
@@ -88,7 +97,6 @@ type Proxy struct {
 	cfg     Config // Listen and Server; the replica sets live in routes
 	opts    Options
 	log     *zap.Logger
-	access  *zap.Logger
 	metrics *metrics
 	clk     clock // opts.clock or the wall clock
 	traffic *trafficSampler
@@ -112,6 +120,11 @@ type Proxy struct {
 
 	lingering  lingerTracker // connections draining before close (listener.go)
 	lingerTime time.Duration // bound on one connection's draining
+
+	// The access log (accesslog.go): access is nil when it is off.
+	access     io.Writer
+	accessKey  func(dst, key []byte) []byte
+	accessBufs sync.Pool // *accessLine
 }
 
 // routes is one generation of the proxy's replica sets. It is immutable:
@@ -207,6 +220,7 @@ func New(cfg Config, opts Options) (*Proxy, error) {
 		opts:       opts,
 		log:        cmp.Or(opts.Logger, zap.NewNop()),
 		access:     opts.AccessLog,
+		accessKey:  opts.AccessKey,
 		metrics:    m,
 		clk:        opts.clock,
 		lingerTime: defaultLingerTime,

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"go.uber.org/zap"
 )
 
@@ -55,6 +57,16 @@ type ReplicaTraffic struct {
 	// rate of its 5xx answers plus failed exchanges.
 	RequestsPerSecond *float64
 	ErrorsPerSecond   *float64
+	// MeanLatencySeconds and P99LatencySeconds are the latency of the
+	// requests it answered within the window, as
+	// keyway_request_duration_seconds measures it (from receiving the
+	// request to having its answer ready, retries included), rounded to
+	// 1µs: the mean from the histogram's sum and count, the 99th
+	// percentile estimated from its buckets as Prometheus'
+	// histogram_quantile does (linear within a bucket, so only as fine as
+	// the buckets). nil with no rates, or no answer in the window.
+	MeanLatencySeconds *float64
+	P99LatencySeconds  *float64
 }
 
 // Traffic reports what this proxy sent each replica of a set (totals since
@@ -89,6 +101,11 @@ type replicaSample struct {
 	requests  uint64 // answered, any status class
 	r5xx      uint64 // answered 5xx
 	transport [errKinds]uint64
+	// The latency histogram: observations, their sum in seconds, and the
+	// cumulative count of each of latencyBuckets (nil: not read).
+	latCount   uint64
+	latSum     float64
+	latBuckets []uint64
 }
 
 func (c *replicaSample) transportSum() uint64 {
@@ -133,11 +150,29 @@ func (c *counters) sample(at time.Time) trafficSample {
 			for k := range r.upErrs {
 				rs.transport[k] = r.upErrs[k].Load()
 			}
+			readLatency(r.latency, &rs)
 			ss.replicas[rn] = rs
 		}
 		out.sets[name] = ss
 	}
 	return out
+}
+
+// readLatency reads a replica's latency histogram into rs; nothing when
+// it has none or it does not have keyway's buckets.
+func readLatency(h prometheus.Metric, rs *replicaSample) {
+	if h == nil {
+		return
+	}
+	var m dto.Metric
+	if h.Write(&m) != nil || m.Histogram == nil || len(m.Histogram.Bucket) != len(latencyBuckets) {
+		return
+	}
+	rs.latCount, rs.latSum = m.Histogram.GetSampleCount(), m.Histogram.GetSampleSum()
+	rs.latBuckets = make([]uint64, len(latencyBuckets))
+	for i, b := range m.Histogram.Bucket {
+		rs.latBuckets[i] = b.GetCumulativeCount()
+	}
 }
 
 // trafficSampler keeps the stored readings of the counters. Safe for
@@ -259,6 +294,69 @@ func errorsIncrease(cur, base *replicaSample) float64 {
 	return n
 }
 
+// latencyOver is the mean and the 99th percentile of the latencies
+// observed between the base and the current reading of a replica; nil when
+// none was, or the histogram was not read. A histogram that went down was
+// created again (the replica left the ring and came back): it counts from
+// 0, as increase does.
+func latencyOver(cur, base *replicaSample) (mean, p99 *float64) {
+	if cur.latBuckets == nil {
+		return nil, nil
+	}
+	baseBuckets, baseCount, baseSum := base.latBuckets, base.latCount, base.latSum
+	if baseBuckets == nil || cur.latCount < baseCount {
+		baseBuckets, baseCount, baseSum = nil, 0, 0
+	}
+	for i := range baseBuckets {
+		if cur.latBuckets[i] < baseBuckets[i] {
+			baseBuckets, baseCount, baseSum = nil, 0, 0
+			break
+		}
+	}
+	n := cur.latCount - baseCount
+	if n == 0 {
+		return nil, nil
+	}
+	m := micros((cur.latSum - baseSum) / float64(n))
+	delta := func(i int) float64 {
+		if i == len(latencyBuckets) { // +Inf: every observation
+			return float64(n)
+		}
+		if baseBuckets == nil {
+			return float64(cur.latBuckets[i])
+		}
+		return float64(cur.latBuckets[i] - baseBuckets[i])
+	}
+	return m, micros(quantile(0.99, latencyBuckets, delta, float64(n)))
+}
+
+// quantile estimates the q-quantile of observations counted in cumulative
+// buckets (upper bounds bounds, counts count(i), count(len(bounds)) the
+// +Inf bucket, total n > 0) as Prometheus' histogram_quantile does: linear
+// within the bucket it falls in, starting from 0 for the first one, and
+// the highest finite bound for the +Inf bucket.
+func quantile(q float64, bounds []float64, count func(int) float64, n float64) float64 {
+	rank := q * n
+	prevBound, prevCount := 0.0, 0.0
+	for i, ub := range bounds {
+		c := count(i)
+		if c >= rank {
+			if c == prevCount {
+				return ub
+			}
+			return prevBound + (ub-prevBound)*(rank-prevCount)/(c-prevCount)
+		}
+		prevBound, prevCount = ub, c
+	}
+	return bounds[len(bounds)-1]
+}
+
+// micros rounds seconds to 1µs.
+func micros(s float64) *float64 {
+	r := math.Round(s*1e6) / 1e6
+	return &r
+}
+
 // rate rounds a per-second rate to 0.001 for readable JSON.
 func rate(delta, span float64) *float64 {
 	r := math.Round(delta/span*1000) / 1000
@@ -294,6 +392,7 @@ func (rd *trafficReading) report(set string) TrafficReport {
 			b := rd.base.replica(set, name)
 			r, e := increase(c.requests, b.requests), errorsIncrease(&c, &b)
 			tr.RequestsPerSecond, tr.ErrorsPerSecond = rate(r, span), rate(e, span)
+			tr.MeanLatencySeconds, tr.P99LatencySeconds = latencyOver(&c, &b)
 			reqs += r
 			errs += e
 		}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
 
 	"keyway/balancer"
@@ -236,6 +237,16 @@ func TestTrafficFromRequests(t *testing.T) {
 		t.Errorf("set: %+v; window %v, r0 %v/s, dead errors %v/s, %v/s, errors %v/s, local %v/s", tr, fl(tr.WindowSeconds), fl(tr.Replicas["r0"].RequestsPerSecond),
 			fl(tr.Replicas["dead"].ErrorsPerSecond), fl(tr.RequestsPerSecond), fl(tr.ErrorsPerSecond), fl(tr.LocalAnswersPerSecond))
 	}
+	// Latency over the window: measured for the replicas that answered,
+	// nil for one that never did.
+	for _, name := range []string{"r0", "r1"} {
+		if r := tr.Replicas[name]; fl(r.MeanLatencySeconds) <= 0 || fl(r.P99LatencySeconds) <= 0 {
+			t.Errorf("%s latency: mean %v p99 %v, want both measured", name, fl(r.MeanLatencySeconds), fl(r.P99LatencySeconds))
+		}
+	}
+	if r := tr.Replicas["dead"]; r.MeanLatencySeconds != nil || r.P99LatencySeconds != nil {
+		t.Errorf("dead latency: mean %v p99 %v, want none (it answered nothing)", fl(r.MeanLatencySeconds), fl(r.P99LatencySeconds))
+	}
 	s := p.traffic
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -310,5 +321,77 @@ func TestDepartedReplicaCounters(t *testing.T) {
 	}
 	if tr, _ := p.Traffic("orders"); tr.Replicas["r2"].RequestsTotal != 0 || len(tr.Replicas) != 3 {
 		t.Errorf("Traffic after r2 came back: %+v", tr)
+	}
+}
+
+// The latency over the window comes from the replica's histogram series:
+// its mean from the sum and count, its 99th percentile from the buckets'
+// increases, interpolated as histogram_quantile does; nil without an
+// answer in the window; a histogram created again counts from 0.
+func TestTrafficLatency(t *testing.T) {
+	c := newCounters()
+	c.addSet("orders")
+	clk := newFakeClock()
+	s := newTrafficSampler(c, clk.Now)
+	vec := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "l", Buckets: latencyBuckets}, []string{"replica"})
+	bind := func() prometheus.Observer {
+		h := vec.WithLabelValues("orders-0")
+		c.attachLatency(c.bind("orders", "orders-0"), h)
+		return h
+	}
+	h := bind()
+	h.Observe(5) // before the first reading: not in any window
+	lat := func() (float64, float64) {
+		r := s.read().report("orders").Replicas["orders-0"]
+		return fl(r.MeanLatencySeconds), fl(r.P99LatencySeconds)
+	}
+	if m, p := lat(); m != -1 || p != -1 {
+		t.Fatalf("first reading: mean %v p99 %v, want none (no rates yet)", m, p)
+	}
+
+	for range 99 {
+		h.Observe(0.002)
+	}
+	h.Observe(0.2)
+	clk.advance(2 * time.Second)
+	// 100 answers: mean (99×2ms + 200ms)/100; the 99th falls in the
+	// (1ms, 2.5ms] bucket, which holds 99: its upper bound.
+	if m, p := lat(); m != 0.00398 || p != 0.0025 {
+		t.Errorf("mean %v p99 %v, want 0.00398 and 0.0025", m, p)
+	}
+
+	clk.advance(10 * time.Second)
+	for range 10 {
+		h.Observe(0.03)
+	}
+	clk.advance(time.Second)
+	// Only the last window's 10: all in (25ms, 50ms], the 99th at 9.9 of 10.
+	if m, p := lat(); m != 0.03 || p != 0.04975 {
+		t.Errorf("second window: mean %v p99 %v, want 0.03 and 0.04975", m, p)
+	}
+
+	clk.advance(11 * time.Second)
+	if m, p := lat(); m != -1 || p != -1 {
+		t.Errorf("a window without answers: mean %v p99 %v, want none", m, p)
+	}
+
+	// Slower than the last bucket: the highest finite bound, as
+	// histogram_quantile answers.
+	h.Observe(60)
+	clk.advance(11 * time.Second)
+	if m, p := lat(); m != 60 || p != 30 {
+		t.Errorf("60s answer: mean %v p99 %v, want 60 and 30", m, p)
+	}
+
+	// The replica left the ring and came back: fresh series, counted from 0.
+	c.unbind("orders", "orders-0")
+	vec.Reset()
+	h = bind()
+	for range 4 {
+		h.Observe(0.004)
+	}
+	clk.advance(11 * time.Second)
+	if m, p := lat(); m != 0.004 || p != 0.004975 {
+		t.Errorf("after coming back: mean %v p99 %v, want 0.004 and 0.004975", m, p)
 	}
 }

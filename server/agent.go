@@ -6,9 +6,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"keyway/agent"
 	"keyway/config"
+	"keyway/internal/buildinfo"
 	"keyway/logging"
 )
 
@@ -30,6 +32,7 @@ func NewAgent(cfg agent.Config, opts Options) (*AgentNode, error) {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(buildinfo.Collector()) // keyway_build_info{version,commit,go_version}
 	// The supervised replica process (cfg.Command) writes to the agent's
 	// own stdout and stderr.
 	a, err := agent.New(cfg, agent.Options{Logger: logs.App.Named("agent"), Registerer: reg, Gatherer: reg,
@@ -47,7 +50,8 @@ func NewAgent(cfg agent.Config, opts Options) (*AgentNode, error) {
 func (n *AgentNode) Run(ctx context.Context) error {
 	defer n.logs.Close()
 	if err := n.a.Run(ctx); err != nil {
-		n.log.Error("keyway agent stopped with an error", zap.Error(err))
+		// No stack trace: the error says what failed (a taken port, say).
+		n.log.WithOptions(zap.AddStacktrace(zapcore.FatalLevel)).Error("keyway agent stopped with an error", zap.Error(err))
 		return err
 	}
 	return nil

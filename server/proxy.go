@@ -18,6 +18,7 @@ import (
 	"keyway/config"
 	"keyway/eventlog"
 	"keyway/health"
+	"keyway/internal/buildinfo"
 	"keyway/logging"
 	"keyway/membership"
 	"keyway/proxy"
@@ -26,8 +27,8 @@ import (
 // Options are what a node needs besides its configuration. The zero value
 // works: logs are discarded, and the configuration cannot be reloaded.
 type Options struct {
-	// Stdout receives the access log and Stderr the application logs.
-	// Nil means io.Discard.
+	// Stdout receives the access log (unless log.access.path names a
+	// file) and Stderr the application logs. Nil means io.Discard.
 	Stdout, Stderr io.Writer
 	// File names the configuration file in reload messages.
 	File string
@@ -106,7 +107,11 @@ func NewProxy(cfg config.Config, opts Options) (_ *ProxyNode, err error) {
 	// 1. Metrics and the audit trail: every other component reports to them.
 	n.reg = prometheus.NewRegistry()
 	n.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	n.reg.MustRegister(buildinfo.Collector()) // keyway_build_info{version,commit,go_version}
 	if n.reloads, err = newReloadMetrics(n.reg); err != nil {
+		return nil, err
+	}
+	if err := logs.Register(n.reg); err != nil {
 		return nil, err
 	}
 	n.audit, err = eventlog.New(cfg.Audit, auditNode(cfg), eventlog.Options{Logger: n.log.Named("audit"), Registerer: n.reg})
@@ -150,7 +155,6 @@ func NewProxy(cfg config.Config, opts Options) (_ *ProxyNode, err error) {
 	// the audit trail.
 	popts := proxy.Options{
 		Logger:       n.log.Named("proxy"),
-		AccessLog:    logs.Access,
 		Registerer:   n.reg,
 		Tables:       []proxy.TableObserver{healthTargets{n.hc}, phaseObserver{n.phases}, tableAudit{n.audit}},
 		FailOpen:     cfg.Health.FailOpen(),
@@ -159,6 +163,9 @@ func NewProxy(cfg config.Config, opts Options) (_ *ProxyNode, err error) {
 	}
 	if cfg.Health.Passive.Enabled {
 		popts.Observer = n.hc
+	}
+	if logs.Access != nil { // not a nil *AccessLog in the interface
+		popts.AccessLog, popts.AccessKey = logs.Access, logs.Access.KeyAppender()
 	}
 	n.p, err = proxy.New(n.eff.Config, popts)
 	if err != nil {
@@ -268,10 +275,19 @@ func (n *ProxyNode) Run(ctx context.Context) error {
 	}
 	err := g.Wait()
 	if err != nil {
-		n.log.Error("keyway stopped with an error", zap.Error(err))
+		// No stack trace: the error says what failed (a taken port, say), and
+		// the stack of Run's caller says nothing more.
+		n.log.WithOptions(zap.AddStacktrace(zapcore.FatalLevel)).Error("keyway stopped with an error", zap.Error(err))
 	}
 	return err
 }
+
+// ReopenLogs reopens the access log file, so that after a rotation
+// (logrotate's create mode renamed it) new lines go to a new file of the
+// configured name; keyway proxy calls it on SIGUSR1. Lines buffered
+// before go to the old file. Without an access log file it does nothing.
+// On an error the old file stays in use (logged and counted).
+func (n *ProxyNode) ReopenLogs() error { return n.logs.ReopenAccessLog() }
 
 // ProxyAddr is the proxy listener's bound address.
 func (n *ProxyNode) ProxyAddr() string { return n.p.Addr().String() }

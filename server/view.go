@@ -1,6 +1,7 @@
 package server
 
 import (
+	"math"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -108,6 +109,7 @@ func (v *view) set(name string, traffic bool) (admin.SetStatus, bool) {
 	}
 	st.Source, st.Runtime = v.n.setRuntime(name)
 	others, proxies := v.n.p.FleetInflight(name)
+	since, now := v.n.phases.Since(name), time.Now()
 	for _, m := range t.Members() {
 		if m.State == balancer.StateReady && !m.Down {
 			st.Ready++
@@ -120,6 +122,17 @@ func (v *view) set(name string, traffic bool) (admin.SetStatus, bool) {
 			rs.Reason = m.OutReason()
 			if m.State == balancer.StateDraining && v.n.disc != nil && v.n.disc.OperatorHeld(name, m.Name) {
 				rs.Reason = strings.Replace(rs.Reason, "state draining", "state draining (operator drain)", 1)
+			}
+		}
+		// The tracker saw the tables up to the newest; this one may be a
+		// moment older or newer: a time is reported only for the state
+		// (or rotation) this table shows.
+		if s, ok := since[m.Name]; ok {
+			if s.State == m.State {
+				rs.StateSince, rs.StateSeconds = &s.StateSince, seconds(now.Sub(s.StateSince))
+			}
+			if s.InRotation == m.InRotation {
+				rs.RotationSince, rs.RotationSeconds = &s.RotationSince, seconds(now.Sub(s.RotationSince))
 			}
 		}
 		if n := t.Partitions(); n > 0 {
@@ -204,7 +217,14 @@ func replicaTraffic(tr proxy.TrafficReport, name string, h health.ReplicaHealth)
 		return out
 	}
 	out.RequestsPerSecond, out.ErrorsPerSecond = rt.RequestsPerSecond, rt.ErrorsPerSecond
+	out.MeanLatencySeconds, out.P99LatencySeconds = rt.MeanLatencySeconds, rt.P99LatencySeconds
 	out.RequestsTotal, out.Responses5xxTotal = rt.RequestsTotal, rt.Responses5xxTotal
 	out.TransportErrorsTotal, out.TransportErrors, out.ErrorsTotal = rt.TransportErrorsTotal, rt.TransportErrors, rt.ErrorsTotal
 	return out
+}
+
+// seconds is d in seconds, rounded to 1 ms and never below 0.
+func seconds(d time.Duration) *float64 {
+	v := math.Round(max(d, 0).Seconds()*1000) / 1000
+	return &v
 }

@@ -110,6 +110,59 @@ function errorsCell(tr) {
     h("div", { class: "meta" }, (tr.errors_total || 0) + " total" + (kinds ? ": " + kinds : "")));
 }
 
+// fmtDuration prints a number of seconds as its two largest units.
+function fmtDuration(sec) {
+  const s = Math.max(0, Math.floor(sec));
+  if (s < 60) return s + "s";
+  if (s < 3600) return Math.floor(s / 60) + "m " + (s % 60) + "s";
+  if (s < 86400) return Math.floor(s / 3600) + "h " + Math.floor((s % 3600) / 60) + "m";
+  return Math.floor(s / 86400) + "d " + Math.floor((s % 86400) / 3600) + "h";
+}
+
+// since is the line under a state or rotation pill: how long the replica
+// has been so, as this proxy saw it (data-seconds "" when unknown).
+function since(cls, prefix, sec) {
+  if (sec == null) return null;
+  return h("div", { class: "meta " + cls, "data-seconds": String(sec) }, prefix + fmtDuration(sec));
+}
+
+// fmtLatency prints seconds in µs, ms or s.
+function fmtLatency(x) {
+  if (x < 0.001) return Math.round(x * 1e6) + " µs";
+  if (x < 0.01) return (x * 1000).toFixed(2) + " ms";
+  if (x < 1) return (x * 1000).toFixed(1) + " ms";
+  return x.toFixed(2) + " s";
+}
+
+// latencyCell is a replica's mean latency over the window with its p99
+// below; "—" until measured or without an answer in the window.
+function latencyCell(tr) {
+  const mean = tr ? tr.mean_latency_seconds : null;
+  const p99 = tr ? tr.p99_latency_seconds : null;
+  if (mean == null) {
+    return h("td", { class: "num latency", "data-mean": "", "data-p99": "",
+      title: "no answer from this replica over the window" }, "—");
+  }
+  return h("td", { class: "num latency", "data-mean": String(mean), "data-p99": p99 == null ? "" : String(p99),
+      title: "over the last " + Math.round(tr.window_seconds || 0) + " s: mean, and the 99th percentile estimated from the latency histogram's buckets" },
+    h("span", { class: "big" }, fmtLatency(mean)),
+    h("div", { class: "meta" }, p99 == null ? "mean" : "p99 " + fmtLatency(p99)));
+}
+
+// shareCell is the replica's share of the key space. Out of rotation, its
+// keys go to stand-ins (the next replicas along the ring) until it is back:
+// the share stays its own on the ring, but it serves none of it now, so the
+// bar is hatched grey and says so.
+function shareCell(r) {
+  const out = !r.in_rotation;
+  return h("td", { class: "num share" + (out ? " out" : ""), "data-out": String(out),
+      title: out ? "out of rotation: the next replicas along the ring serve its keys until it is back" : "" },
+    h("span", { class: "bar" + (out ? " out" : ""), style: "width:" + Math.round(80 * (r.share || 0)) + "px" }),
+    h("span", { class: "pct" }, pct(r.share)),
+    out ? h("div", { class: "meta standin" }, "(stand-ins serve it)") : null,
+    h("div", { class: "meta" }, (r.partitions || 0) + " partitions, slot " + r.slot));
+}
+
 function stateClass(r) {
   if (r.down) return "bad";
   if (r.state === "ready") return "ok";
@@ -121,18 +174,20 @@ function replicaRow(r) {
   const rot = r.in_rotation
     ? h("span", { class: "pill ok" }, "in rotation")
     : h("span", { class: "pill bad" }, "out: " + (r.reason || "unknown"));
-  return h("tr", { class: "replica-row", "data-replica": r.name },
+  return h("tr", { class: "replica-row" + (r.in_rotation ? "" : " out"), "data-replica": r.name, "data-in-rotation": String(!!r.in_rotation) },
     h("td", {}, h("strong", {}, r.name), h("div", { class: "meta" }, r.addr, r.zone ? " · " + r.zone : "", r.source ? " · " + r.source : "")),
-    h("td", {}, h("span", { class: "pill " + stateClass(r) }, r.down ? r.state + " (down)" : r.state)),
+    h("td", {}, h("span", { class: "pill " + stateClass(r) }, r.down ? r.state + " (down)" : r.state),
+      since("state-since", "for ", r.state_seconds)),
     h("td", {}, rot,
+      since("rotation-since", (r.in_rotation ? "in" : "out") + " for ", r.rotation_seconds),
       (r.fleet_inflight || 0) > 0 || !r.in_rotation
         ? h("div", { class: "meta inflight", "data-inflight": String(r.fleet_inflight || 0) },
           (r.fleet_inflight || 0) + " in flight" + ((r.fleet_proxies || 1) > 1 ? " on " + r.fleet_proxies + " proxies" : ""))
         : null),
-    h("td", { class: "num" }, h("span", { class: "bar", style: "width:" + Math.round(80 * (r.share || 0)) + "px" }), pct(r.share),
-      h("div", { class: "meta" }, (r.partitions || 0) + " partitions, slot " + r.slot)),
+    shareCell(r),
     rateCell(r.traffic),
     errorsCell(r.traffic),
+    latencyCell(r.traffic),
     h("td", {}, h("span", { class: "pill " + healthClass(r.health) }, healthText(r.health)),
       r.traffic && r.traffic.ejections_total > (r.traffic.ejections || 0)
         ? h("div", { class: "meta" }, r.traffic.ejections_total + " ejections since start") : null));
@@ -201,8 +256,8 @@ function setCard(s) {
     card.append(h("div", { class: "empty" }, "no replicas yet — start agents or add static replicas"));
   } else {
     card.append(h("table", {},
-      h("thead", {}, h("tr", {}, ["replica", "state", "rotation", "share of keys", "requests", "errors", "health"].map((t, i) =>
-        h("th", i >= 3 && i <= 5 ? { class: "num" } : {}, t)))),
+      h("thead", {}, h("tr", {}, ["replica", "state", "rotation", "share of keys", "requests", "errors", "latency", "health"].map((t, i) =>
+        h("th", i >= 3 && i <= 6 ? { class: "num" } : {}, t)))),
       h("tbody", {}, reps.map(replicaRow))));
   }
   return card;

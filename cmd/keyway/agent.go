@@ -65,22 +65,22 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return usageError{"the command after -- is an empty string: write the replica's program there, e.g. -- keyway replica --name orders-0"}
 	}
 	if err := parseArgs(fs, args, stderr, func() {
-		fmt.Fprint(stderr, agentUsage)
-		keys.PrintDefaults(stderr)
-		fmt.Fprint(stderr, agentPrecedence)
+		fmt.Fprint(fs.Output(), agentUsage)
+		keys.PrintDefaults(fs.Output())
+		fmt.Fprint(fs.Output(), agentPrecedence)
 	}); err != nil {
 		return err
 	}
 	cfg, err := config.LoadAgent(file, keys.Options()...)
 	if err != nil {
-		return err
+		return agentFileHint(err, file)
 	}
 	cfg.Command = command
 	if check {
 		fmt.Fprintln(stdout, config.AgentSummary(cfg))
 		return nil
 	}
-	return serveAgent(ctx, cfg, stdout, stderr)
+	return explainBind(serveAgent(ctx, cfg, stdout, stderr), file, agentListeners(cfg))
 }
 
 // serveAgent runs one agent until ctx is done and it has drained.

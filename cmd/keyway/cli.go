@@ -47,7 +47,7 @@ func newCLIFlags(fs *flag.FlagSet) *cliFlags {
 
 func parseCLIFlags(fs *flag.FlagSet, args []string, stderr io.Writer, usage string) error {
 	return parseArgs(fs, args, stderr, func() {
-		fmt.Fprint(stderr, usage)
+		fmt.Fprint(fs.Output(), usage)
 		fs.PrintDefaults()
 	})
 }

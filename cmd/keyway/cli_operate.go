@@ -116,8 +116,13 @@ func runScale(args []string, stdout, stderr io.Writer) error {
 	if err := parseCLIFlags(fs, args, stderr, scaleUsage); err != nil {
 		return err
 	}
-	if set == "" || replicas == 0 {
-		return usageError{"keyway scale needs --set and --replicas"}
+	given := false // --replicas 0 is a value out of range, not a missing flag
+	fs.Visit(func(f *flag.Flag) { given = given || f.Name == "replicas" })
+	switch {
+	case set == "" || !given:
+		return usageError{fmt.Sprintf("keyway scale needs --set SET and --replicas N (N from 1 to %d)", balancer.MaxReplicas)}
+	case replicas < 1 || replicas > balancer.MaxReplicas:
+		return usageError{fmt.Sprintf("--replicas %d: the declared replica count must be 1 to %d (to stop a set, use keyway stop --set %s)", replicas, balancer.MaxReplicas, set)}
 	}
 	token, err := cliToken(tokenFile, "scale")
 	if err != nil {

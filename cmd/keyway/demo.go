@@ -16,13 +16,15 @@ import (
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	cf := config.NewProxyFlags(fs)
-	if err := parseFlags(fs, args, stderr, "Usage: keyway demo [flags]\n\nRuns a proxy and, for each replica set, as many built-in demo replicas as it\ndeclares (orders-0..2), each behind its own agent, all on loopback and found\nby gossip, from an embedded configuration (demo/demo.yaml). Each demo\nreplica answers with its name, the key and how often it saw that key.\n\n"); err != nil {
+	// The demo's file is optional: without -c it runs its embedded one.
+	fs.Lookup("c").Usage = "configuration `FILE` (YAML); optional: without it the demo runs its embedded demo/demo.yaml"
+	if err := parseFlags(fs, args, stderr, "Usage: keyway demo [-c FILE] [flags]\n\nRuns a proxy and, for each replica set, as many built-in demo replicas as it\ndeclares (orders-0..2), each behind its own agent, all on loopback and found\nby gossip, from an embedded configuration (demo/demo.yaml) or from -c FILE.\nEach demo replica answers with its name, the key and how often it saw that key.\nFault switches on each replica's own address (ADDR in keyway status): POST /_mode?v=500|hang|ok, POST /_ready?v=false|true.\n\n"); err != nil {
 		return err
 	}
 	var cfg config.Config
 	var err error
 	if cf.File != "" {
-		cfg, err = config.Load(cf.File, cf.Options()...)
+		cfg, err = loadConfig(cf)
 	} else {
 		cfg, err = config.LoadBytes(demo.ConfigName, demo.ConfigYAML, cf.Options()...)
 	}
@@ -34,7 +36,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	d, err := server.NewDemo(cfg, server.Options{Stdout: stdout, Stderr: stderr, Version: versionString()})
 	if err != nil {
-		return err
+		return explainBind(err, cf.File, proxyListeners(cfg))
 	}
 	printDemoHelp(stdout, cfg, d.Proxy.ProxyAddr(), d.Proxy.AdminAddr(), d.TokenFile)
 	ctx, cancel := context.WithCancel(ctx)
@@ -47,7 +49,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		case <-ctx.Done():
 		}
 	}()
-	return d.Run(ctx)
+	return explainBind(d.Run(ctx), cf.File, proxyListeners(cfg))
 }
 
 func printDemoHelp(w io.Writer, cfg config.Config, proxyAddr, adminAddr, tokenFile string) {
@@ -84,6 +86,8 @@ Try:
 			fmt.Fprintf(w, "  go run ./cmd/keyway drain%s --set %s --replica %s --token-file %s\n", flags, set.Name, names[len(names)-1], tokenFile)
 			fmt.Fprintf(w, "  go run ./cmd/keyway undrain%s --set %s --replica %s --token-file %s\n", flags, set.Name, names[len(names)-1], tokenFile)
 		}
+		fmt.Fprintf(w, "  curl -s -X POST 'http://REPLICA_ADDR/_mode?v=500'   # make a replica fail (ADDR in keyway status; ?v=ok ends it, ?v=hang stalls it;\n")
+		fmt.Fprintf(w, "                                                     # /_ready?v=false makes it recovering): see the README, \"See ejection and recovery\"\n")
 		fmt.Fprintf(w, "and open http://%s/ui for the live dashboard.\n", adminAddr)
 	}
 	fmt.Fprintln(w, "\nPress Ctrl-C to stop.")

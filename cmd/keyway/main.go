@@ -4,7 +4,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -14,12 +13,20 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// SIGUSR1 reopens the proxy's access log (log rotation, runProxy); any
+	// other command must survive one too (`pkill -USR1 keyway` reaches
+	// agents and demo replicas). Caught, not ignored: an ignored signal
+	// would stay ignored in the processes an agent supervises.
+	usr1 := make(chan os.Signal, 1)
+	signal.Notify(usr1, syscall.SIGUSR1)
+	go func() {
+		for range usr1 {
+		}
+	}()
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	if err == nil {
 		return
 	}
-	if !errors.Is(err, errHelpShown) {
-		fmt.Fprintln(os.Stderr, "keyway:", err)
-	}
+	fmt.Fprintln(os.Stderr, "keyway:", err)
 	os.Exit(exitCode(err))
 }

@@ -187,7 +187,7 @@ func TestReloadAndScaleCLI(t *testing.T) {
 	if _, err := cli("scale", "--set", "nope", "--replicas", "2"); err == nil || !strings.Contains(err.Error(), `unknown replica set "nope"`) {
 		t.Fatalf("scale of an unknown set: %v", err)
 	}
-	if _, err := cli("scale", "--set", "orders", "--replicas", "1001"); err == nil || !strings.Contains(err.Error(), "out of range") {
+	if _, err := cli("scale", "--set", "orders", "--replicas", "1001"); err == nil || !strings.Contains(err.Error(), "must be 1 to 1000") || exitCode(err) != exitConfig {
 		t.Fatalf("scale to 1001: %v", err)
 	}
 	t.Setenv("KEYWAY_ADMIN_TOKEN", "")

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -18,16 +17,11 @@ func runReplica(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	name := fs.String("name", "replica-0", "replica `NAME` it reports in its answers")
 	listen := fs.String("listen", "127.0.0.1:9001", "`ADDR` to listen on (port 0 picks a free one)")
 	keyHeader := fs.String("key-header", "X-Key", "`HEADER` whose value it reports as the key")
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, "Usage: keyway replica [flags]\n\nRuns a demo replica: it answers every request with JSON naming itself, the key\nand how often it saw that key; GET /_stats lists every key it saw.\n\n")
+	if err := parseArgs(fs, args, stderr, func() {
+		fmt.Fprint(fs.Output(), "Usage: keyway replica [flags]\n\nRuns a demo replica: it answers every request with JSON naming itself, the key\nand how often it saw that key; GET /_stats lists every key it saw.\nFault switches: POST /_mode?v=500|hang|ok (answer 500, never answer, normal), POST /_ready?v=false|true (fail or pass /readyz).\n\n")
 		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return errHelpShown
-		}
-		return usageError{err.Error()}
+	}); err != nil {
+		return err
 	}
 	r, err := demo.Listen(*name, *listen, *keyHeader)
 	if err != nil {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -8,12 +9,13 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"runtime/debug"
+	"path/filepath"
 	"strings"
 	"syscall"
 
 	"keyway/admin"
 	"keyway/config"
+	"keyway/internal/buildinfo"
 	"keyway/server"
 )
 
@@ -28,16 +30,21 @@ type usageError struct{ msg string }
 
 func (e usageError) Error() string { return e.msg }
 
-// errHelpShown ends a command after --help printed its usage (exit 0 from
-// main's point of view is wrong for scripts that asked for a real run, so
-// it exits 2 like flag's default, but prints nothing more).
-var errHelpShown = errors.New("help shown")
+// helpRequested ends a command whose flags asked for --help (-h): run
+// prints its usage to stdout and returns nil (exit 0), as for `keyway
+// help`; usage and the flags' problems go to stderr only for a mistake.
+type helpRequested struct{ usage []byte }
+
+func (helpRequested) Error() string { return "help requested" }
 
 func exitCode(err error) int {
 	var ce *config.Error
 	var ue usageError
+	var be *bindError
 	switch {
-	case errors.Is(err, errHelpShown), errors.As(err, &ce), errors.As(err, &ue):
+	case err == nil:
+		return 0
+	case errors.As(err, &ce), errors.As(err, &ue), errors.As(err, &be):
 		return exitConfig
 	}
 	return exitRuntime
@@ -74,6 +81,15 @@ Run 'keyway COMMAND --help' for a command's flags.
 // run is the whole program behind main, testable: it parses args, loads
 // the configuration and runs the components until ctx is done.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	err := runCommand(ctx, args, stdout, stderr)
+	if h, ok := errors.AsType[helpRequested](err); ok {
+		_, err = stdout.Write(h.usage)
+	}
+	return err
+}
+
+// runCommand runs the command args[0].
+func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, topUsage)
 		return usageError{"no command given"}
@@ -116,9 +132,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case "restart":
 		return runRestart(rest, stdout, stderr)
 	case "version", "--version", "-v":
+		fs := flag.NewFlagSet("version", flag.ContinueOnError)
+		if err := parseArgs(fs, rest, stderr, func() { fmt.Fprint(fs.Output(), versionUsage) }); err != nil {
+			return err
+		}
 		fmt.Fprintln(stdout, versionString())
 		return nil
 	case "help", "--help", "-h":
+		if len(rest) > 0 && rest[0] != "help" && !strings.HasPrefix(rest[0], "-") {
+			return runCommand(ctx, []string{rest[0], "--help"}, stdout, stderr) // keyway help CMD
+		}
 		fmt.Fprint(stdout, topUsage)
 		return nil
 	default:
@@ -127,21 +150,21 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 }
 
-func versionString() string {
-	v, rev := "(devel)", ""
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		if bi.Main.Version != "" {
-			v = bi.Main.Version
-		}
-		for _, s := range bi.Settings {
-			if s.Key == "vcs.revision" && len(s.Value) >= 12 {
-				rev = " " + s.Value[:12]
-			}
-		}
-		return fmt.Sprintf("keyway %s%s %s", v, rev, bi.GoVersion)
-	}
-	return "keyway " + v
-}
+// versionString is the line `keyway version` prints and every node logs
+// at start (buildinfo: stamped by make build, or what Go recorded).
+func versionString() string { return buildinfo.Get().String() }
+
+const versionUsage = `Usage: keyway version
+
+Prints the version, the git commit, the build date and the Go version of
+this binary, e.g.
+
+  keyway v1.2.0 commit 0123456789ab built 2026-11-30T19:00:00Z go1.26.8
+
+'make build' (and the Dockerfile) stamp them; a binary built with plain
+'go build' shows what Go recorded: the commit when built in a git checkout,
+"(devel)" as the version. /metrics says the same: keyway_build_info.
+`
 
 const precedenceNote = `
 Precedence: built-in defaults < the file < KEYWAY_* environment variables
@@ -151,41 +174,67 @@ See docs/configuration.md for every key.
 
 func parseFlags(fs *flag.FlagSet, args []string, stderr io.Writer, usage string) error {
 	return parseArgs(fs, args, stderr, func() {
-		fmt.Fprint(stderr, usage)
+		fmt.Fprint(fs.Output(), usage)
 		fs.PrintDefaults()
-		fmt.Fprint(stderr, precedenceNote)
+		fmt.Fprint(fs.Output(), precedenceNote)
 	})
 }
 
-// parseArgs parses a command's flags, printing usage for --help; no
-// positional arguments are allowed.
+// parseArgs parses a command's flags. usage writes to fs.Output(): for
+// --help (-h) it ends up on stdout and the command ends with exit 0 (a
+// helpRequested error that run turns into the usage text); for a bad flag
+// on stderr, after the flag's problem (exit 2). No positional arguments
+// are allowed: a lone file name where -c FILE is meant gets a hint.
 func parseArgs(fs *flag.FlagSet, args []string, stderr io.Writer, usage func()) error {
-	fs.SetOutput(stderr)
+	var buf bytes.Buffer
+	fs.SetOutput(&buf)
 	fs.Usage = usage
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return errHelpShown
-		}
+	err := fs.Parse(args)
+	fs.SetOutput(stderr)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		return helpRequested{usage: buf.Bytes()}
+	case err != nil:
+		_, _ = stderr.Write(buf.Bytes())
 		return usageError{err.Error()}
+	case fs.NArg() == 0:
+		return nil
 	}
-	if fs.NArg() > 0 {
-		return usageError{fmt.Sprintf("unexpected arguments: %s", strings.Join(fs.Args(), " "))}
+	if c := fs.Lookup("c"); c != nil && c.Value.String() == "" && looksLikeFile(fs.Arg(0)) {
+		return usageError{fmt.Sprintf("unexpected argument %q: did you mean -c %s? (keyway %s takes its configuration file with -c FILE, and flags before any other argument)",
+			fs.Arg(0), fs.Arg(0), fs.Name())}
 	}
-	return nil
+	return usageError{fmt.Sprintf("unexpected arguments: %s", strings.Join(fs.Args(), " "))}
+}
+
+// looksLikeFile reports whether a stray argument is probably a
+// configuration file: a YAML name, or a file that exists.
+func looksLikeFile(arg string) bool {
+	if ext := strings.ToLower(filepath.Ext(arg)); ext == ".yaml" || ext == ".yml" {
+		return true
+	}
+	fi, err := os.Stat(arg)
+	return err == nil && fi.Mode().IsRegular()
 }
 
 func loadConfig(cf *config.ProxyFlags) (config.Config, error) {
 	if cf.File == "" {
 		return config.Config{}, usageError{"no configuration file: pass -c FILE (try examples/minimal.yaml)"}
 	}
-	return config.Load(cf.File, cf.Options()...)
+	cfg, err := config.Load(cf.File, cf.Options()...)
+	return cfg, proxyFileHint(err, cf.File)
 }
 
 func runValidate(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("validate", flag.ContinueOnError)
 	cf := config.NewProxyFlags(fs)
-	if err := parseFlags(fs, args, stderr, "Usage: keyway validate -c FILE [flags]\n\nChecks a configuration file, prints a one-line summary and exits 0, or\nprints every problem and exits 2.\n\n"); err != nil {
+	if err := parseFlags(fs, args, stderr, "Usage: keyway validate -c FILE [flags]\n\nChecks a configuration file, prints a one-line summary and exits 0, or\nprints every problem and exits 2. An agent's file (keys replica, probe,\ndrain, supervise) is checked as keyway agent --check -c FILE does.\n\n"); err != nil {
 		return err
+	}
+	if cf.File != "" {
+		if kind, agentKeys, _ := fileKind(cf.File); kind == config.KindAgent {
+			return validateAgentFile(cf, agentKeys, stdout)
+		}
 	}
 	cfg, err := loadConfig(cf)
 	if err != nil {
@@ -207,14 +256,17 @@ func runValidate(args []string, stdout, stderr io.Writer) error {
 func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("proxy", flag.ContinueOnError)
 	cf := config.NewProxyFlags(fs)
-	if err := parseFlags(fs, args, stderr, "Usage: keyway proxy -c FILE [flags]\n\nRuns the proxy until SIGINT or SIGTERM, then drains in-flight requests.\nSIGHUP re-reads FILE (with the same flags and environment) and applies\nthe replica sets, log.level and admin.token_file without dropping a\nconnection; a file changing any other key is refused whole and logged.\n\n"); err != nil {
+	if err := parseFlags(fs, args, stderr, "Usage: keyway proxy -c FILE [flags]\n\nRuns the proxy until SIGINT or SIGTERM, then drains in-flight requests.\nSIGHUP re-reads FILE (with the same flags and environment) and applies\nthe replica sets, log.level and admin.token_file without dropping a\nconnection; a file changing any other key is refused whole and logged.\nSIGUSR1 reopens the access log file (log.access.path) after a rotation.\n\n"); err != nil {
 		return err
 	}
-	// First, so that a SIGHUP during startup waits for the node instead of
-	// killing the process (its default action).
+	// First, so that a SIGHUP or SIGUSR1 during startup waits for the node
+	// instead of killing the process (their default action).
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
+	usr1 := make(chan os.Signal, 1)
+	signal.Notify(usr1, syscall.SIGUSR1)
+	defer signal.Stop(usr1)
 
 	cfg, err := loadConfig(cf)
 	if err != nil {
@@ -225,7 +277,7 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		File: cf.File, Load: func() (config.Config, error) { return loadConfig(cf) },
 	})
 	if err != nil {
-		return err
+		return explainBind(err, cf.File, proxyListeners(cfg))
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -239,5 +291,17 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			}
 		}
 	}()
-	return node.Run(ctx)
+	// Apart from reloads: a reopen waits for a write in progress, which a
+	// stalled disk can make long.
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-usr1:
+				_ = node.ReopenLogs() // log rotation; logged and counted inside
+			}
+		}
+	}()
+	return explainBind(node.Run(ctx), cf.File, proxyListeners(cfg))
 }

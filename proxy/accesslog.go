@@ -1,0 +1,383 @@
+package proxy
+
+import (
+	"bytes"
+	"net"
+	"net/netip"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/valyala/fasthttp"
+
+	"keyway/balancer"
+)
+
+// The access log: one JSON object per request, one line each, built by
+// appending into a pooled buffer (no allocation per request) and handed to
+// Options.AccessLog. The fields are documented in docs/logging.md.
+
+// Bounds on what a client controls, so that one request cannot make a
+// huge line: longer values are cut (at a UTF-8 boundary).
+const (
+	maxLogPath      = 4096 // the raw path; "path_truncated":true says it was cut
+	maxLogHost      = 256
+	maxLogRequestID = 128
+	maxLogMethod    = 32
+	maxLogKey       = 512 // key: plain
+	// A buffer that grew beyond this for a huge line is not pooled.
+	maxPooledLine = 64 << 10
+)
+
+// redactedSegment replaces a key's segment in a logged path, whatever
+// log.access.key says: the path never carries the key, which is personal
+// data more often than not.
+const redactedSegment = "{key}"
+
+// accessLine is a pooled line buffer with scratch space.
+type accessLine struct {
+	buf []byte // the line
+	tmp []byte // the redacted path, the key
+	out []byte // the key's logged form
+}
+
+// logAccess writes one access-log line, if the access log is on. rs is nil
+// and replica "" when there was none; reason is "" when a replica
+// answered, else why keyway answered itself; start is when the request
+// was read; upstream is the time spent in exchanges with replicas.
+func (p *Proxy) logAccess(ctx *fasthttp.RequestCtx, rs *replicaSet, replica, reason string, status, attempts int, start time.Time, upstream time.Duration) {
+	if p.access == nil {
+		return
+	}
+	l, _ := p.accessBufs.Get().(*accessLine)
+	if l == nil {
+		l = &accessLine{buf: make([]byte, 0, 1024)}
+	}
+	l.buf = p.appendAccess(l, ctx, rs, replica, reason, status, attempts, start, upstream)
+	_, _ = p.access.Write(l.buf)
+	if cap(l.buf) <= maxPooledLine && cap(l.tmp) <= maxPooledLine {
+		p.accessBufs.Put(l)
+	}
+}
+
+// appendAccess builds the line in l.buf[:0] and returns it.
+func (p *Proxy) appendAccess(l *accessLine, ctx *fasthttp.RequestCtx, rs *replicaSet, replica, reason string, status, attempts int, start time.Time, upstream time.Duration) []byte {
+	now := time.Now()
+	b := append(l.buf[:0], `{"time":"`...)
+	b = start.UTC().AppendFormat(b, time.RFC3339Nano)
+
+	b = append(b, `","request_id":`...)
+	id := ctx.Request.Header.PeekBytes(hdrRequestID)
+	if len(id) == 0 {
+		// keyway answered before forwarding, which sets one: give the line
+		// an id of its own, in the same form.
+		l.tmp = appendRequestID(l.tmp[:0])
+		id = l.tmp
+	}
+	b, _ = appendJSONString(b, id, maxLogRequestID)
+
+	b = append(b, `,"client":"`...)
+	b = appendAddr(b, ctx.RemoteAddr())
+	b = append(b, `","method":`...)
+	b, _ = appendJSONString(b, ctx.Request.Header.Method(), maxLogMethod)
+	b = append(b, `,"host":`...)
+	b, _ = appendJSONString(b, ctx.Request.Header.Host(), maxLogHost)
+
+	b = append(b, `,"path":`...)
+	path := ctx.URI().PathOriginal()
+	if rs != nil {
+		l.tmp = redactKeySegments(l.tmp[:0], path, rs.sources)
+		path = l.tmp
+	}
+	b, cut := appendJSONString(b, path, maxLogPath)
+	if cut {
+		b = append(b, `,"path_truncated":true`...)
+	}
+
+	b = append(b, `,"status":`...)
+	b = strconv.AppendInt(b, int64(status), 10)
+	b = append(b, `,"set":"`...)
+	if rs != nil {
+		b = append(b, rs.name...) // a valid set name needs no escaping
+	}
+	b = append(b, `","replica":`...)
+	b, _ = appendJSONString(b, replica, len(replica))
+	b = append(b, `,"attempts":`...)
+	b = strconv.AppendInt(b, int64(attempts), 10)
+	b = append(b, `,"bytes_in":`...)
+	b = strconv.AppendInt(b, int64(len(ctx.Request.Body())), 10)
+	b = append(b, `,"bytes_out":`...)
+	b = strconv.AppendInt(b, int64(len(ctx.Response.Body())), 10)
+	b = append(b, `,"duration":`...)
+	b = appendSeconds(b, now.Sub(start))
+	b = append(b, `,"upstream_duration":`...)
+	b = appendSeconds(b, upstream)
+	if reason != "" {
+		b = append(b, `,"reason":"`...)
+		b = append(b, reason...) // keyway's own words: no escaping needed
+		b = append(b, '"')
+	}
+	if p.accessKey != nil && rs != nil {
+		uri := ctx.URI()
+		if key, ok := appendCanonicalKey(l.tmp[:0], rs, &ctx.Request.Header, uri.PathOriginal(), uri); ok {
+			l.tmp = key
+			l.out = p.accessKey(l.out[:0], key)
+			b = append(b, `,"key":`...)
+			b, _ = appendJSONString(b, l.out, maxLogKey)
+		}
+	}
+	return append(b, "}\n"...)
+}
+
+// appendSeconds appends d in seconds, with up to nanosecond precision.
+func appendSeconds(b []byte, d time.Duration) []byte {
+	if d < 0 {
+		d = 0
+	}
+	return strconv.AppendFloat(b, d.Seconds(), 'f', -1, 64)
+}
+
+// appendAddr appends a client address as ip:port ([ip]:port for IPv6).
+func appendAddr(b []byte, a net.Addr) []byte {
+	switch a := a.(type) {
+	case *net.TCPAddr:
+		ip, ok := netip.AddrFromSlice(a.IP)
+		if !ok {
+			break
+		}
+		return netip.AddrPortFrom(ip.Unmap(), uint16(a.Port)).AppendTo(b)
+	case nil:
+		return b
+	}
+	// Not TCP (tests' in-memory pipes): rare, so the allocation is fine;
+	// escaped, since the address's String is not ours.
+	s := a.String()
+	b, _ = appendJSONBody(b, s, len(s))
+	return b
+}
+
+// redactKeySegments appends path with every segment a path_segment key
+// source of the set reads replaced by "{key}": the key reaches the log
+// only through the key field, in the form log.access.key chose.
+func redactKeySegments(dst, path []byte, sources []keySource) []byte {
+	seg := false
+	for i := range sources {
+		seg = seg || sources[i].kind == keyPathSegment
+	}
+	if !seg || len(path) == 0 || path[0] != '/' {
+		return append(dst, path...)
+	}
+	rest := path[1:]
+	for n := 1; ; n++ {
+		dst = append(dst, '/')
+		s := rest
+		j := bytes.IndexByte(rest, '/')
+		if j >= 0 {
+			s, rest = rest[:j], rest[j+1:]
+		}
+		redact := false
+		for i := range sources {
+			redact = redact || sources[i].kind == keyPathSegment && sources[i].segment == n
+		}
+		if redact && len(s) > 0 {
+			dst = append(dst, redactedSegment...)
+		} else {
+			dst = append(dst, s...)
+		}
+		if j < 0 {
+			return dst
+		}
+	}
+}
+
+// appendCanonicalKey appends the request's key as routing used it: the
+// first source present decides, escapes decoded (so HashKey of the result
+// is the hash the request was routed by). ok is false for a request
+// without a key or with a malformed one.
+func appendCanonicalKey(dst []byte, rs *replicaSet, h *fasthttp.RequestHeader, path []byte, uri *fasthttp.URI) ([]byte, bool) {
+	for i := range rs.sources {
+		src := &rs.sources[i]
+		switch src.kind {
+		case keyHeader:
+			v := h.PeekBytes(src.name)
+			if _, st := balancer.HashHeader(v); st != balancer.KeyMissing {
+				return append(dst, v...), st == balancer.KeyOK
+			}
+		case keyPathSegment:
+			if _, st := balancer.HashPathSegment(path, src.segment); st != balancer.KeyMissing {
+				if st != balancer.KeyOK {
+					return dst, false
+				}
+				return appendUnescaped(dst, pathSegment(path, src.segment), false), true
+			}
+		default:
+			q := uri.QueryString()
+			if _, st := balancer.HashQuery(q, src.name); st != balancer.KeyMissing {
+				if st != balancer.KeyOK {
+					return dst, false
+				}
+				return appendUnescaped(dst, queryValue(q, src.name), true), true
+			}
+		}
+	}
+	return dst, false
+}
+
+// pathSegment returns the n-th (1-based) segment of a raw path that
+// balancer.HashPathSegment accepted.
+func pathSegment(path []byte, n int) []byte {
+	if i := bytes.IndexByte(path, '?'); i >= 0 {
+		path = path[:i]
+	}
+	rest := path[1:]
+	for ; n > 1; n-- {
+		j := bytes.IndexByte(rest, '/')
+		if j < 0 {
+			return nil
+		}
+		rest = rest[j+1:]
+	}
+	if j := bytes.IndexByte(rest, '/'); j >= 0 {
+		rest = rest[:j]
+	}
+	return rest
+}
+
+// queryValue returns the raw value of the first parameter called name, as
+// balancer.HashQuery finds it.
+func queryValue(q, name []byte) []byte {
+	for len(q) > 0 {
+		pair := q
+		if i := bytes.IndexByte(q, '&'); i >= 0 {
+			pair, q = q[:i], q[i+1:]
+		} else {
+			q = nil
+		}
+		if k, v, ok := bytes.Cut(pair, []byte{'='}); ok && bytes.Equal(k, name) {
+			return v
+		}
+	}
+	return nil
+}
+
+// appendUnescaped appends s with %XX escapes decoded (and '+' as a space
+// when plusIsSpace), as the balancer's hash decodes them. A malformed
+// escape, which the balancer would have refused, is copied as is.
+func appendUnescaped(dst, s []byte, plusIsSpace bool) []byte {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '%' && i+2 < len(s):
+			hi, ok1 := unhexDigit(s[i+1])
+			lo, ok2 := unhexDigit(s[i+2])
+			if ok1 && ok2 {
+				dst = append(dst, hi<<4|lo)
+				i += 2
+				continue
+			}
+		case c == '+' && plusIsSpace:
+			c = ' '
+		}
+		dst = append(dst, c)
+	}
+	return dst
+}
+
+func unhexDigit(c byte) (byte, bool) {
+	switch {
+	case c >= '0' && c <= '9':
+		return c - '0', true
+	case c >= 'a' && c <= 'f':
+		return c - 'a' + 10, true
+	case c >= 'A' && c <= 'F':
+		return c - 'A' + 10, true
+	}
+	return 0, false
+}
+
+// appendJSONString appends s, cut to at most max bytes, as a JSON string
+// (quoted) and reports whether it was cut.
+func appendJSONString[S string | []byte](b []byte, s S, max int) ([]byte, bool) {
+	b = append(b, '"')
+	b, cut := appendJSONBody(b, s, max)
+	return append(b, '"'), cut
+}
+
+// appendJSONBody appends s, cut to at most max bytes at a UTF-8 boundary,
+// escaped for the inside of a JSON string: quotes, backslashes, control
+// characters and DEL escaped; invalid UTF-8 replaced by U+FFFD; U+2028
+// and U+2029 escaped (JavaScript line terminators). Whatever a client
+// sends, the line stays one valid JSON object.
+func appendJSONBody[S string | []byte](b []byte, s S, max int) ([]byte, bool) {
+	cut := false
+	if len(s) > max {
+		cut = true
+		// Back off to the start of a UTF-8 sequence (at most 3 bytes) so
+		// a character is not split into a replacement character.
+		n := max
+		for k := 0; k < 3 && n > 0 && !utf8.RuneStart(s[n]); k++ {
+			n--
+		}
+		if !utf8.RuneStart(s[n]) {
+			n = max
+		}
+		s = s[:n]
+	}
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c >= 0x20 && c != '"' && c != '\\' && c < 0x7f {
+			i++
+			continue
+		}
+		if c < utf8.RuneSelf {
+			b = append(b, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		// At most 4 bytes converted: on the stack, for either type.
+		r, size := utf8.DecodeRuneInString(string(s[i:min(i+utf8.UTFMax, len(s))]))
+		switch {
+		case r == utf8.RuneError && size == 1:
+			b = append(b, s[start:i]...)
+			b = append(b, `\ufffd`...)
+		case r == '\u2028' || r == '\u2029':
+			b = append(b, s[start:i]...)
+			b = append(b, `\u202`...)
+			b = append(b, hexDigits[r&0xf])
+		default:
+			i += size
+			continue
+		}
+		i += size
+		start = i
+	}
+	return append(b, s[start:]...), cut
+}
+
+// parseErrorReason names, for the access log, why keyway answered a
+// request fasthttp could not read, from the status it chose.
+func parseErrorReason(status int) string {
+	switch status {
+	case fasthttp.StatusRequestHeaderFieldsTooLarge:
+		return "headers_too_large"
+	case fasthttp.StatusRequestEntityTooLarge:
+		return "body_too_large"
+	case fasthttp.StatusRequestTimeout:
+		return "read_timeout"
+	}
+	return "malformed"
+}
