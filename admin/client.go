@@ -370,12 +370,19 @@ func (c *Client) reachError(err error) error {
 	return fmt.Errorf("cannot reach the keyway admin API at %s: %v\n(%s)", c.Addr, err, hint)
 }
 
+// plainToTLS explains the answer of a TLS listener to a plain HTTP
+// request (Go's servers answer 400 "Client sent an HTTP request to an
+// HTTPS server"), or returns nil.
+func (c *Client) plainToTLS(resp *http.Response, body []byte) error {
+	if resp.StatusCode != http.StatusBadRequest || !bytes.Contains(body, []byte("HTTP request to an HTTPS server")) {
+		return nil
+	}
+	return fmt.Errorf("admin API at %s: the admin listener uses TLS: use --admin https://HOST:PORT, with --ca-file FILE if its certificate is not signed by a CA this system trusts", c.Addr)
+}
+
 // apiError turns an error answer into an error naming the address; a
 // refused reload becomes a *ReloadError.
 func (c *Client) apiError(method, path string, status int, body []byte) error {
-	if status == http.StatusBadRequest && bytes.Contains(body, []byte("HTTP request to an HTTPS server")) {
-		return fmt.Errorf("admin API at %s: the admin listener uses TLS: use --admin https://HOST:PORT, with --ca-file FILE if its certificate is not signed by a CA this system trusts", c.Addr)
-	}
 	var e ReloadRefused // an ErrorBody with problems
 	if json.Unmarshal(body, &e) == nil && e.Error != "" {
 		if (status == http.StatusUnprocessableEntity || status == http.StatusBadRequest) && len(e.Problems) > 0 {

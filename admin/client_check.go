@@ -25,6 +25,9 @@ func (c *Client) checkAdmin(method, path string, resp *http.Response, body []byt
 	if resp.Header.Get(AdminHeader) != "" {
 		return nil
 	}
+	if err := c.plainToTLS(resp, body); err != nil {
+		return err
+	}
 	const fix = "pass the admin address (admin.listen, default 127.0.0.1:9901) with --admin or KEYWAY_ADMIN"
 	if proxyAnswer(resp, body) {
 		return notAdminError(fmt.Sprintf("%s answered like a keyway proxy listener, not the admin API: %s", c.Addr, fix))

@@ -18,6 +18,7 @@ func tlsAdmin(t *testing.T, cfg *tls.Config) *httptest.Server {
 	t.Helper()
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set(AdminHeader, "1")
 		w.Write([]byte(`{"replica_sets":[]}`))
 	}))
 	srv.TLS = cfg

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"testing"
 
+	"keyway/admin"
 	"keyway/internal/testcerts"
 )
 
@@ -42,6 +43,7 @@ func TestCLIAdminOverTLS(t *testing.T) {
 			mu.Unlock()
 		}
 		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set(admin.AdminHeader, "1")
 		fmt.Fprint(w, `{"replica_sets":[]}`)
 	}))
 	srv.TLS = &tls.Config{Certificates: []tls.Certificate{serverCert}, ClientAuth: tls.VerifyClientCertIfGiven, ClientCAs: ca.Pool()}
