@@ -104,7 +104,7 @@ func (c ClientConfig) Load() (*Client, error) {
 	fmt.Fprintf(h, "%t\x00%s\x00%s\x00%s\x00%s\x00%s\x00%t\x00", c.Enabled, c.CAFile, c.CertFile, c.KeyFile, c.ServerName, c.MinVersion, c.InsecureSkipVerify)
 	base := &tls.Config{MinVersion: minVersion, InsecureSkipVerify: c.InsecureSkipVerify}
 	if c.CAFile != "" {
-		pool, data, err := loadCAs(c.CAFile)
+		pool, data, err := loadClientCAs(c.CAFile)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("ca_file: %w", err))
 		}
@@ -117,7 +117,7 @@ func (c ClientConfig) Load() (*Client, error) {
 	case c.CertFile == "" && c.KeyFile != "":
 		errs = append(errs, fmt.Errorf("cert_file: empty, but key_file is %q: set both for a client certificate (mTLS), or neither", c.KeyFile))
 	case c.CertFile != "":
-		cert, data, err := loadKeyPair(c.CertFile, c.KeyFile, time.Now())
+		cert, data, err := loadClientKeyPair(c.CertFile, c.KeyFile, time.Now())
 		if err != nil {
 			errs = append(errs, err)
 		} else {
@@ -190,8 +190,8 @@ func checkServerName(s string) error {
 	return nil
 }
 
-// loadCAs reads a PEM file of CA certificates.
-func loadCAs(file string) (*x509.CertPool, []byte, error) {
+// loadClientCAs reads a PEM file of CA certificates.
+func loadClientCAs(file string) (*x509.CertPool, []byte, error) {
 	data, err := os.ReadFile(file)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%v: name a PEM file of CA certificates", err)
@@ -220,9 +220,9 @@ func loadCAs(file string) (*x509.CertPool, []byte, error) {
 	return pool, data, nil
 }
 
-// loadKeyPair reads a client certificate and its key, each error starting
+// loadClientKeyPair reads a client certificate and its key, each error starting
 // with the key it concerns. now decides whether the certificate expired.
-func loadKeyPair(certFile, keyFile string, now time.Time) (tls.Certificate, []byte, error) {
+func loadClientKeyPair(certFile, keyFile string, now time.Time) (tls.Certificate, []byte, error) {
 	certPEM, err := os.ReadFile(certFile)
 	if err != nil {
 		return tls.Certificate{}, nil, fmt.Errorf("cert_file: %v", err)
