@@ -18,7 +18,9 @@ type ServerConfig struct {
 	// no TLS. With several, the client's SNI picks the first certificate
 	// one of whose DNS names (wildcards included) matches it; the first
 	// certificate is served when none matches or the client sent no SNI.
-	Certificates []CertificateConfig `yaml:"certificates"`
+	// (omitempty: written back as YAML and read again, no certificates
+	// stay nil rather than becoming an empty list.)
+	Certificates []CertificateConfig `yaml:"certificates,omitempty"`
 	// MinVersion is the oldest TLS version accepted: "1.2" (the default)
 	// or "1.3".
 	MinVersion string `yaml:"min_version"`
