@@ -82,7 +82,7 @@ type Server struct {
 	opts  Options
 	log   *zap.Logger
 	srv   *http.Server
-	tls   *tlsconfig.Server // nil: plain HTTP
+	tls   *tlsconfig.Server      // nil: plain HTTP
 	token atomic.Pointer[string] // the bearer token of the mutating endpoints; "" refuses them
 
 	mu sync.Mutex
