@@ -6,6 +6,8 @@ import (
 	"net"
 	"os"
 	"strings"
+
+	"keyway/tlsconfig"
 )
 
 // Config configures the admin listener: /metrics, /healthz, /readyz and
@@ -27,6 +29,11 @@ type Config struct {
 	// DebugToken always requires it, DebugOpen never does, and DebugOff
 	// serves neither.
 	Debug string `yaml:"debug"`
+	// TLS makes the admin listener serve HTTPS, with the keys of the
+	// proxy's tls section (certificates, min_version, client_ca_file,
+	// watch_interval). Without certificates (the default) it speaks plain
+	// HTTP.
+	TLS tlsconfig.ServerConfig `yaml:"tls"`
 }
 
 // The values of admin.debug.
@@ -41,7 +48,9 @@ const (
 const TokenEnv = "KEYWAY_ADMIN_TOKEN"
 
 // DefaultConfig returns the admin configuration used when the YAML omits a field.
-func DefaultConfig() Config { return Config{Listen: "127.0.0.1:9901", Debug: DebugAuto} }
+func DefaultConfig() Config {
+	return Config{Listen: "127.0.0.1:9901", Debug: DebugAuto, TLS: tlsconfig.DefaultServerConfig()}
+}
 
 // Validate reports every problem with the configuration. Each error starts
 // with the field's YAML name followed by ": ".
@@ -62,6 +71,9 @@ func (c Config) Validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("debug: %q is not one of auto (open on a loopback listener, the bearer token on any other), token, open, off", c.Debug))
 	}
+	for _, err := range leaves(c.TLS.Validate()) {
+		errs = append(errs, fmt.Errorf("tls.%w", err))
+	}
 	return errors.Join(errs...)
 }
 
@@ -76,6 +88,17 @@ func (c Config) debugMode() string {
 		return DebugOpen
 	}
 	return DebugToken
+}
+
+// leaves splits errors joined with errors.Join.
+func leaves(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	if err == nil {
+		return nil
+	}
+	return []error{err}
 }
 
 // loadToken returns the admin token: env (through lookup) first, then the

@@ -217,11 +217,11 @@ func looksLikeFile(arg string) bool {
 	return err == nil && fi.Mode().IsRegular()
 }
 
-func loadConfig(cf *config.ProxyFlags) (config.Config, error) {
+func loadConfig(cf *config.ProxyFlags, extra ...config.Option) (config.Config, error) {
 	if cf.File == "" {
 		return config.Config{}, usageError{"no configuration file: pass -c FILE (try examples/minimal.yaml)"}
 	}
-	cfg, err := config.Load(cf.File, cf.Options()...)
+	cfg, err := config.Load(cf.File, append(cf.Options(), extra...)...)
 	return cfg, proxyFileHint(err, cf.File)
 }
 
@@ -236,7 +236,8 @@ func runValidate(args []string, stdout, stderr io.Writer) error {
 			return validateAgentFile(cf, agentKeys, stdout)
 		}
 	}
-	cfg, err := loadConfig(cf)
+	// The TLS files are read and checked as the listeners will.
+	cfg, err := loadConfig(cf, config.WithFileChecks())
 	if err != nil {
 		return err
 	}
@@ -256,7 +257,7 @@ func runValidate(args []string, stdout, stderr io.Writer) error {
 func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("proxy", flag.ContinueOnError)
 	cf := config.NewProxyFlags(fs)
-	if err := parseFlags(fs, args, stderr, "Usage: keyway proxy -c FILE [flags]\n\nRuns the proxy until SIGINT or SIGTERM, then drains in-flight requests.\nSIGHUP re-reads FILE (with the same flags and environment) and applies\nthe replica sets, log.level and admin.token_file without dropping a\nconnection; a file changing any other key is refused whole and logged.\nSIGUSR1 reopens the access log file (log.access.path) after a rotation.\n\n"); err != nil {
+	if err := parseFlags(fs, args, stderr, "Usage: keyway proxy -c FILE [flags]\n\nRuns the proxy until SIGINT or SIGTERM, then drains in-flight requests.\nSIGHUP re-reads FILE (with the same flags and environment) and applies\nthe replica sets, log.level, admin.token_file and the TLS keys and files\nwithout dropping a connection; a file changing any other key is refused whole and logged.\nSIGUSR1 reopens the access log file (log.access.path) after a rotation.\n\n"); err != nil {
 		return err
 	}
 	// First, so that a SIGHUP or SIGUSR1 during startup waits for the node
