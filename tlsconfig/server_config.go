@@ -33,6 +33,11 @@ type ServerConfig struct {
 	// in-place rewrites all count). Default 5s; 0 disables watching (a
 	// reload still re-reads them); otherwise at least 1s.
 	WatchInterval time.Duration `yaml:"watch_interval"`
+	// SessionTickets lets clients resume sessions with tickets (a resumed
+	// handshake costs a fraction of a full one). Default true; false
+	// sends no tickets, so that every handshake is a full one (a policy
+	// that forbids resumption, or a benchmark of full handshakes).
+	SessionTickets bool `yaml:"session_tickets"`
 }
 
 // CertificateConfig names one certificate's files.
@@ -49,7 +54,7 @@ type CertificateConfig struct {
 // DefaultServerConfig returns the values a tls section starts from: no
 // certificates (plain HTTP), minimum version 1.2, files checked every 5s.
 func DefaultServerConfig() ServerConfig {
-	return ServerConfig{MinVersion: "1.2", WatchInterval: 5 * time.Second}
+	return ServerConfig{MinVersion: "1.2", WatchInterval: 5 * time.Second, SessionTickets: true}
 }
 
 // MinWatchInterval is the shortest watch_interval other than 0.

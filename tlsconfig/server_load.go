@@ -174,7 +174,8 @@ func build(c ServerConfig, fs *fileSet, prefix string) (*generation, error) {
 		GetCertificate: g.getCertificate,
 		// keyway's listeners speak HTTP/1.1 only; saying so lets a client
 		// that offers h2 fall back instead of guessing.
-		NextProtos: []string{"http/1.1"},
+		NextProtos:             []string{"http/1.1"},
+		SessionTicketsDisabled: !c.SessionTickets,
 	}
 	if pool != nil {
 		g.config.ClientAuth = tls.RequireAndVerifyClientCert

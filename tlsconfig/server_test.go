@@ -733,3 +733,24 @@ keyway_tls_reloads_total{listener="proxy",result="success"} 1
 		t.Fatalf("lint: %v %v", err, probs)
 	}
 }
+
+// session_tickets: true lets a client resume its session; false makes
+// every handshake a full one.
+func TestSessionTickets(t *testing.T) {
+	dir := t.TempDir()
+	ca := testcerts.New(t)
+	cert, key := ca.Issue(t, dir, "a", "a.example")
+	for _, tickets := range []bool{true, false} {
+		cfg := config(cert, key)
+		cfg.SessionTickets = tickets
+		addr := serve(t, newServer(t, cfg).s)
+		client := &tls.Config{RootCAs: ca.Pool(), ServerName: "a.example", ClientSessionCache: tls.NewLRUClientSessionCache(4)}
+		if _, err := handshake(addr, client); err != nil {
+			t.Fatal(err)
+		}
+		st, err := handshake(addr, client)
+		if err != nil || st.DidResume != tickets {
+			t.Fatalf("session_tickets %v: second handshake resumed %v (%v)", tickets, st.DidResume, err)
+		}
+	}
+}
