@@ -223,7 +223,7 @@ func (r *Report) tlsTables(b *strings.Builder) {
 		}
 		fmt.Fprintf(b, "- %s: %s\n", s.Target, n)
 		for _, u := range s.TLS.Unfair {
-			fmt.Fprintf(b, "  - **not comparable**, %s\n", u)
+			fmt.Fprintf(b, "  - **differs from the others**, %s\n", u)
 		}
 	}
 }
