@@ -7,6 +7,7 @@
 //
 //	go run ./bench                              # every installed target, defaults below
 //	go run ./bench -rounds 1 -duration 5s -targets direct,keyway
+//	go run ./bench -tls -rates "" -targets keyway,haproxy,nginx,caddy   # plus TLS termination
 //
 // It prints markdown tables and writes results.json, results.md and one
 // latency percentile plot per rate (latency-RATE.svg) to -out. Method and
