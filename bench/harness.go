@@ -351,7 +351,7 @@ func (h *Harness) measure(ctx context.Context, t *target, round int) TargetRun {
 	}
 	h.measurePlain(ctx, t, round, &run, fail)
 	if h.tls != nil && t.config != nil && ctx.Err() == nil {
-		h.measureTLS(ctx, t, round, &run, fail)
+		h.measureTLS(ctx, t, round, &run)
 	}
 	return run
 }
@@ -453,10 +453,10 @@ func (h *Harness) measurePlain(ctx context.Context, t *target, round int, run *T
 // on a fresh process, then, on another fresh process, what it negotiates,
 // keep-alive throughput and CPU per request, and the handshake run (a new
 // connection, so a full handshake, per request).
-func (h *Harness) measureTLS(ctx context.Context, t *target, round int, run *TargetRun, fail func(string, error)) {
+func (h *Harness) measureTLS(ctx context.Context, t *target, round int, run *TargetRun) {
 	tr := &tlsTargetRun{}
 	run.TLS = tr
-	fail = func(what string, err error) {
+	fail := func(what string, err error) {
 		run.Failures = append(run.Failures, "TLS "+what+": "+err.Error())
 		h.logf("%s round %d: TLS %s failed: %v", t.name, round+1, what, err)
 	}
