@@ -11,6 +11,7 @@ package admin
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -23,6 +24,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
+
+	"keyway/tlsconfig"
 )
 
 // Readiness reports whether the process should receive traffic, and if not,
@@ -64,6 +67,13 @@ type Options struct {
 	Restarter Restarter
 	// Env looks up KEYWAY_ADMIN_TOKEN; nil means os.LookupEnv.
 	Env func(string) (string, bool)
+	// Registerer receives the listener's TLS metrics (with admin.tls).
+	// Nil: not exported.
+	Registerer prometheus.Registerer
+	// TLSEvents, if non-nil, is told about every reload of the
+	// listener's TLS files that changed what it serves or was refused.
+	// It must not block.
+	TLSEvents func(tlsconfig.Event)
 }
 
 // Server is the admin HTTP server. It is safe for concurrent use.
@@ -72,6 +82,7 @@ type Server struct {
 	opts  Options
 	log   *zap.Logger
 	srv   *http.Server
+	tls   *tlsconfig.Server      // nil: plain HTTP
 	token atomic.Pointer[string] // the bearer token of the mutating endpoints; "" refuses them
 
 	mu sync.Mutex
@@ -92,6 +103,14 @@ func New(cfg Config, opts Options) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, opts: opts, log: cmp.Or(opts.Logger, zap.NewNop())}
 	s.token.Store(&token)
+	if cfg.Listen != "" && cfg.TLS.Enabled() {
+		s.tls, err = tlsconfig.NewServer(cfg.TLS, tlsconfig.ServerOptions{
+			Listener: "admin", Path: "admin.tls", Logger: s.log.Named("tls"), Registerer: opts.Registerer, OnEvent: opts.TLSEvents,
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(opts.Gatherer, promhttp.HandlerOpts{
 		ErrorLog:      zap.NewStdLog(s.log),
@@ -202,6 +221,10 @@ func (s *Server) Listen() error {
 	return nil
 }
 
+// TLS returns the listener's TLS server (its certificates, reload and
+// watcher), or nil when it speaks plain HTTP.
+func (s *Server) TLS() *tlsconfig.Server { return s.tls }
+
 // Addr returns the bound address, or nil before Listen.
 func (s *Server) Addr() net.Addr {
 	s.mu.Lock()
@@ -217,9 +240,20 @@ func (s *Server) Run(ctx context.Context) error {
 	if err := s.Listen(); err != nil {
 		return err
 	}
+	ln := s.ln
+	var watcher sync.WaitGroup
+	if s.tls != nil {
+		// tls.NewListener, not s.tls.Listener: net/http fills
+		// Request.TLS only for a *tls.Conn. It logs failed handshakes
+		// itself (ErrorLog).
+		ln = tls.NewListener(s.ln, s.tls.TLSConfig())
+		wctx, stop := context.WithCancel(ctx)
+		defer func() { stop(); watcher.Wait() }()
+		watcher.Go(func() { _ = s.tls.Run(wctx) })
+	}
 	errc := make(chan error, 1)
-	go func() { errc <- s.srv.Serve(s.ln) }()
-	s.log.Info("admin listening", zap.Stringer("addr", s.ln.Addr()))
+	go func() { errc <- s.srv.Serve(ln) }()
+	s.log.Info("admin listening", zap.Stringer("addr", s.ln.Addr()), zap.Bool("tls", s.tls != nil))
 	select {
 	case err := <-errc:
 		return fmt.Errorf("admin serve: %w", err)

@@ -6,6 +6,8 @@ import (
 	"net"
 	"os"
 	"strings"
+
+	"keyway/tlsconfig"
 )
 
 // Config configures the admin listener: /metrics, /healthz, /readyz and
@@ -20,13 +22,20 @@ type Config struct {
 	// Without a token the mutating endpoints answer 401, and an admin
 	// listener off loopback refuses to start.
 	TokenFile string `yaml:"token_file"`
+	// TLS makes the admin listener serve HTTPS, with the keys of the
+	// proxy's tls section (certificates, min_version, client_ca_file,
+	// watch_interval). Without certificates (the default) it speaks plain
+	// HTTP.
+	TLS tlsconfig.ServerConfig `yaml:"tls"`
 }
 
 // TokenEnv is the environment variable that holds the admin token.
 const TokenEnv = "KEYWAY_ADMIN_TOKEN"
 
 // DefaultConfig returns the admin configuration used when the YAML omits a field.
-func DefaultConfig() Config { return Config{Listen: "127.0.0.1:9901"} }
+func DefaultConfig() Config {
+	return Config{Listen: "127.0.0.1:9901", TLS: tlsconfig.DefaultServerConfig()}
+}
 
 // Validate reports every problem with the configuration. Each error starts
 // with the field's YAML name followed by ": ".
@@ -40,7 +49,21 @@ func (c Config) Validate() error {
 	if c.TokenFile != "" && strings.TrimSpace(c.TokenFile) != c.TokenFile {
 		errs = append(errs, fmt.Errorf("token_file: %q has leading or trailing white space", c.TokenFile))
 	}
+	for _, err := range leaves(c.TLS.Validate()) {
+		errs = append(errs, fmt.Errorf("tls.%w", err))
+	}
 	return errors.Join(errs...)
+}
+
+// leaves splits errors joined with errors.Join.
+func leaves(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	if err == nil {
+		return nil
+	}
+	return []error{err}
 }
 
 // loadToken returns the admin token: env (through lookup) first, then the

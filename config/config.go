@@ -197,11 +197,11 @@ func Summary(c Config) string {
 		}
 		b.WriteString(")")
 	}
-	fmt.Fprintf(&b, ", listen %s", c.Listen)
+	fmt.Fprintf(&b, ", listen %s%s", c.Listen, tlsSummary(c.TLS.Certificates))
 	if c.Admin.Listen == "" {
 		b.WriteString(", admin off")
 	} else {
-		fmt.Fprintf(&b, ", admin %s", c.Admin.Listen)
+		fmt.Fprintf(&b, ", admin %s%s", c.Admin.Listen, tlsSummary(c.Admin.TLS.Certificates))
 	}
 	if c.Gossip.Enabled {
 		fmt.Fprintf(&b, ", gossip %s:%d", c.Gossip.BindAddr, c.Gossip.BindPort)

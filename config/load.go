@@ -21,6 +21,8 @@ type options struct {
 	env      func(string) (string, bool)
 	sets     []override
 	maxNodes int // tests lower it
+
+	fileChecks bool // WithFileChecks (tlsfiles.go)
 }
 
 // override is one explicit value: source names it in errors.
@@ -111,6 +113,9 @@ func load(name string, data []byte, opts ...Option) (Config, map[string]loc, err
 	}
 	if cfg.Gossip.Enabled {
 		d.checkGossipKey(name, cfg.Gossip.Config, o.env)
+	}
+	if o.fileChecks {
+		d.checkTLSFiles(name, cfg)
 	}
 	if len(d.probs) > 0 {
 		return Config{}, nil, &Error{Problems: sortProblems(d.sources, d.probs)}

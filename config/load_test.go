@@ -332,11 +332,11 @@ func TestLoadProblems(t *testing.T) {
 		},
 		"unknown key, no close match": {
 			yaml: "admin:\n  password: s3cret\n" + okSets,
-			want: []string{`f.yaml:2: admin.password: unknown key "password"; allowed keys: listen, token_file`},
+			want: []string{`f.yaml:2: admin.password: unknown key "password"; allowed keys: listen, token_file, tls`},
 		},
 		"unknown key from another section": {
 			yaml: "level: debug\n" + okSets,
-			want: []string{`f.yaml:1: level: unknown key "level" here (log.level is a key of another section); allowed keys here: listen, server, replica_sets, fleet, admin, log, gossip, health, audit, runtime`},
+			want: []string{`f.yaml:1: level: unknown key "level" here (log.level is a key of another section); allowed keys here: listen, tls, server, replica_sets, fleet, admin, log, gossip, health, audit, runtime`},
 		},
 		"mapping merged into itself": {
 			yaml: "server: &a {<<: *a}\n" + okSets,

@@ -37,6 +37,7 @@ const (
 	KindAdminAction    = "admin_action"    // a mutating admin API call
 	KindConfigReload   = "config_reload"   // a configuration reload, applied or refused
 	KindRuntimeChange  = "runtime_change"  // a run-time change of a replica set (create, delete, stop, start, scale, clear), from this proxy or another
+	KindTLSReload      = "tls_reload"      // a listener's TLS certificates reloaded (configuration reload or file change), or the new files refused
 	// A supervising agent's report about its replica's process: started,
 	// exited, restart scheduled, given up, repaired (field "event").
 	KindReplicaProcess = "replica_process"

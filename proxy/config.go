@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"keyway/balancer"
+	"keyway/tlsconfig"
 )
 
 // Config configures the proxy: its listener, server limits and the replica
@@ -15,6 +16,11 @@ import (
 type Config struct {
 	// Listen is the address of the proxy's HTTP listener. Default ":8080".
 	Listen string `yaml:"listen"`
+	// TLS makes the listener serve HTTPS: certificates chosen by SNI, a
+	// minimum version, optional client certificates, files re-read on
+	// reload and when they change. Without certificates (the default) the
+	// listener speaks plain HTTP.
+	TLS tlsconfig.ServerConfig `yaml:"tls"`
 	// Server holds the front end's limits and timeouts.
 	Server ServerConfig `yaml:"server"`
 	// ReplicaSets lists the replica sets; at least one is required. A
@@ -170,6 +176,7 @@ type StaticReplica struct {
 func DefaultConfig() Config {
 	return Config{
 		Listen: ":8080",
+		TLS:    tlsconfig.DefaultServerConfig(),
 		Server: ServerConfig{
 			ReadTimeout:     30 * time.Second,
 			WriteTimeout:    30 * time.Second,
@@ -208,6 +215,7 @@ func (c Config) Validate() error {
 	if err := validateListen(c.Listen); err != nil {
 		errs = append(errs, fmt.Errorf("listen: %w", err))
 	}
+	errs = append(errs, prefixed("tls.", c.TLS.Validate()))
 	errs = append(errs, prefixed("server.", c.Server.Validate()))
 	errs = append(errs, prefixed("fleet.", c.Fleet.Validate()))
 	names := map[string]int{}

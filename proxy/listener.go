@@ -55,8 +55,12 @@ type lingerConn struct {
 	linger atomic.Bool
 }
 
-// markLinger asks for a lingering close of the connection that carried ctx.
+// markLinger asks for a lingering close of the connection that carried ctx
+// (under TLS, of the TCP connection beneath it).
 func markLinger(c net.Conn) {
+	if tc, ok := c.(interface{ NetConn() net.Conn }); ok {
+		c = tc.NetConn()
+	}
 	if lc, ok := c.(*lingerConn); ok {
 		lc.linger.Store(true)
 	}

@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap"
 
 	"keyway/balancer"
+	"keyway/tlsconfig"
 )
 
 // Observer receives the outcome of every exchange with a replica that says
@@ -71,6 +72,10 @@ type Options struct {
 	// the disagreements that outlast fleet.disagreement_bound (for the
 	// audit trail). It must not block.
 	FleetEvents func(FleetEvent)
+	// TLSEvents, if non-nil, is told about every reload of the listener's
+	// TLS files that changed what it serves or was refused (for the audit
+	// trail). It must not block.
+	TLSEvents func(tlsconfig.Event)
 
 	// dial, if non-nil, replaces net.DialTimeout for connections to
 	// replicas. It is a test hook (in-memory listeners in benchmarks).
@@ -92,6 +97,7 @@ type Proxy struct {
 	traffic *trafficSampler
 	routes  atomic.Pointer[routes] // the replica sets, swapped whole by Reload
 	server  *fasthttp.Server
+	tls     *tlsconfig.Server // nil: plain HTTP
 
 	mu      sync.Mutex
 	ln      net.Listener
@@ -212,6 +218,14 @@ func New(cfg Config, opts Options) (*Proxy, error) {
 		p.clk = wallClock{}
 	}
 	p.traffic = newTrafficSampler(m.counters, p.clk.Now)
+	if cfg.TLS.Enabled() {
+		p.tls, err = tlsconfig.NewServer(cfg.TLS, tlsconfig.ServerOptions{
+			Listener: "proxy", Path: "tls", Logger: p.log.Named("tls"), Registerer: opts.Registerer, OnEvent: opts.TLSEvents,
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
 	rt, _, err := p.buildRoutes(cfg.ReplicaSets, nil)
 	if err != nil {
 		return nil, err
@@ -486,6 +500,10 @@ func (p *Proxy) Addr() net.Addr {
 	return p.ln.Addr()
 }
 
+// TLS returns the listener's TLS server (its certificates, reload and
+// watcher), or nil when the proxy speaks plain HTTP.
+func (p *Proxy) TLS() *tlsconfig.Server { return p.tls }
+
 // Ready reports whether the proxy is serving and not shutting down.
 func (p *Proxy) Ready() bool { return p.ready.Load() }
 
@@ -511,6 +529,9 @@ func (p *Proxy) Run(ctx context.Context) error {
 	sampleCtx, stopSampling := context.WithCancel(ctx)
 	var sampler sync.WaitGroup
 	sampler.Go(func() { p.runTraffic(sampleCtx) })
+	if p.tls != nil {
+		sampler.Go(func() { _ = p.tls.Run(sampleCtx) }) // the certificate files' watcher
+	}
 	defer func() {
 		stopSampling()
 		sampler.Wait()
@@ -528,15 +549,21 @@ func (p *Proxy) Run(ctx context.Context) error {
 	// it does just before its first Accept: a Shutdown before that would
 	// return at once and leave Serve running. Wait for the first Accept.
 	ln := newFrontListener(p.ln, p)
+	var serve net.Listener = ln
+	if p.tls != nil {
+		// TLS over the lingering TCP connections: a lingering close
+		// drains the raw connection after TLS's close_notify.
+		serve = p.tls.Listener(ln)
+	}
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- p.server.Serve(ln) }()
+	go func() { serveErr <- p.server.Serve(serve) }()
 	select {
 	case <-ln.accepting:
 	case err := <-serveErr:
 		return fmt.Errorf("serve: %w", err)
 	}
 	p.ready.Store(true)
-	p.log.Info("proxy listening", zap.Stringer("addr", p.ln.Addr()), zap.Strings("sets", p.Sets()))
+	p.log.Info("proxy listening", zap.Stringer("addr", p.ln.Addr()), zap.Bool("tls", p.tls != nil), zap.Strings("sets", p.Sets()))
 
 	select {
 	case err := <-serveErr:

@@ -168,6 +168,10 @@ func (p *Proxy) CheckReload(cfg Config) error {
 	if cfg.Listen != p.cfg.Listen {
 		errs = append(errs, fmt.Errorf("listen: running with %q, the file says %q: the listener is opened at start; restart keyway to change it", p.cfg.Listen, cfg.Listen))
 	}
+	if on := p.tls != nil; on != cfg.TLS.Enabled() {
+		errs = append(errs, fmt.Errorf("tls.certificates: the listener %s, the file %s: turning TLS on or off takes effect only at start; restart keyway to change it",
+			map[bool]string{true: "serves TLS", false: "speaks plain HTTP"}[on], map[bool]string{true: "has certificates", false: "has none"}[cfg.TLS.Enabled()]))
+	}
 	errs = append(errs, startOnlyDiffs("server", reflect.ValueOf(p.cfg.Server), reflect.ValueOf(cfg.Server))...)
 	for i, sc := range cfg.ReplicaSets {
 		if int(sc.MaxBodyBytes) > p.server.MaxRequestBodySize {

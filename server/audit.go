@@ -15,6 +15,7 @@ import (
 	"keyway/health"
 	"keyway/membership"
 	"keyway/proxy"
+	"keyway/tlsconfig"
 )
 
 // This file connects the components' callbacks: the audit trail is fed
@@ -212,4 +213,19 @@ func processFields(from string, e membership.ProcessEvent) map[string]any {
 		f["restarts"] = e.Restarts
 	}
 	return f
+}
+
+// auditTLS records a listener's TLS reloads (applied or refused).
+func auditTLS(l *eventlog.Log) func(tlsconfig.Event) {
+	return func(e tlsconfig.Event) {
+		certs := make([]map[string]any, len(e.Certificates))
+		for i, c := range e.Certificates {
+			certs[i] = map[string]any{"cert_file": c.CertFile, "names": c.Names, "not_after": c.NotAfter.UTC().Format(time.RFC3339), "sha256": c.SHA256}
+		}
+		fields := map[string]any{"listener": e.Listener, "result": e.Result, "source": e.Source, "certificates": certs}
+		if e.Result != "success" {
+			fields["key"], fields["file"], fields["error"] = e.Key, e.File, e.Error
+		}
+		l.Record(eventlog.KindTLSReload, "", "", fields)
+	}
 }

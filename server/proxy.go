@@ -152,6 +152,7 @@ func NewProxy(cfg config.Config, opts Options) (_ *ProxyNode, err error) {
 		FailOpen:     cfg.Health.FailOpen(),
 		FleetChanged: func() { n.pokeFleet() },
 		FleetEvents:  auditFleet(n.audit),
+		TLSEvents:    auditTLS(n.audit),
 	}
 	if cfg.Health.Passive.Enabled {
 		popts.Observer = n.hc
@@ -173,6 +174,7 @@ func NewProxy(cfg config.Config, opts Options) (_ *ProxyNode, err error) {
 			Gatherer: n.reg, Ready: readiness{n}, Logger: n.log.Named("admin"),
 			Sets: n.view, Members: n.view, Events: n.view, Config: n.view, Drainer: n.view, Fleet: n.view,
 			SetAdmin: setAdmin{n}, Repairer: n.view, Planner: n.view, Restarter: n.view,
+			Registerer: n.reg, TLSEvents: auditTLS(n.audit),
 		}
 		if opts.Load != nil {
 			aopts.Reloader = n

@@ -12,6 +12,7 @@ import (
 	"keyway/admin"
 	"keyway/config"
 	"keyway/eventlog"
+	"keyway/tlsconfig"
 )
 
 // reloadable reports whether a configuration key takes effect on a
@@ -19,7 +20,31 @@ import (
 // changes one is refused whole.
 func reloadable(path string) bool {
 	return path == "replica_sets" || strings.HasPrefix(path, "replica_sets[") ||
-		path == "log.level" || path == "admin.token_file"
+		path == "log.level" || path == "admin.token_file" ||
+		// TLS files, versions and CAs; turning TLS on or off is refused
+		// separately (tlsOnOff).
+		strings.HasPrefix(path, "tls.") || strings.HasPrefix(path, "admin.tls.")
+}
+
+// tlsOnOff reports, for each listener whose TLS the new configuration
+// turns on or off, why the reload is refused: the listener is opened with
+// or without TLS at start.
+func tlsOnOff(file string, cur, next config.Config) []string {
+	var probs []string
+	for _, l := range []struct {
+		key       string
+		was, will bool
+	}{
+		{"tls.certificates", cur.TLS.Enabled(), next.TLS.Enabled()},
+		{"admin.tls.certificates", cur.Admin.TLS.Enabled(), next.Admin.TLS.Enabled()},
+	} {
+		if l.was != l.will {
+			state := map[bool]string{true: "TLS", false: "plain HTTP"}
+			probs = append(probs, fmt.Sprintf("%s: %s: the listener serves %s, the file says %s: turning TLS on or off takes effect only at start; restart keyway to change it",
+				file, l.key, state[l.was], state[l.will]))
+		}
+	}
+	return probs
 }
 
 // reloadMetrics count reloads.
@@ -58,7 +83,8 @@ func newReloadMetrics(reg prometheus.Registerer) (*reloadMetrics, error) {
 
 // Reload re-reads the configuration file (SIGHUP, POST /v1/reload) and
 // applies what may change while keyway runs: the replica sets, the log
-// level and the admin token. Any other change, or a file that does not
+// level, the admin token and the listeners' TLS keys (their files are
+// read again even when unchanged; turning TLS on or off needs a restart). Any other change, or a file that does not
 // load, refuses the whole reload: the error is an *admin.ReloadError
 // listing every problem. source names the trigger in logs and the audit
 // trail. Reloads are serialized. It implements admin.Reloader.
@@ -97,6 +123,29 @@ func (n *ProxyNode) Reload(source string) (admin.ReloadResult, error) {
 			probs = append(probs, fmt.Sprintf("%s: %v", n.file, err))
 		}
 	}
+	probs = append(probs, tlsOnOff(n.file, n.cur, cfg)...)
+	if len(probs) > 0 {
+		return n.reloadFailed(source, probs)
+	}
+	// The listeners' TLS files are read again whether or not their keys
+	// changed (renewed certificates under the same names): a file that
+	// does not load refuses the reload, and the certificates being served
+	// stay. Installed once nothing can refuse the reload any more.
+	var installs []func()
+	for _, l := range []struct {
+		srv *tlsconfig.Server
+		cfg tlsconfig.ServerConfig
+	}{{n.p.TLS(), cfg.TLS}, {n.adminTLS(), cfg.Admin.TLS}} {
+		if l.srv == nil {
+			continue
+		}
+		pending, err := l.srv.Prepare(l.cfg, source)
+		if err != nil {
+			probs = append(probs, fmt.Sprintf("%s: %v", n.file, err))
+			continue
+		}
+		installs = append(installs, func() { l.srv.Install(pending) })
+	}
 	if len(probs) > 0 {
 		return n.reloadFailed(source, probs)
 	}
@@ -110,6 +159,9 @@ func (n *ProxyNode) Reload(source string) (admin.ReloadResult, error) {
 		return n.reloadFailed(source, lines)
 	}
 	// From here on nothing can refuse the file.
+	for _, install := range installs {
+		install()
+	}
 	if err := n.logs.SetLevel(cfg.Log.Level); err != nil {
 		n.rlog.Error("log level not applied", zap.Error(err))
 	}
@@ -139,6 +191,14 @@ func (n *ProxyNode) Reload(source string) (admin.ReloadResult, error) {
 		"added": res.Added, "removed": res.Removed, "changed": res.Changed, "ring_changed": res.RingChanged,
 	})
 	return res, nil
+}
+
+// adminTLS is the admin listener's TLS server, or nil.
+func (n *ProxyNode) adminTLS() *tlsconfig.Server {
+	if n.adm == nil {
+		return nil
+	}
+	return n.adm.TLS()
 }
 
 func (n *ProxyNode) reloadFailed(source string, probs []string) (admin.ReloadResult, error) {

@@ -174,11 +174,11 @@ func parseArgs(fs *flag.FlagSet, args []string, stderr io.Writer, usage func()) 
 	return nil
 }
 
-func loadConfig(cf *config.ProxyFlags) (config.Config, error) {
+func loadConfig(cf *config.ProxyFlags, extra ...config.Option) (config.Config, error) {
 	if cf.File == "" {
 		return config.Config{}, usageError{"no configuration file: pass -c FILE (try examples/minimal.yaml)"}
 	}
-	return config.Load(cf.File, cf.Options()...)
+	return config.Load(cf.File, append(cf.Options(), extra...)...)
 }
 
 func runValidate(args []string, stdout, stderr io.Writer) error {
@@ -187,7 +187,8 @@ func runValidate(args []string, stdout, stderr io.Writer) error {
 	if err := parseFlags(fs, args, stderr, "Usage: keyway validate -c FILE [flags]\n\nChecks a configuration file, prints a one-line summary and exits 0, or\nprints every problem and exits 2.\n\n"); err != nil {
 		return err
 	}
-	cfg, err := loadConfig(cf)
+	// The TLS files are read and checked as the listeners will.
+	cfg, err := loadConfig(cf, config.WithFileChecks())
 	if err != nil {
 		return err
 	}
@@ -203,7 +204,7 @@ func runValidate(args []string, stdout, stderr io.Writer) error {
 func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("proxy", flag.ContinueOnError)
 	cf := config.NewProxyFlags(fs)
-	if err := parseFlags(fs, args, stderr, "Usage: keyway proxy -c FILE [flags]\n\nRuns the proxy until SIGINT or SIGTERM, then drains in-flight requests.\nSIGHUP re-reads FILE (with the same flags and environment) and applies\nthe replica sets, log.level and admin.token_file without dropping a\nconnection; a file changing any other key is refused whole and logged.\n\n"); err != nil {
+	if err := parseFlags(fs, args, stderr, "Usage: keyway proxy -c FILE [flags]\n\nRuns the proxy until SIGINT or SIGTERM, then drains in-flight requests.\nSIGHUP re-reads FILE (with the same flags and environment) and applies\nthe replica sets, log.level, admin.token_file and the TLS keys and files\nwithout dropping a connection; a file changing any other key is refused whole and logged.\n\n"); err != nil {
 		return err
 	}
 	// First, so that a SIGHUP during startup waits for the node instead of

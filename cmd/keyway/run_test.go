@@ -48,6 +48,11 @@ func TestValidateExamples(t *testing.T) {
 		t.Fatalf("no examples found: %v", err)
 	}
 	files = append(files, "../../demo/demo.yaml")
+	for i, f := range files {
+		files[i], _ = filepath.Abs(f)
+	}
+	// The examples' TLS files (relative: tls/tls.crt, ...) made for the test.
+	t.Chdir(exampleCerts(t))
 	for _, f := range files {
 		if strings.HasPrefix(filepath.Base(f), "agent") {
 			continue // an agent file: agent_test.go checks it
