@@ -193,7 +193,7 @@ func (r *Report) tlsTables(b *strings.Builder) {
 		return "0"
 	}
 	fmt.Fprintf(b, "\n### TLS: the cost of terminating TLS 1.3\n\n")
-	fmt.Fprintf(b, "Each proxy on a fresh process with the run's ECDSA P-256 certificate, TLS 1.3 only, %s with %s, no session resumption, plain HTTP to the replicas; the plain columns are the same round's plain-HTTP runs.\n", tlsSuite, tlsGroup)
+	fmt.Fprintf(b, "Each proxy on a fresh process with the run's ECDSA P-256 certificate, TLS 1.3 only, %s with %s, session tickets off where the proxy has a setting for them (see Negotiated below), plain HTTP to the replicas. New connections come from a client that never resumes a session. The plain columns are the same round's plain-HTTP runs.\n", tlsSuite, tlsGroup)
 	fmt.Fprintf(b, "\n#### Keep-alive (%d connections, %v per run): CPU per request\n\n", r.Config.Connections, r.Config.Duration)
 	b.WriteString("| target | plain proxy CPU µs/req | TLS proxy CPU µs/req | TLS ÷ plain | TLS req/s | TLS proxy CPU (cores) | TLS req/s per proxy core | TLS errors |\n|---|---|---|---|---|---|---|---|\n")
 	for _, s := range rows {
