@@ -15,9 +15,10 @@ import (
 )
 
 // TestSmoke runs the harness for a few seconds against keyway and direct
-// with tiny settings and checks the numbers it writes. It needs only Go:
-// the load comes from vegeta, so wrk, HAProxy, nginx and Caddy are not
-// used even when installed.
+// with tiny settings, TLS mode included, and checks the numbers it writes.
+// It needs only Go: the load comes from vegeta and the harness's own
+// clients, so wrk, HAProxy, nginx and Caddy are not used even when
+// installed.
 func TestSmoke(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds keyway and runs load for a few seconds; skipped under -short")
@@ -40,6 +41,7 @@ func TestSmoke(t *testing.T) {
 		Targets:         []string{"direct", "keyway"},
 		IdleConns:       200,
 		LoadGen:         "vegeta",
+		TLS:             true,
 		Pin:             false, // never pin the test process
 		OutDir:          out,
 		Repo:            repo,
@@ -103,6 +105,29 @@ func TestSmoke(t *testing.T) {
 	if len(got.Ratios) == 0 || got.Ratios[0].Vs["direct"] == nil {
 		t.Errorf("no keyway/direct throughput ratio: %+v", got.Ratios)
 	}
+	kt := kw.TLS
+	if kt == nil {
+		t.Fatal("keyway has no TLS summary")
+	}
+	if kt.CPUPerReqUS == nil || !(kt.CPUPerReqUS.Median > 0) || kt.CPUOverPlain == nil || kt.Errors != 0 {
+		t.Errorf("keyway TLS keep-alive: CPU/request %+v, TLS ÷ plain %+v, errors %d; want both > 0 and no errors", kt.CPUPerReqUS, kt.CPUOverPlain, kt.Errors)
+	}
+	if kt.HandshakeRate == nil || !(kt.HandshakeRate.Median > 0) || kt.HandshakeCPUUS == nil || !(kt.HandshakeCPUUS.Median > 0) || kt.HandshakeErrors != 0 {
+		t.Errorf("keyway handshakes: %+v/s, %+v µs each, %d errors; want > 0 and no errors", kt.HandshakeRate, kt.HandshakeCPUUS, kt.HandshakeErrors)
+	}
+	if kt.ConnRate == nil || !(kt.ConnRate.Median > 0) || kt.ConnErrors != 0 || kt.IdleBytes == nil {
+		t.Errorf("keyway plain new connections %+v/s (%d errors), idle TLS memory %+v", kt.ConnRate, kt.ConnErrors, kt.IdleBytes)
+	}
+	if !strings.HasPrefix(kt.Negotiated, "TLS 1.3 ") || !strings.Contains(kt.Negotiated, " X25519") {
+		t.Errorf("keyway negotiated %q, want TLS 1.3 with X25519", kt.Negotiated)
+	}
+	if sum["direct"].TLS != nil {
+		t.Error("direct has TLS figures; the replicas speak plain HTTP")
+	}
+	if md := rep.Markdown(); !strings.Contains(md, "### TLS: the cost of terminating TLS 1.3") {
+		t.Error("the report has no TLS section")
+	}
+
 	svg, err := os.ReadFile(filepath.Join(out, "latency-200.svg"))
 	if err != nil {
 		t.Fatal(err)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -34,12 +36,17 @@ type Config struct {
 	Pin             bool          `json:"pin"`        // proxy on CPU 0, everything else on CPU 1
 	Syscalls        bool          `json:"syscalls"`   // count system calls per request with perf stat during an extra run in the last round
 	Profile         time.Duration `json:"profile"`    // keyway CPU profile taken during an extra throughput run in the last round; 0: none
-	OutDir          string        `json:"-"`
-	Keyway          string        `json:"-"`                    // a prebuilt keyway binary; "" builds one
-	KeywayRev       string        `json:"keyway_rev,omitempty"` // build keyway from this git revision instead of the working tree
-	Repo            string        `json:"-"`                    // module root, for building keyway
-	Race            bool          `json:"-"`                    // build keyway with -race (the smoke test under -race)
-	Log             io.Writer     `json:"-"`                    // progress; nil discards
+	// TLS adds, for every proxy in every round, the same proxy on a fresh
+	// process terminating TLS 1.3: idle memory, keep-alive throughput and a
+	// new connection (full handshake) per request, plus a plain
+	// new-connection run as the baseline (tls.go).
+	TLS       bool      `json:"tls"`
+	OutDir    string    `json:"-"`
+	Keyway    string    `json:"-"`                    // a prebuilt keyway binary; "" builds one
+	KeywayRev string    `json:"keyway_rev,omitempty"` // build keyway from this git revision instead of the working tree
+	Repo      string    `json:"-"`                    // module root, for building keyway
+	Race      bool      `json:"-"`                    // build keyway with -race (the smoke test under -race)
+	Log       io.Writer `json:"-"`                    // progress; nil discards
 }
 
 // Harness runs the measurements of one Config.
@@ -53,6 +60,7 @@ type Harness struct {
 	nofile   uint64 // RLIMIT_NOFILE in force, inherited by the proxies
 	proxyCPU int    // -1: not pinned
 	loadCPU  int
+	tls      *tlsFiles // with cfg.TLS: the run's certificate
 	log      io.Writer
 }
 
@@ -91,6 +99,17 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	if h.targets, h.notes, err = newTargets(cfg.Targets, bin); err != nil {
 		return nil, err
+	}
+	if cfg.TLS {
+		if h.tls, err = writeCert(dir); err != nil {
+			return nil, fmt.Errorf("TLS certificate: %w", err)
+		}
+		if slices.Contains(cfg.Targets, "direct") {
+			h.notes = append(h.notes, "TLS: direct has no TLS figures (the replicas speak plain HTTP)")
+		}
+		if _, err := exec.LookPath("openssl"); err != nil {
+			h.notes = append(h.notes, "TLS: openssl not installed, so what OpenSSL (wrk's library) negotiates was not checked; apt-get install -y openssl")
+		}
 	}
 	h.loadgen = cfg.LoadGen
 	if h.loadgen == "auto" {
@@ -249,14 +268,15 @@ func describeSource(ctx context.Context, repo, rev string) string {
 // running is a target ready for load.
 type running struct {
 	addr  string
-	admin string // keyway's admin listener
-	p     *proc  // nil for direct
+	admin string    // keyway's admin listener
+	p     *proc     // nil for direct
+	tls   *tlsFiles // non-nil: the target terminates TLS
 }
 
-// start starts t in front of the replicas and waits until it proxies a
-// request. A port taken by someone else between freePort and the bind is
-// retried with a new one.
-func (h *Harness) start(ctx context.Context, t *target, maxConns int) (*running, error) {
+// start starts t in front of the replicas (terminating TLS with tf unless
+// nil) and waits until it proxies a request. A port taken by someone else
+// between freePort and the bind is retried with a new one.
+func (h *Harness) start(ctx context.Context, t *target, maxConns int, tf *tlsFiles) (*running, error) {
 	if t.config == nil {
 		return &running{addr: h.replicas[0].addr()}, nil
 	}
@@ -270,11 +290,14 @@ func (h *Harness) start(ctx context.Context, t *target, maxConns int) (*running,
 		if err != nil {
 			return nil, err
 		}
-		env := &targetEnv{maxConns: maxConns, adminPort: admin, nofile: h.nofile}
+		env := &targetEnv{maxConns: maxConns, adminPort: admin, nofile: h.nofile, tls: tf}
 		for _, r := range h.replicas {
 			env.replicas = append(env.replicas, r.addr())
 		}
 		tdir := filepath.Join(h.dir, fmt.Sprintf("%s-%d", t.name, attempt))
+		if tf != nil {
+			tdir += "-tls"
+		}
 		if err := os.MkdirAll(tdir, 0o755); err != nil {
 			return nil, err
 		}
@@ -286,17 +309,22 @@ func (h *Harness) start(ctx context.Context, t *target, maxConns int) (*running,
 		if t.name == "caddy" {
 			penv = append(penv[:len(penv):len(penv)], "HOME="+tdir, "XDG_CONFIG_HOME="+tdir, "XDG_DATA_HOME="+tdir)
 		}
+		penv = append(penv[:len(penv):len(penv)], env.procEnv...)
 		p, err := startProc(t.name, tdir, h.proxyCPU, penv, append([]string{t.bin}, args...)...)
 		if err != nil {
 			return nil, err
 		}
 		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-		if err := waitReady(ctx, addr, 15*time.Second, p.alive); err != nil {
+		var rconf *tls.Config
+		if tf != nil {
+			rconf = tf.clientConfig()
+		}
+		if err := waitReady(ctx, addr, 15*time.Second, p.alive, rconf); err != nil {
 			p.stop(5 * time.Second)
 			last = fmt.Errorf("%s did not start: %w\n%s", t.name, err, p.tail(1500))
 			continue
 		}
-		r := &running{addr: addr, p: p}
+		r := &running{addr: addr, p: p, tls: tf}
 		if t.name == "keyway" {
 			r.admin = net.JoinHostPort("127.0.0.1", strconv.Itoa(admin))
 		}
@@ -313,17 +341,26 @@ func (r *running) stop() {
 
 // measure runs every measurement of one target in one round: memory with
 // idle connections on a fresh process, then throughput, CPU, peak RSS and
-// routing on another fresh process, then latency at each fixed rate.
+// routing on another fresh process, then latency at each fixed rate; with
+// -tls, then the TLS measurements (measureTLS).
 func (h *Harness) measure(ctx context.Context, t *target, round int) TargetRun {
 	run := TargetRun{Round: round + 1, Target: t.name, LoadAvg: loadAvg()}
 	fail := func(what string, err error) {
 		run.Failures = append(run.Failures, what+": "+err.Error())
 		h.logf("%s round %d: %s failed: %v", t.name, round+1, what, err)
 	}
+	h.measurePlain(ctx, t, round, &run, fail)
+	if h.tls != nil && t.config != nil && ctx.Err() == nil {
+		h.measureTLS(ctx, t, round, &run)
+	}
+	return run
+}
+
+func (h *Harness) measurePlain(ctx context.Context, t *target, round int, run *TargetRun, fail func(string, error)) {
 	maxConns := h.cfg.IdleConns + 2048
 
 	if h.cfg.IdleConns > 0 && t.config != nil {
-		if ir, err := h.measureIdle(ctx, t, maxConns, round == h.cfg.Rounds-1); err != nil {
+		if ir, err := h.measureIdle(ctx, t, maxConns, nil, round == h.cfg.Rounds-1); err != nil {
 			fail("idle connections", err)
 		} else {
 			run.Idle = &ir
@@ -331,46 +368,34 @@ func (h *Harness) measure(ctx context.Context, t *target, round int) TargetRun {
 		}
 	}
 
-	rt, err := h.start(ctx, t, maxConns)
+	rt, err := h.start(ctx, t, maxConns, nil)
 	if err != nil {
 		fail("start", err)
-		return run
+		return
 	}
 	defer rt.stop()
 
-	seed := uint64(round*1000 + 1)
+	seed := round*1000 + 1
+	plain := loadSpec{}
 	if h.cfg.Warmup > 0 {
-		if _, err := h.throughput(ctx, rt, h.cfg.Warmup, int(seed)+7); err != nil {
+		if _, err := h.throughput(ctx, rt, plain, h.cfg.Warmup, seed+7); err != nil {
 			fail("warm-up", err)
-			return run
+			return
 		}
 	}
 	for _, r := range h.replicas {
 		r.reset()
 	}
-	var cpu0 float64
-	if rt.p != nil {
-		cpu0, _ = treeCPU(rt.p.pid())
-	}
-	tr, err := h.throughput(ctx, rt, h.cfg.Duration, int(seed))
+	tr, err := h.loadRun(ctx, rt, plain, h.cfg.Duration, seed)
 	if err != nil {
 		fail("throughput", err)
 	} else {
 		if rt.p != nil {
-			cpu1, err1 := treeCPU(rt.p.pid())
-			mem, err2 := treeMem(rt.p.pid())
-			if err := errors.Join(err1, err2); err != nil {
+			if mem, err := treeMem(rt.p.pid()); err != nil {
 				fail("proxy stats", err)
+			} else {
+				tr.PeakRSSBytes = mem.hwm
 			}
-			tr.CPUSeconds = cpu1 - cpu0
-			tr.CPUUtil = tr.CPUSeconds / tr.Seconds
-			if tr.Requests > 0 {
-				tr.CPUPerReqUS = tr.CPUSeconds / float64(tr.Requests) * 1e6
-			}
-			if tr.CPUSeconds > 0 {
-				tr.RPSPerCore = float64(tr.Requests) / tr.CPUSeconds
-			}
-			tr.PeakRSSBytes = mem.hwm
 		}
 		reps := h.replicas
 		if t.config == nil {
@@ -385,7 +410,7 @@ func (h *Harness) measure(ctx context.Context, t *target, round int) TargetRun {
 		// throughput.
 		profile := make(chan error, 1)
 		go func() { profile <- h.saveProfile(ctx, rt.admin) }()
-		if _, err := h.throughput(ctx, rt, h.cfg.Profile+time.Second, int(seed)+11); err != nil {
+		if _, err := h.throughput(ctx, rt, plain, h.cfg.Profile+time.Second, seed+11); err != nil {
 			fail("profiled run", err)
 		}
 		if err := <-profile; err != nil {
@@ -393,7 +418,7 @@ func (h *Harness) measure(ctx context.Context, t *target, round int) TargetRun {
 		}
 	}
 	if rt.p != nil && h.cfg.Syscalls && round == h.cfg.Rounds-1 {
-		if per, err := h.countSyscalls(ctx, rt, min(h.cfg.Duration, 5*time.Second), int(seed)+13); err != nil {
+		if per, err := h.countSyscalls(ctx, rt, min(h.cfg.Duration, 5*time.Second), seed+13); err != nil {
 			fail("syscall count", err)
 		} else {
 			run.Syscalls = per
@@ -401,7 +426,7 @@ func (h *Harness) measure(ctx context.Context, t *target, round int) TargetRun {
 		}
 	}
 	for _, rate := range h.cfg.Rates {
-		lr, err := runLatency(ctx, rt.addr, &h.cfg, rate, min(h.cfg.Warmup, time.Second), h.cfg.LatencyDuration, seed+uint64(rate))
+		lr, err := runLatency(ctx, rt.addr, &h.cfg, rate, min(h.cfg.Warmup, time.Second), h.cfg.LatencyDuration, uint64(seed+rate))
 		if err != nil {
 			fail(fmt.Sprintf("latency at %d/s", rate), err)
 			continue
@@ -409,32 +434,137 @@ func (h *Harness) measure(ctx context.Context, t *target, round int) TargetRun {
 		run.Latency = append(run.Latency, lr)
 		h.logf("%s round %d: %d/s p50 %.3f p99 %.3f p99.9 %.3f max %.3f ms, errors %d", t.name, round+1, rate, lr.P50, lr.P99, lr.P999, lr.Max, lr.Errors)
 	}
+	// The plain baseline of the handshake run, last because it leaves
+	// thousands of closed connections behind.
+	if h.tls != nil && rt.p != nil {
+		if nc, err := h.newConnRun(ctx, rt, loadSpec{newConn: true}, seed+17); err != nil {
+			fail("new connection per request", err)
+		} else {
+			run.NewConn = &nc
+			h.logf("%s round %d: plain, new connection per request: %.0f conn/s, proxy CPU %.0f%%, %.1f µs/conn, errors %d", t.name, round+1, nc.RPS, 100*nc.CPUUtil, nc.CPUPerReqUS, nc.Errors)
+		}
+	}
 	if rt.p != nil && !rt.p.alive() {
 		fail("process", fmt.Errorf("%s exited during the run: %v\n%s", t.name, rt.p.err, rt.p.tail(1500)))
 	}
-	return run
 }
 
-func (h *Harness) throughput(ctx context.Context, rt *running, d time.Duration, seed int) (throughputRun, error) {
-	if h.loadgen == "wrk" {
-		return runWrk(ctx, h.dir, h.loadCPU, rt.addr, &h.cfg, d, seed)
+// measureTLS measures t terminating TLS: memory with idle TLS connections
+// on a fresh process, then, on another fresh process, what it negotiates,
+// keep-alive throughput and CPU per request, and the handshake run (a new
+// connection, so a full handshake, per request).
+func (h *Harness) measureTLS(ctx context.Context, t *target, round int, run *TargetRun) {
+	tr := &tlsTargetRun{}
+	run.TLS = tr
+	fail := func(what string, err error) {
+		run.Failures = append(run.Failures, "TLS "+what+": "+err.Error())
+		h.logf("%s round %d: TLS %s failed: %v", t.name, round+1, what, err)
 	}
-	return runVegetaMax(ctx, rt.addr, &h.cfg, d, uint64(seed))
+	maxConns := h.cfg.IdleConns + 2048
+	if h.cfg.IdleConns > 0 {
+		if ir, err := h.measureIdle(ctx, t, maxConns, h.tls, false); err != nil {
+			fail("idle connections", err)
+		} else {
+			tr.Idle = &ir
+			h.logf("%s round %d: %d idle TLS connections, %.0f bytes each", t.name, round+1, ir.Conns, ir.BytesPerConn)
+		}
+	}
+	rt, err := h.start(ctx, t, maxConns, h.tls)
+	if err != nil {
+		fail("start", err)
+		return
+	}
+	defer rt.stop()
+	if p, err := probeTLS(ctx, rt.addr, h.tls); err != nil {
+		fail("probe", err)
+	} else {
+		tr.Probe = p
+		h.logf("%s round %d: TLS negotiated %s", t.name, round+1, p)
+	}
+
+	seed := round*1000 + 101
+	ka := loadSpec{tls: h.tls}
+	if h.cfg.Warmup > 0 {
+		if _, err := h.throughput(ctx, rt, ka, h.cfg.Warmup, seed+7); err != nil {
+			fail("warm-up", err)
+			return
+		}
+	}
+	if tp, err := h.loadRun(ctx, rt, ka, h.cfg.Duration, seed); err != nil {
+		fail("throughput", err)
+	} else {
+		tr.Throughput = &tp
+		h.logf("%s round %d: TLS keep-alive: %.0f req/s (%s), proxy CPU %.0f%%, %.1f µs/req, errors %d", t.name, round+1, tp.RPS, tp.Tool, 100*tp.CPUUtil, tp.CPUPerReqUS, tp.Errors)
+	}
+	if hs, err := h.newConnRun(ctx, rt, loadSpec{tls: h.tls, newConn: true}, seed+17); err != nil {
+		fail("handshakes", err)
+	} else {
+		tr.NewConn = &hs
+		h.logf("%s round %d: TLS, full handshake per request: %.0f handshakes/s, proxy CPU %.0f%%, %.1f µs/handshake, errors %d", t.name, round+1, hs.RPS, 100*hs.CPUUtil, hs.CPUPerReqUS, hs.Errors)
+	}
+	if rt.p != nil && !rt.p.alive() {
+		fail("process", fmt.Errorf("%s exited during the run: %v\n%s", t.name, rt.p.err, rt.p.tail(1500)))
+	}
+}
+
+// newConnRun is a closed-loop run with a new connection per request, after
+// an unmeasured warm-up of the same kind of up to 1s.
+func (h *Harness) newConnRun(ctx context.Context, rt *running, spec loadSpec, seed int) (throughputRun, error) {
+	if w := min(h.cfg.Warmup, time.Second); w > 0 {
+		if _, err := h.throughput(ctx, rt, spec, w, seed+1); err != nil {
+			return throughputRun{}, fmt.Errorf("warm-up: %w", err)
+		}
+	}
+	return h.loadRun(ctx, rt, spec, h.cfg.Duration, seed)
+}
+
+// loadRun is a measured closed-loop run: the load, and the proxy's CPU
+// time during it from /proc.
+func (h *Harness) loadRun(ctx context.Context, rt *running, spec loadSpec, d time.Duration, seed int) (throughputRun, error) {
+	var cpu0 float64
+	if rt.p != nil {
+		var err error
+		if cpu0, err = treeCPU(rt.p.pid()); err != nil {
+			return throughputRun{}, fmt.Errorf("proxy stats: %w", err)
+		}
+	}
+	tr, err := h.throughput(ctx, rt, spec, d, seed)
+	if err != nil {
+		return tr, err
+	}
+	if rt.p != nil {
+		cpu1, err := treeCPU(rt.p.pid())
+		if err != nil {
+			return tr, fmt.Errorf("proxy stats: %w", err)
+		}
+		tr.setCPU(cpu1 - cpu0)
+	}
+	return tr, nil
+}
+
+func (h *Harness) throughput(ctx context.Context, rt *running, spec loadSpec, d time.Duration, seed int) (throughputRun, error) {
+	if spec.newConn {
+		return runNewConns(ctx, rt.addr, &h.cfg, spec, d, uint64(seed))
+	}
+	if h.loadgen == "wrk" {
+		return runWrk(ctx, h.dir, h.loadCPU, rt.addr, &h.cfg, spec, d, seed)
+	}
+	return runVegetaMax(ctx, rt.addr, &h.cfg, spec, d, uint64(seed))
 }
 
 // measureIdle starts a fresh process, measures its RSS, opens the idle
 // connections, measures again and stops it. For keyway it also records the
 // Go runtime's split of the memory and, in the last round with -profile, a
 // heap profile with the connections open.
-func (h *Harness) measureIdle(ctx context.Context, t *target, maxConns int, last bool) (idleRun, error) {
-	rt, err := h.start(ctx, t, maxConns)
+func (h *Harness) measureIdle(ctx context.Context, t *target, maxConns int, tf *tlsFiles, last bool) (idleRun, error) {
+	rt, err := h.start(ctx, t, maxConns, tf)
 	if err != nil {
 		return idleRun{}, err
 	}
 	defer rt.stop()
 	// A few requests first so that the pools and buffers every request
 	// needs exist before the baseline.
-	warm, err := openIdle(ctx, rt.addr, 32, h.cfg.Keys)
+	warm, err := openIdle(ctx, rt.addr, 32, h.cfg.Keys, tf)
 	if err != nil {
 		return idleRun{}, fmt.Errorf("warm-up: %w", err)
 	}
@@ -450,7 +580,7 @@ func (h *Harness) measureIdle(ctx context.Context, t *target, maxConns int, last
 		}
 	}
 	start := time.Now()
-	conns, err := openIdle(ctx, rt.addr, h.cfg.IdleConns, h.cfg.Keys)
+	conns, err := openIdle(ctx, rt.addr, h.cfg.IdleConns, h.cfg.Keys, tf)
 	if err != nil {
 		return idleRun{}, err
 	}

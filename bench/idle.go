@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -87,14 +88,20 @@ func httpGet(ctx context.Context, url string) ([]byte, error) {
 // openIdle opens n keep-alive connections to addr, sends one keyed GET on
 // each and reads its answer, and leaves them open and idle. The caller
 // closes them. Connections are opened by a bounded number of workers so
-// that the listen backlog never overflows.
-func openIdle(ctx context.Context, addr string, n, keyCount int) ([]net.Conn, error) {
+// that the listen backlog never overflows. With tf they are TLS
+// connections, each a full handshake.
+func openIdle(ctx context.Context, addr string, n, keyCount int, tf *tlsFiles) ([]net.Conn, error) {
 	conns := make([]net.Conn, n)
 	var next atomic.Int64
 	var firstErr error
 	var once sync.Once
 	var wg sync.WaitGroup
-	d := net.Dialer{Timeout: 5 * time.Second}
+	var dial func(context.Context, string, string) (net.Conn, error)
+	if tf != nil {
+		dial = (&tls.Dialer{NetDialer: &net.Dialer{Timeout: 5 * time.Second}, Config: tf.clientConfig()}).DialContext
+	} else {
+		dial = (&net.Dialer{Timeout: 5 * time.Second}).DialContext
+	}
 	for range min(32, n) {
 		wg.Go(func() {
 			for {
@@ -102,7 +109,7 @@ func openIdle(ctx context.Context, addr string, n, keyCount int) ([]net.Conn, er
 				if i >= n || ctx.Err() != nil {
 					return
 				}
-				c, err := oneRequestConn(ctx, &d, addr, keyName(i%keyCount))
+				c, err := oneRequestConn(ctx, dial, addr, keyName(i%keyCount))
 				if err != nil {
 					once.Do(func() { firstErr = fmt.Errorf("connection %d of %d: %w", i+1, n, err) })
 					next.Store(int64(n)) // stop the other workers
@@ -123,8 +130,8 @@ func openIdle(ctx context.Context, addr string, n, keyCount int) ([]net.Conn, er
 	return conns, nil
 }
 
-func oneRequestConn(ctx context.Context, d *net.Dialer, addr, key string) (net.Conn, error) {
-	c, err := d.DialContext(ctx, "tcp", addr)
+func oneRequestConn(ctx context.Context, dial func(context.Context, string, string) (net.Conn, error), addr, key string) (net.Conn, error) {
+	c, err := dial(ctx, "tcp", addr)
 	if err != nil {
 		return nil, err
 	}

@@ -42,6 +42,37 @@ type throughputRun struct {
 	Routing      routing `json:"routing"`
 }
 
+// loadSpec is how the load generator talks to the target.
+type loadSpec struct {
+	// tls: HTTPS with the run's certificate (nil: plain HTTP).
+	tls *tlsFiles
+	// newConn: every request on a new connection (Connection: close), so
+	// that with tls every request costs a full handshake; always the
+	// harness's own client (runNewConns).
+	newConn bool
+}
+
+func (s loadSpec) url(addr string) string {
+	if s.tls != nil {
+		return "https://" + addr + "/ingest"
+	}
+	return "http://" + addr + "/ingest"
+}
+
+// setCPU records the proxy's CPU time over the run and what follows from it.
+func (t *throughputRun) setCPU(seconds float64) {
+	t.CPUSeconds = seconds
+	if t.Seconds > 0 {
+		t.CPUUtil = seconds / t.Seconds
+	}
+	if t.Requests > 0 {
+		t.CPUPerReqUS = seconds / float64(t.Requests) * 1e6
+	}
+	if seconds > 0 {
+		t.RPSPerCore = float64(t.Requests) / seconds
+	}
+}
+
 // wrkScript sends POST /ingest with a body of bodySize bytes and an X-Key
 // drawn uniformly from keyCount keys; the requests are prebuilt in init so
 // that request() costs one table lookup. done() prints one JSON line.
@@ -94,15 +125,17 @@ func tailString(s string, n int) string {
 	return s
 }
 
-// runWrk runs wrk (pinned to cpu when cpu >= 0) against addr.
-func runWrk(ctx context.Context, dir string, cpu int, addr string, cfg *Config, d time.Duration, seed int) (throughputRun, error) {
+// runWrk runs wrk (pinned to cpu when cpu >= 0) against addr. wrk does
+// not verify the certificate; OpenSSL still checks the server's signature
+// in every full handshake.
+func runWrk(ctx context.Context, dir string, cpu int, addr string, cfg *Config, spec loadSpec, d time.Duration, seed int) (throughputRun, error) {
 	script := filepath.Join(dir, "post.lua")
 	if err := os.WriteFile(script, fmt.Appendf(nil, wrkScript, cfg.Keys, seed, cfg.Body), 0o644); err != nil {
 		return throughputRun{}, err
 	}
 	secs := max(1, int(math.Round(d.Seconds())))
 	argv := []string{"wrk", "-t1", "-c" + strconv.Itoa(cfg.Connections), "-d" + strconv.Itoa(secs) + "s",
-		"--timeout", "5s", "-s", script, "http://" + addr + "/ingest"}
+		"--timeout", "5s", "-s", script, spec.url(addr)}
 	if cpu >= 0 {
 		argv = append([]string{"taskset", "-c", strconv.Itoa(cpu)}, argv...)
 	}
@@ -130,7 +163,7 @@ func runWrk(ctx context.Context, dir string, cpu int, addr string, cfg *Config, 
 // keyTargeter returns a vegeta Targeter sending POST /ingest with a body of
 // bodySize bytes and X-Key drawn uniformly (seeded, so runs are
 // repeatable) from keyCount keys. It is safe for concurrent use.
-func keyTargeter(addr string, keyCount, bodySize int, seed uint64) vegeta.Targeter {
+func keyTargeter(url string, keyCount, bodySize int, seed uint64) vegeta.Targeter {
 	rng := rand.New(rand.NewPCG(seed, 0x6b6579776179))
 	const n = 1 << 16
 	order := make([]int, n)
@@ -142,7 +175,6 @@ func keyTargeter(addr string, keyCount, bodySize int, seed uint64) vegeta.Target
 		hdrs[i] = http.Header{"X-Key": {keyName(i)}}
 	}
 	body := bytes.Repeat([]byte("x"), bodySize)
-	url := "http://" + addr + "/ingest"
 	var next atomic.Uint64
 	return func(t *vegeta.Target) error {
 		i := order[next.Add(1)%n]
@@ -153,18 +185,20 @@ func keyTargeter(addr string, keyCount, bodySize int, seed uint64) vegeta.Target
 
 // newHTTPClient is the client vegeta attacks through: keep-alive, loopback
 // only, no compression, connections shared between the warm-up and the
-// measured attack.
-func newHTTPClient(conns int) *http.Client {
-	return &http.Client{
-		Timeout: 10 * time.Second,
-		Transport: &http.Transport{
-			DialContext:         (&net.Dialer{Timeout: 2 * time.Second}).DialContext,
-			MaxIdleConns:        conns * 2,
-			MaxIdleConnsPerHost: conns * 2,
-			IdleConnTimeout:     time.Minute,
-			DisableCompression:  true,
-		},
+// measured attack. With TLS it speaks HTTP/1.1 (a custom TLS config turns
+// off net/http's HTTP/2).
+func newHTTPClient(conns int, spec loadSpec) *http.Client {
+	tr := &http.Transport{
+		DialContext:         (&net.Dialer{Timeout: 2 * time.Second}).DialContext,
+		MaxIdleConns:        conns * 2,
+		MaxIdleConnsPerHost: conns * 2,
+		IdleConnTimeout:     time.Minute,
+		DisableCompression:  true,
 	}
+	if spec.tls != nil {
+		tr.TLSClientConfig = spec.tls.clientConfig()
+	}
+	return &http.Client{Timeout: 10 * time.Second, Transport: tr}
 }
 
 // attackResult is what one vegeta attack produced.
@@ -215,10 +249,10 @@ func attack(ctx context.Context, client *http.Client, tr vegeta.Targeter, rate, 
 
 // runVegetaMax is the fallback closed-loop throughput run when wrk is not
 // installed: conns workers, each with its own keep-alive connection.
-func runVegetaMax(ctx context.Context, addr string, cfg *Config, d time.Duration, seed uint64) (throughputRun, error) {
-	client := newHTTPClient(cfg.Connections)
+func runVegetaMax(ctx context.Context, addr string, cfg *Config, spec loadSpec, d time.Duration, seed uint64) (throughputRun, error) {
+	client := newHTTPClient(cfg.Connections, spec)
 	defer client.CloseIdleConnections()
-	res := attack(ctx, client, keyTargeter(addr, cfg.Keys, cfg.Body, seed), 0, cfg.Connections, d, false)
+	res := attack(ctx, client, keyTargeter(spec.url(addr), cfg.Keys, cfg.Body, seed), 0, cfg.Connections, d, false)
 	if err := ctx.Err(); err != nil {
 		return throughputRun{}, err
 	}
@@ -252,9 +286,9 @@ type latencyRun struct {
 // runLatency warms the connections up for warm at the rate, then measures
 // d of open-loop load.
 func runLatency(ctx context.Context, addr string, cfg *Config, rate int, warm, d time.Duration, seed uint64) (latencyRun, error) {
-	client := newHTTPClient(64)
+	client := newHTTPClient(64, loadSpec{})
 	defer client.CloseIdleConnections()
-	tr := keyTargeter(addr, cfg.Keys, cfg.Body, seed)
+	tr := keyTargeter(loadSpec{}.url(addr), cfg.Keys, cfg.Body, seed)
 	if warm > 0 {
 		attack(ctx, client, tr, rate, 16, warm, false)
 	}

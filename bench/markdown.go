@@ -86,6 +86,7 @@ func (r *Report) Markdown() string {
 		b.WriteString("\n")
 	}
 	r.syscallTable(&b)
+	r.tlsTables(&b)
 	if len(r.Ratios) > 0 {
 		var others []string
 		for _, s := range r.Summary {
@@ -171,5 +172,58 @@ func (r *Report) syscallTable(b *strings.Builder) {
 			fmt.Fprintf(b, " %.2f |", s.Syscalls[c])
 		}
 		b.WriteString("\n")
+	}
+}
+
+// tlsTables renders the -tls figures next to the plain ones.
+func (r *Report) tlsTables(b *strings.Builder) {
+	var rows []TargetSummary
+	for _, s := range r.Summary {
+		if s.TLS != nil {
+			rows = append(rows, s)
+		}
+	}
+	if len(rows) == 0 {
+		return
+	}
+	flag := func(n int64) string {
+		if n > 0 {
+			return fmt.Sprintf("**%d (flagged)**", n)
+		}
+		return "0"
+	}
+	fmt.Fprintf(b, "\n### TLS: the cost of terminating TLS 1.3\n\n")
+	fmt.Fprintf(b, "Each proxy on a fresh process with the run's ECDSA P-256 certificate, TLS 1.3 only, %s with %s, session tickets off where the proxy has a setting for them (see Negotiated below), plain HTTP to the replicas. New connections come from a client that never resumes a session. The plain columns are the same round's plain-HTTP runs.\n", tlsSuite, tlsGroup)
+	fmt.Fprintf(b, "\n#### Keep-alive (%d connections, %v per run): CPU per request\n\n", r.Config.Connections, r.Config.Duration)
+	b.WriteString("| target | plain proxy CPU µs/req | TLS proxy CPU µs/req | TLS ÷ plain | TLS req/s | TLS proxy CPU (cores) | TLS req/s per proxy core | TLS errors |\n|---|---|---|---|---|---|---|---|\n")
+	for _, s := range rows {
+		t := s.TLS
+		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", s.Target, fs(s.CPUPerReqUS, "%.1f"), fs(t.CPUPerReqUS, "%.1f"), fs(t.CPUOverPlain, "%.2f"),
+			fs(t.RPS, "%.0f"), fs(t.CPUUtil, "%.2f"), fs(t.RPSPerCore, "%.0f"), flag(t.Errors))
+	}
+	fmt.Fprintf(b, "\n#### A new connection per request (`Connection: close`, %d connections, %v per run): handshakes\n\n", r.Config.Connections, r.Config.Duration)
+	b.WriteString("| target | plain conn/s | plain proxy CPU µs/conn | TLS handshakes/s | TLS proxy CPU (cores) | handshakes per proxy core-second | proxy CPU µs/handshake | handshake's own µs (TLS − plain) | errors plain · TLS |\n|---|---|---|---|---|---|---|---|---|\n")
+	for _, s := range rows {
+		t := s.TLS
+		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s · %s |\n", s.Target, fs(t.ConnRate, "%.0f"), fs(t.ConnCPUUS, "%.1f"),
+			fs(t.HandshakeRate, "%.0f"), fs(t.HandshakeCPUUtil, "%.2f"), fs(t.HandshakesPerCore, "%.0f"), fs(t.HandshakeCPUUS, "%.1f"),
+			fs(t.HandshakeOverConnUS, "%.1f"), flag(t.ConnErrors), flag(t.HandshakeErrors))
+	}
+	if r.Config.IdleConns > 0 {
+		fmt.Fprintf(b, "\n#### Memory with %d idle keep-alive connections\n\n| target | bytes per idle conn, plain | bytes per idle conn, TLS |\n|---|---|---|\n", r.Config.IdleConns)
+		for _, s := range rows {
+			fmt.Fprintf(b, "| %s | %s | %s |\n", s.Target, fs(s.IdleBytes, "%.0f"), fs(s.TLS.IdleBytes, "%.0f"))
+		}
+	}
+	b.WriteString("\nNegotiated (Go client offering what OpenSSL offers; then `openssl s_client` with OpenSSL's defaults, as wrk):\n")
+	for _, s := range rows {
+		n := s.TLS.Negotiated
+		if n == "" {
+			n = "not probed"
+		}
+		fmt.Fprintf(b, "- %s: %s\n", s.Target, n)
+		for _, u := range s.TLS.Unfair {
+			fmt.Fprintf(b, "  - **differs from the others**, %s\n", u)
+		}
 	}
 }

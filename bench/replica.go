@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -143,9 +144,9 @@ func measureRouting(reps []*replica) routing {
 	return out
 }
 
-// waitReady polls addr with a keyed GET until it answers 200 or the
-// deadline passes.
-func waitReady(ctx context.Context, addr string, timeout time.Duration, alive func() bool) error {
+// waitReady polls addr with a keyed GET (over TLS with tconf) until it
+// answers 200 or the deadline passes.
+func waitReady(ctx context.Context, addr string, timeout time.Duration, alive func() bool, tconf *tls.Config) error {
 	deadline := time.Now().Add(timeout)
 	var last error
 	tick := time.NewTicker(50 * time.Millisecond)
@@ -154,7 +155,7 @@ func waitReady(ctx context.Context, addr string, timeout time.Duration, alive fu
 		if alive != nil && !alive() {
 			return errors.New("process exited")
 		}
-		code, err := probe(addr)
+		code, err := probe(ctx, addr, tconf)
 		if err == nil && code == 200 {
 			return nil
 		}
@@ -171,7 +172,13 @@ func waitReady(ctx context.Context, addr string, timeout time.Duration, alive fu
 	return fmt.Errorf("not ready after %v: %v", timeout, last)
 }
 
-func probe(addr string) (int, error) {
+func probe(ctx context.Context, addr string, tconf *tls.Config) (int, error) {
+	if tconf != nil {
+		if _, err := tlsRequest(ctx, addr, tconf); err != nil {
+			return 0, err
+		}
+		return 200, nil
+	}
 	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)

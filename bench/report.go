@@ -46,7 +46,23 @@ type TargetRun struct {
 	// System calls per request by name ("all": every call), from perf
 	// stat during an extra run in the last round (-syscalls).
 	Syscalls map[string]float64 `json:"syscalls_per_request,omitempty"`
-	Failures []string           `json:"failures,omitempty"`
+	// With -tls: NewConn is the plain-HTTP run with a new connection per
+	// request (the baseline of TLS's handshake run), and TLS the same
+	// proxy terminating TLS (proxies only).
+	NewConn  *throughputRun `json:"new_conn,omitempty"`
+	TLS      *tlsTargetRun  `json:"tls,omitempty"`
+	Failures []string       `json:"failures,omitempty"`
+}
+
+// tlsTargetRun is one proxy terminating TLS in one round.
+type tlsTargetRun struct {
+	Probe *tlsProbe `json:"probe,omitempty"`
+	// Throughput is keep-alive (as the plain throughput run); NewConn has
+	// a new connection, so a full handshake, per request: its requests
+	// are handshakes and its CPU per request is CPU per handshake.
+	Throughput *throughputRun `json:"throughput,omitempty"`
+	NewConn    *throughputRun `json:"handshakes,omitempty"`
+	Idle       *idleRun       `json:"idle,omitempty"`
 }
 
 // Stat is the median and range of one number over rounds.
@@ -87,7 +103,43 @@ type TargetSummary struct {
 	IdleBaseMiB   *Stat              `json:"idle_rss_before_mib,omitempty"`
 	Latency       []LatencySummary   `json:"latency,omitempty"`
 	Syscalls      map[string]float64 `json:"syscalls_per_request,omitempty"` // last round
+	TLS           *TLSSummary        `json:"tls,omitempty"`
 	Failures      []string           `json:"failures,omitempty"`
+}
+
+// TLSSummary is one proxy's TLS figures over all rounds, with the plain
+// figures they are compared with.
+type TLSSummary struct {
+	// Negotiated is the last round's probe; Unfair lists every round whose
+	// probe differs from what all targets must negotiate.
+	Negotiated string   `json:"negotiated,omitempty"`
+	Unfair     []string `json:"unfair,omitempty"`
+	// Keep-alive over TLS.
+	RPS         *Stat `json:"rps,omitempty"`
+	CPUUtil     *Stat `json:"proxy_cpu_util,omitempty"`
+	CPUPerReqUS *Stat `json:"proxy_cpu_us_per_request,omitempty"`
+	RPSPerCore  *Stat `json:"rps_per_proxy_core,omitempty"`
+	// CPUOverPlain is TLS ÷ plain CPU per request, keep-alive, same round.
+	CPUOverPlain *Stat `json:"cpu_per_request_tls_over_plain,omitempty"`
+	Errors       int64 `json:"errors"`
+	// A new plain-HTTP connection per request: connections/s, proxy CPU,
+	// CPU µs per connection, connections per proxy CPU-second.
+	ConnRate     *Stat `json:"plain_conns_per_second,omitempty"`
+	ConnCPUUtil  *Stat `json:"plain_conn_proxy_cpu_util,omitempty"`
+	ConnCPUUS    *Stat `json:"plain_conn_proxy_cpu_us,omitempty"`
+	ConnsPerCore *Stat `json:"plain_conns_per_proxy_core,omitempty"`
+	ConnErrors   int64 `json:"plain_conn_errors"`
+	// A new TLS connection (full handshake) per request.
+	HandshakeRate     *Stat `json:"handshakes_per_second,omitempty"`
+	HandshakeCPUUtil  *Stat `json:"handshake_proxy_cpu_util,omitempty"`
+	HandshakeCPUUS    *Stat `json:"proxy_cpu_us_per_handshake,omitempty"`
+	HandshakesPerCore *Stat `json:"handshakes_per_proxy_core,omitempty"`
+	HandshakeErrors   int64 `json:"handshake_errors"`
+	// HandshakeOverConnUS is the handshake's own CPU: µs per TLS
+	// connection − µs per plain connection, same round.
+	HandshakeOverConnUS *Stat `json:"proxy_cpu_us_per_handshake_over_plain_conn,omitempty"`
+	// Memory per idle keep-alive TLS connection.
+	IdleBytes *Stat `json:"idle_bytes_per_conn,omitempty"`
 }
 
 // LatencySummary is one target at one fixed rate over all rounds.
@@ -184,6 +236,11 @@ func summariseTarget(name string, runs []TargetRun, rates []int) TargetSummary {
 		if run.Syscalls != nil {
 			s.Syscalls = run.Syscalls
 		}
+		if run.TLS != nil || run.NewConn != nil {
+			if s.TLS == nil {
+				s.TLS = &TLSSummary{}
+			}
+		}
 		if i := run.Idle; i != nil {
 			idle = append(idle, i.BytesPerConn)
 			idleWith = append(idleWith, float64(i.RSSWith)/(1<<20))
@@ -191,6 +248,9 @@ func summariseTarget(name string, runs []TargetRun, rates []int) TargetSummary {
 		}
 	}
 	s.KeysSeen = max(s.KeysSeen, 0)
+	if s.TLS != nil {
+		summariseTLS(s.TLS, runs)
+	}
 	s.RPS, s.CPUUtil, s.CPUPerReqUS, s.RPSPerCore, s.PeakRSSMiB = newStat(rps), newStat(util), newStat(cpu), newStat(perCore), newStat(peak)
 	s.Balance, s.IdleBytes, s.IdleRSSMiB, s.IdleBaseMiB = newStat(bal), newStat(idle), newStat(idleWith), newStat(idleBase)
 	for _, rate := range rates {
@@ -221,6 +281,48 @@ func summariseTarget(name string, runs []TargetRun, rates []int) TargetSummary {
 		s.Latency = append(s.Latency, ls)
 	}
 	return s
+}
+
+// summariseTLS fills s from the TLS and new-connection runs.
+func summariseTLS(s *TLSSummary, runs []TargetRun) {
+	var rps, util, cpu, perCore, over, cRate, cUtil, cCPU, cPer, hRate, hUtil, hCPU, hPer, hOver, idle []float64
+	for _, run := range runs {
+		if c := run.NewConn; c != nil {
+			cRate, cUtil, cCPU, cPer = append(cRate, c.RPS), append(cUtil, c.CPUUtil), append(cCPU, c.CPUPerReqUS), append(cPer, c.RPSPerCore)
+			s.ConnErrors += c.Errors
+		}
+		t := run.TLS
+		if t == nil {
+			continue
+		}
+		if p := t.Probe; p != nil {
+			s.Negotiated = p.String()
+			if why := p.fair(); why != "" {
+				s.Unfair = append(s.Unfair, fmt.Sprintf("round %d: %s", run.Round, why))
+			}
+		}
+		if k := t.Throughput; k != nil {
+			rps, util, cpu, perCore = append(rps, k.RPS), append(util, k.CPUUtil), append(cpu, k.CPUPerReqUS), append(perCore, k.RPSPerCore)
+			s.Errors += k.Errors
+			if p := run.Throughput; p != nil && p.CPUPerReqUS > 0 && k.CPUPerReqUS > 0 {
+				over = append(over, k.CPUPerReqUS/p.CPUPerReqUS)
+			}
+		}
+		if h := t.NewConn; h != nil {
+			hRate, hUtil, hCPU, hPer = append(hRate, h.RPS), append(hUtil, h.CPUUtil), append(hCPU, h.CPUPerReqUS), append(hPer, h.RPSPerCore)
+			s.HandshakeErrors += h.Errors
+			if c := run.NewConn; c != nil && c.CPUPerReqUS > 0 && h.CPUPerReqUS > 0 {
+				hOver = append(hOver, h.CPUPerReqUS-c.CPUPerReqUS)
+			}
+		}
+		if i := t.Idle; i != nil {
+			idle = append(idle, i.BytesPerConn)
+		}
+	}
+	s.RPS, s.CPUUtil, s.CPUPerReqUS, s.RPSPerCore, s.CPUOverPlain = newStat(rps), newStat(util), newStat(cpu), newStat(perCore), newStat(over)
+	s.ConnRate, s.ConnCPUUtil, s.ConnCPUUS, s.ConnsPerCore = newStat(cRate), newStat(cUtil), newStat(cCPU), newStat(cPer)
+	s.HandshakeRate, s.HandshakeCPUUtil, s.HandshakeCPUUS, s.HandshakesPerCore = newStat(hRate), newStat(hUtil), newStat(hCPU), newStat(hPer)
+	s.IdleBytes, s.HandshakeOverConnUS = newStat(idle), newStat(hOver)
 }
 
 // curve samples the percentile curve of sorted latencies from p50 to
@@ -300,7 +402,59 @@ func (r *Report) ratioMetrics() []ratioMetric {
 			return tput(run, func(t *throughputRun) float64 { return float64(t.PeakRSSBytes) })
 		}},
 	)
+	if r.Config.TLS {
+		ms = append(ms, tlsRatioMetrics()...)
+	}
 	return ms
+}
+
+// tlsRatioMetrics are the -tls figures compared between proxies.
+func tlsRatioMetrics() []ratioMetric {
+	tlsKA := func(f func(*throughputRun) float64) func(TargetRun) (float64, bool) {
+		return func(run TargetRun) (float64, bool) {
+			if run.TLS == nil || run.TLS.Throughput == nil {
+				return 0, false
+			}
+			return f(run.TLS.Throughput), true
+		}
+	}
+	tlsHS := func(f func(*throughputRun) float64) func(TargetRun) (float64, bool) {
+		return func(run TargetRun) (float64, bool) {
+			if run.TLS == nil || run.TLS.NewConn == nil {
+				return 0, false
+			}
+			return f(run.TLS.NewConn), true
+		}
+	}
+	rps := func(t *throughputRun) float64 { return t.RPS }
+	cpu := func(t *throughputRun) float64 { return t.CPUPerReqUS }
+	perCore := func(t *throughputRun) float64 { return t.RPSPerCore }
+	return []ratioMetric{
+		{name: "TLS keep-alive: req/s with the proxy on one core", better: "higher", proxiesOnly: true, value: tlsKA(rps)},
+		{name: "TLS keep-alive: proxy CPU µs per request", better: "lower", proxiesOnly: true, value: tlsKA(cpu)},
+		{name: "TLS keep-alive: req per proxy CPU-second", better: "higher", proxiesOnly: true, value: tlsKA(perCore)},
+		{name: "TLS ÷ plain proxy CPU per request (keep-alive)", better: "lower", proxiesOnly: true, value: func(run TargetRun) (float64, bool) {
+			if run.TLS == nil || run.TLS.Throughput == nil || run.Throughput == nil || run.Throughput.CPUPerReqUS <= 0 {
+				return 0, false
+			}
+			return run.TLS.Throughput.CPUPerReqUS / run.Throughput.CPUPerReqUS, true
+		}},
+		{name: "plain, new connection per request: proxy CPU µs per connection", better: "lower", proxiesOnly: true, value: func(run TargetRun) (float64, bool) {
+			if run.NewConn == nil {
+				return 0, false
+			}
+			return run.NewConn.CPUPerReqUS, true
+		}},
+		{name: "TLS handshakes/s with the proxy on one core", better: "higher", proxiesOnly: true, value: tlsHS(rps)},
+		{name: "TLS handshakes per proxy CPU-second", better: "higher", proxiesOnly: true, value: tlsHS(perCore)},
+		{name: "proxy CPU µs per TLS handshake (new connection per request)", better: "lower", proxiesOnly: true, value: tlsHS(cpu)},
+		{name: "bytes per idle keep-alive TLS connection", better: "lower", proxiesOnly: true, value: func(run TargetRun) (float64, bool) {
+			if run.TLS == nil || run.TLS.Idle == nil {
+				return 0, false
+			}
+			return run.TLS.Idle.BytesPerConn, true
+		}},
+	}
 }
 
 func tput(run TargetRun, f func(*throughputRun) float64) (float64, bool) {

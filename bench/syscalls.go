@@ -111,7 +111,7 @@ func (h *Harness) countSyscalls(ctx context.Context, rt *running, d time.Duratio
 	if err != nil {
 		return nil, err
 	}
-	tr, err := h.throughput(ctx, rt, d, seed)
+	tr, err := h.throughput(ctx, rt, loadSpec{}, d, seed)
 	counts, serr := c.stop()
 	if err := errors.Join(err, serr); err != nil {
 		return nil, err

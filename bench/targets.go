@@ -28,6 +28,12 @@ type targetEnv struct {
 	maxConns  int      // client connections the proxy must accept (idle test + slack)
 	adminPort int      // keyway's admin listener (pprof)
 	nofile    uint64   // RLIMIT_NOFILE the proxies inherit
+	// tls, when set, makes the proxy terminate TLS 1.3 on its listener
+	// with this certificate (tls.go); the replicas stay plain HTTP.
+	tls *tlsFiles
+	// procEnv is set by the config function: extra environment for the
+	// proxy's process.
+	procEnv []string
 }
 
 // targetNames is the order targets are listed in tables.
@@ -94,12 +100,17 @@ func write(dir, name, text string) (string, error) {
 // keywayConfig: static replicas, key header X-Key, one replica set, admin
 // on a free loopback port, warn-level logs, no access log. max_conns is
 // raised for the idle-connection test; the pool per replica is the default.
+// With TLS: the tls section with the run's certificate and TLS 1.3 only;
+// Go picks the suite and group (tls.go).
 func keywayConfig(dir string, port int, e *targetEnv) ([]string, error) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "listen: \"127.0.0.1:%d\"\n", port)
 	fmt.Fprintf(&b, "server:\n  max_conns: %d\n  idle_timeout: 10m\n  shutdown_timeout: 5s\n", e.maxConns)
 	fmt.Fprintf(&b, "admin:\n  listen: \"127.0.0.1:%d\"\n", e.adminPort)
 	b.WriteString("log:\n  level: warn\n  access_log: false\n")
+	if e.tls != nil {
+		fmt.Fprintf(&b, "tls:\n  certificates:\n    - {cert_file: %q, key_file: %q}\n  min_version: \"1.3\"\n", e.tls.certFile, e.tls.keyFile)
+	}
 	fmt.Fprintf(&b, "replica_sets:\n  - name: bench\n    replicas: %d\n    key: [{header: X-Key}]\n    timeouts: {idle: 10m}\n    static:\n", len(e.replicas))
 	for i, a := range e.replicas {
 		fmt.Fprintf(&b, "      - {name: r%d, addr: %q}\n", i, a)
@@ -115,13 +126,31 @@ func keywayConfig(dir string, port int, e *targetEnv) ([]string, error) {
 // RLIMIT_NOFILE that far (no CAP_SYS_RESOURCE), refuses to start unless
 // strict-limits is off; idle client connections need one descriptor each,
 // so the inherited limit is enough for them.
+//
+// With TLS: the bind line terminates TLS 1.3 only, with Go's suite and
+// group; no session cache and no session tickets. HAProxy 2.6 has no
+// setting for the number of TLS 1.3 tickets, and OpenSSL sends two
+// (stateful, useless without a cache) even with no-tls-tickets, so an
+// OpenSSL configuration file (OPENSSL_CONF, applied by OpenSSL to every
+// SSL_CTX) sets NumTickets to 0, as nginx does with ssl_conf_command.
 func haproxyConfig(dir string, port int, e *targetEnv) ([]string, error) {
+	bind := ""
+	global := ""
+	if e.tls != nil {
+		bind = fmt.Sprintf(" ssl crt %s ssl-min-ver TLSv1.3 ciphersuites %s curves %s no-tls-tickets", e.tls.pemFile, tlsSuite, tlsGroup)
+		global = "  tune.ssl.cachesize 0\n"
+		conf, err := write(dir, "openssl.cnf", opensslNoTickets)
+		if err != nil {
+			return nil, err
+		}
+		e.procEnv = append(e.procEnv, "OPENSSL_CONF="+conf)
+	}
 	var b strings.Builder
 	fmt.Fprintf(&b, `global
   nbthread 1
   maxconn %[1]d
   no strict-limits
-
+%[3]s
 defaults
   mode http
   option http-keep-alive
@@ -133,14 +162,14 @@ defaults
   timeout http-request 30s
 
 frontend fe
-  bind 127.0.0.1:%[2]d
+  bind 127.0.0.1:%[2]d%[4]s
   maxconn %[1]d
   default_backend be
 
 backend be
   balance hdr(X-Key)
   hash-type consistent
-`, e.maxConns, port)
+`, e.maxConns, port, global, bind)
 	for i, a := range e.replicas {
 		fmt.Fprintf(&b, "  server r%d %s\n", i, a)
 	}
@@ -148,10 +177,26 @@ backend be
 	return []string{"-f", path, "-db"}, err
 }
 
+// opensslNoTickets is an OpenSSL configuration that makes every server
+// SSL_CTX send no TLS 1.3 session tickets.
+const opensslNoTickets = `openssl_conf = bench_conf
+[bench_conf]
+ssl_conf = bench_ssl
+[bench_ssl]
+system_default = bench_system_default
+[bench_system_default]
+NumTickets = 0
+`
+
 // nginxConfig: one worker, consistent (ketama) hashing on $http_x_key,
 // upstream keep-alive, no access log, unlimited requests per client
 // connection (the default of 1000 would make wrk reconnect).
 // worker_connections counts client and upstream connections alike.
+//
+// With TLS: TLS 1.3 only, with Go's suite (ssl_conf_command, since
+// ssl_ciphers does not cover TLS 1.3) and group; no session tickets and no
+// session cache and no TLS 1.3 tickets (OpenSSL sends two stateful ones
+// otherwise), so that no handshake is a resumption.
 func nginxConfig(dir string, port int, e *targetEnv) ([]string, error) {
 	tmp := filepath.Join(dir, "nginx-tmp")
 	if err := os.MkdirAll(tmp, 0o777); err != nil {
@@ -160,6 +205,19 @@ func nginxConfig(dir string, port int, e *targetEnv) ([]string, error) {
 	user := ""
 	if os.Geteuid() == 0 {
 		user = "user root;\n"
+	}
+	listen, tlsConf := "", ""
+	if e.tls != nil {
+		listen = " ssl"
+		tlsConf = fmt.Sprintf(`    ssl_certificate %s;
+    ssl_certificate_key %s;
+    ssl_protocols TLSv1.3;
+    ssl_conf_command Ciphersuites %s;
+    ssl_ecdh_curve %s;
+    ssl_session_tickets off;
+    ssl_session_cache off;
+    ssl_conf_command NumTickets 0;
+`, e.tls.certFile, e.tls.keyFile, tlsSuite, tlsGroup)
 	}
 	var ups strings.Builder
 	for _, a := range e.replicas {
@@ -191,44 +249,63 @@ http {
     keepalive_timeout 600s;
   }
   server {
-    listen 127.0.0.1:%[5]d;
-    location / {
+    listen 127.0.0.1:%[5]d%[7]s;
+%[8]s    location / {
       proxy_pass http://be;
       proxy_http_version 1.1;
       proxy_set_header Connection "";
     }
   }
 }
-`, user, tmp, e.maxConns, ups.String(), port, e.nofile)
+`, user, tmp, e.maxConns, ups.String(), port, e.nofile, listen, tlsConf)
 	path, err := write(dir, "nginx.conf", text)
 	return []string{"-e", filepath.Join(tmp, "nginx-error.log"), "-p", tmp, "-c", path}, err
 }
 
 // caddyConfig: JSON config, reverse_proxy with the header selection policy
 // on X-Key (rendezvous hashing), keep-alive pool to the replicas, admin
-// endpoint off, no access log, error-level logs.
+// endpoint off, no access log, error-level logs, HTTP/1.1 only.
+//
+// With TLS: the run's certificate loaded from files (no automatic HTTPS),
+// TLS 1.3 only with X25519, session tickets disabled; Go picks the suite.
 func caddyConfig(dir string, port int, e *targetEnv) ([]string, error) {
 	var ups []map[string]string
 	for _, a := range e.replicas {
 		ups = append(ups, map[string]string{"dial": a})
 	}
+	server := map[string]any{
+		"listen":          []string{fmt.Sprintf("127.0.0.1:%d", port)},
+		"automatic_https": map[string]any{"disable": true},
+		"idle_timeout":    "10m",
+		// Like the other proxies: no HTTP/2 (wrk speaks HTTP/1.1), no
+		// HTTP/3 listener.
+		"protocols": []string{"h1"},
+		"routes": []any{map[string]any{"handle": []any{map[string]any{
+			"handler":        "reverse_proxy",
+			"upstreams":      ups,
+			"load_balancing": map[string]any{"selection_policy": map[string]any{"policy": "header", "field": "X-Key"}},
+			"transport": map[string]any{
+				"protocol":   "http",
+				"keep_alive": map[string]any{"enabled": true, "max_idle_conns_per_host": 1024, "idle_timeout": "10m"},
+			},
+		}}}},
+	}
+	apps := map[string]any{"http": map[string]any{"servers": map[string]any{"bench": server}}}
+	if e.tls != nil {
+		server["tls_connection_policies"] = []any{map[string]any{
+			"protocol_min": "tls1.3",
+			"curves":       []string{strings.ToLower(tlsGroup)},
+			"alpn":         []string{"http/1.1"},
+		}}
+		apps["tls"] = map[string]any{
+			"certificates":    map[string]any{"load_files": []any{map[string]any{"certificate": e.tls.certFile, "key": e.tls.keyFile}}},
+			"session_tickets": map[string]any{"disabled": true},
+		}
+	}
 	cfg := map[string]any{
 		"admin":   map[string]any{"disabled": true, "config": map[string]any{"persist": false}},
 		"logging": map[string]any{"logs": map[string]any{"default": map[string]any{"level": "ERROR"}}},
-		"apps": map[string]any{"http": map[string]any{"servers": map[string]any{"bench": map[string]any{
-			"listen":          []string{fmt.Sprintf("127.0.0.1:%d", port)},
-			"automatic_https": map[string]any{"disable": true},
-			"idle_timeout":    "10m",
-			"routes": []any{map[string]any{"handle": []any{map[string]any{
-				"handler":        "reverse_proxy",
-				"upstreams":      ups,
-				"load_balancing": map[string]any{"selection_policy": map[string]any{"policy": "header", "field": "X-Key"}},
-				"transport": map[string]any{
-					"protocol":   "http",
-					"keep_alive": map[string]any{"enabled": true, "max_idle_conns_per_host": 1024, "idle_timeout": "10m"},
-				},
-			}}}},
-		}}}},
+		"apps":    apps,
 	}
 	b, err := json.MarshalIndent(cfg, "", "  ")
 	if err != nil {
