@@ -109,7 +109,7 @@ func keywayConfig(dir string, port int, e *targetEnv) ([]string, error) {
 	fmt.Fprintf(&b, "admin:\n  listen: \"127.0.0.1:%d\"\n", e.adminPort)
 	b.WriteString("log:\n  level: warn\n  access_log: false\n")
 	if e.tls != nil {
-		fmt.Fprintf(&b, "tls:\n  certificates:\n    - {cert_file: %q, key_file: %q}\n  min_version: \"1.3\"\n", e.tls.certFile, e.tls.keyFile)
+		fmt.Fprintf(&b, "tls:\n  certificates:\n    - {cert_file: %q, key_file: %q}\n  min_version: \"1.3\"\n  session_tickets: false\n", e.tls.certFile, e.tls.keyFile)
 	}
 	fmt.Fprintf(&b, "replica_sets:\n  - name: bench\n    replicas: %d\n    key: [{header: X-Key}]\n    timeouts: {idle: 10m}\n    static:\n", len(e.replicas))
 	for i, a := range e.replicas {
