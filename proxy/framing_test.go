@@ -238,3 +238,77 @@ func TestRequestFraming(t *testing.T) {
 		})
 	}
 }
+
+// TestReplyFraming has a raw replica write malformed or cut-short replies:
+// each becomes keyway's 502, a whole response, never a half-framed relay.
+func TestReplyFraming(t *testing.T) {
+	cases := []struct {
+		name string
+		raw  string
+		want int
+	}{
+		{"valid", "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", 200},
+		{"garbage status line", "garbage\r\n\r\n", 502},
+		{"bad status code", "HTTP/1.1 abc OK\r\nContent-Length: 2\r\n\r\nok", 502},
+		{"status code 2 digits", "HTTP/1.1 20 OK\r\nContent-Length: 2\r\n\r\nok", 502},
+		{"status code 1000", "HTTP/1.1 1000 OK\r\nContent-Length: 2\r\n\r\nok", 502},
+		{"version 2", "HTTP/2.0 200 OK\r\nContent-Length: 2\r\n\r\nok", 502},
+		{"CL twice differ", "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nok!", 502},
+		{"CL negative", "HTTP/1.1 200 OK\r\nContent-Length: -2\r\n\r\nok", 502},
+		// RFC 9112 §6.3: Transfer-Encoding overrides; the relay has one
+		// Content-Length of the decoded body.
+		{"CL and TE", "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n", 200},
+		{"TE gzip", "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\nok", 502},
+		{"bad chunk size", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nok\r\n0\r\n\r\n", 502},
+		{"chunk cut short", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nok", 502},
+		{"body cut short", "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nok", 502},
+		{"head cut short", "HTTP/1.1 200 OK\r\nContent-Len", 502},
+		{"NUL in value", "HTTP/1.1 200 OK\r\nX-A: a\x00b\r\nContent-Length: 2\r\n\r\nok", 502},
+		{"bare CR in value", "HTTP/1.1 200 OK\r\nX-A: a\rb\r\nContent-Length: 2\r\n\r\nok", 502},
+		{"space in name", "HTTP/1.1 200 OK\r\nX A: b\r\nContent-Length: 2\r\n\r\nok", 502},
+		// RFC 9112 §5.1: a proxy removes the space before relaying.
+		{"space before colon", "HTTP/1.1 200 OK\r\nX-A : b\r\nContent-Length: 2\r\n\r\nok", 200},
+		{"headers too large", "HTTP/1.1 200 OK\r\nX-A: " + strings.Repeat("a", 20<<10) + "\r\nContent-Length: 2\r\n\r\nok", 502},
+		{"obs-fold", "HTTP/1.1 200 OK\r\nX-A: a\r\n b\r\nContent-Length: 2\r\n\r\nok", 200},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			rep := startRawReplica(t, "r", func(req *fasthttp.Request, conn net.Conn) bool {
+				_, _ = io.WriteString(conn, c.raw)
+				return false
+			})
+			_, addr := startProxy(t, nil, rep)
+			rc := dialRaw(t, addr)
+			rc.send(t, "GET /a HTTP/1.1\r\nHost: orders.example\r\nX-Key: k1\r\n\r\n")
+			r := rc.read(t)
+			if r.status != c.want {
+				t.Fatalf("status %d, want %d (%v)", r.status, c.want, r)
+			}
+			if c.want == 502 {
+				r.errorJSON(t)
+			}
+		})
+	}
+}
+
+// TestReplyExtraBytes: a replica that writes more than its reply's length
+// must not answer the next request on the same pooled connection with the
+// surplus (response splitting).
+func TestReplyExtraBytes(t *testing.T) {
+	rep := startRawReplica(t, "r", func(req *fasthttp.Request, conn net.Conn) bool {
+		_, _ = io.WriteString(conn, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"+
+			"HTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\nsmuggled")
+		return true
+	})
+	_, addr := startProxy(t, nil, rep)
+	c := newClient(addr)
+	for i := range 3 {
+		r := c.do(t, "GET", "/a", "", "X-Key", "k1")
+		if r.body == "smuggled" {
+			t.Fatalf("request %d got the replica's surplus bytes as its reply", i)
+		}
+		if r.status != 200 && r.status != 502 {
+			t.Fatalf("request %d: %v", i, r)
+		}
+	}
+}

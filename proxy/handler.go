@@ -211,6 +211,9 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, rs *replicaSet, t *balancer.Ta
 			// just returned to it.
 			b.hc.CloseIdleConnections()
 		}
+		if err == nil && !validReply(&ctx.Response.Header) {
+			err = errMalformedReply
+		}
 		end := time.Now()
 		d := end.Sub(t0)
 		upstream += d
