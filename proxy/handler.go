@@ -56,6 +56,17 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) {
 		}
 	}()
 
+	if v := refused(&ctx.Request.Header); v != vOK {
+		p.refuseFraming(ctx, v)
+		return
+	}
+	if len(ctx.Host()) == 0 {
+		// HTTP/1.1 without Host fasthttp refuses itself; an HTTP/1.0
+		// request may lack it, but keyway routes by it and a replica
+		// needs one.
+		p.refuseFraming(ctx, vNoHost)
+		return
+	}
 	uri := ctx.URI()
 	path := uri.PathOriginal()
 	rs := p.matchSet(ctx.Host(), path)
@@ -199,6 +210,9 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, rs *replicaSet, t *balancer.Ta
 			// the replica's process): close the connection the request
 			// just returned to it.
 			b.hc.CloseIdleConnections()
+		}
+		if err == nil && !validReply(&ctx.Response.Header) {
+			err = errMalformedReply
 		}
 		end := time.Now()
 		d := end.Sub(t0)

@@ -256,6 +256,7 @@ func New(cfg Config, opts Options) (*Proxy, error) {
 	p.server = &fasthttp.Server{
 		Handler:        p.handle,
 		ErrorHandler:   p.handleParseError,
+		HeaderReceived: p.headerReceived,
 		Name:           "",
 		Concurrency:    cfg.Server.MaxConns,
 		ReadBufferSize: int(cfg.Server.MaxHeaderBytes),
