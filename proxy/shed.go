@@ -90,6 +90,7 @@ func (l *limits) saturatedFor(resp *fasthttp.ResponseHeader) (time.Duration, boo
 // shed answers a request keyway sheds: status with Retry-After after
 // wait, and a JSON body naming the set and the replica.
 func (p *Proxy) shed(ctx *fasthttp.RequestCtx, rs *replicaSet, reason localReason, status int, wait time.Duration, msg, replica string, attempts int, upstream time.Duration) {
+	rs.counts.shed.Add(1)
 	p.answer(ctx, rs, reason, status, msg, replica, attempts, upstream)
 	ctx.Response.Header.SetBytesKV(hdrRetryAfter, retryAfter(wait))
 }

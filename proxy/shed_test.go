@@ -86,6 +86,9 @@ func TestOverloadShedsKeyedRequests(t *testing.T) {
 	if got := testutil.ToFloat64(p.routes.Load().sets[0].local[lrOverloaded]); got != 3 {
 		t.Errorf("local_responses_total{reason=overloaded} = %v, want 3", got)
 	}
+	if got := p.routes.Load().sets[0].counts.shed.Load(); got != 3 {
+		t.Errorf("the set's shed count (keyway status) = %d, want 3", got)
+	}
 
 	// Answers free the bound: the key is served by busy again.
 	busy.setHandler(func(ctx *fasthttp.RequestCtx) { ctx.SetBodyString("busy") })
