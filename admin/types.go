@@ -103,6 +103,10 @@ type SetTraffic struct {
 	RequestsTotal         uint64   `json:"requests_total"`
 	ErrorsTotal           uint64   `json:"errors_total"`
 	LocalAnswersTotal     uint64   `json:"local_answers_total"`
+	// ShedPerSecond and ShedTotal count the local answers that shed a
+	// request: overload, replica-reported pressure, the memory guard.
+	ShedPerSecond *float64 `json:"shed_per_second"`
+	ShedTotal     uint64   `json:"shed_total"`
 	// RateNote explains null rates ("" when they are known).
 	RateNote string `json:"rate_note,omitempty"`
 }

@@ -121,7 +121,7 @@ func (st *metricsStack) waitMetric(t *testing.T, line string) {
 // health score and event counts, and go_/process_ families.
 var scenarioFamilies = strings.Fields(`
 keyway_requests_total keyway_upstream_errors_total keyway_retries_total keyway_local_responses_total
-keyway_all_replicas_unhealthy_total keyway_inflight_requests
+keyway_all_replicas_unhealthy_total keyway_inflight_requests keyway_memory_guard_shedding
 keyway_table_rebuilds_total keyway_ring_moved_partitions_total keyway_ring_replicas keyway_rotation_replicas
 keyway_replica_in_rotation keyway_replica_state keyway_replica_set_phase
 keyway_ejections_total keyway_ejected_replicas keyway_ejection_share_capped_total keyway_failed_holds_total keyway_health_probe_up
@@ -201,13 +201,20 @@ keyway_local_responses_total{reason="body_too_large",set="none"} 0
 keyway_local_responses_total{reason="body_too_large",set="orders"} 0
 keyway_local_responses_total{reason="internal",set="orders"} 0
 keyway_local_responses_total{reason="malformed",set="none"} 0
+keyway_local_responses_total{reason="memory",set="orders"} 0
 keyway_local_responses_total{reason="no_key",set="orders"} 0
 keyway_local_responses_total{reason="no_replica",set="orders"} 0
 keyway_local_responses_total{reason="no_set",set="none"} 0
+keyway_local_responses_total{reason="overloaded",set="orders"} 0
+keyway_local_responses_total{reason="replica_saturated",set="orders"} 0
+keyway_local_responses_total{reason="set_overloaded",set="orders"} 0
 keyway_local_responses_total{reason="set_stopped",set="orders"} 0
 keyway_local_responses_total{reason="unreachable",set="orders"} 0
 keyway_local_responses_total{reason="upstream_error",set="orders"} 0
 keyway_local_responses_total{reason="upstream_timeout",set="orders"} 1
+# HELP keyway_memory_guard_shedding 1 while the heap is above server.max_heap_bytes and new requests are shed with 503, else 0.
+# TYPE keyway_memory_guard_shedding gauge
+keyway_memory_guard_shedding 0
 # HELP keyway_replica_in_rotation Whether a replica may receive new requests from this proxy now: 1 in rotation, 0 held out (not ready, dead in gossip, failing probes, ejected, drained or held as failed).
 # TYPE keyway_replica_in_rotation gauge
 keyway_replica_in_rotation{replica="orders-0",set="orders"} 1

@@ -50,6 +50,9 @@ type Backend struct {
 	// tlsLogged is when (Unix nanoseconds) a failed TLS handshake with the
 	// replica was last logged; tlsUnlogged counts those not logged since.
 	tlsLogged, tlsUnlogged atomic.Int64
+	// saturatedUntil is when (Unix nanoseconds) the replica's last
+	// "saturated" answer stops shedding its keyed requests (shed.go).
+	saturatedUntil atomic.Int64
 
 	ctr     *replicaCounters // shared by every Backend of the replica while it stays on the ring
 	latency prometheus.Observer

@@ -57,6 +57,16 @@ type ServerConfig struct {
 	// one-byte allocation per request on a reused connection and no
 	// measurable CPU. Default false (the request path allocates nothing).
 	ReduceMemory bool `yaml:"reduce_memory"`
+	// MaxHeapBytes is the memory guard: while the process's live heap
+	// (sampled every 20ms) is above it, new requests are shed with 503
+	// (reason memory). Default 0: off; else at least 16MiB.
+	MaxHeapBytes ByteSize `yaml:"max_heap_bytes"`
+	// MaxInflightBodyBytes bounds the request bodies held in memory by
+	// requests being forwarded, summed over all sets (bodies are
+	// buffered whole): a request whose body would take the sum above it
+	// is shed with 503 (reason memory). Default 0: off; else at least
+	// 1MiB.
+	MaxInflightBodyBytes ByteSize `yaml:"max_inflight_body_bytes"`
 }
 
 // SetConfig describes one replica set.
@@ -106,6 +116,35 @@ type SetConfig struct {
 	// Default false. An operator usually stops and starts a set at run
 	// time (PATCH /v1/replica_sets/{set}), which overrides this key.
 	Stopped bool `yaml:"stopped"`
+	// Limits bound the requests in flight, and say how keyway sheds the
+	// rest (docs/proxy.md, Overload).
+	Limits LimitsConfig `yaml:"limits"`
+}
+
+// LimitsConfig bounds the requests a set's replicas are given at once.
+// Beyond a bound keyway answers at once (overload_status, Retry-After)
+// rather than letting latency and memory grow; a keyed request is never
+// moved to another replica because its own replica is full.
+type LimitsConfig struct {
+	// MaxInflightPerReplica bounds the requests forwarded to one replica
+	// at once. Default 0: max_conns_per_replica (a request beyond the pool
+	// would only wait for a connection). Allowed 0..max_conns_per_replica.
+	MaxInflightPerReplica int `yaml:"max_inflight_per_replica"`
+	// MaxInflight bounds the set's requests in flight on this proxy, all
+	// replicas together. Default 0: unbounded; allowed 0..10000000.
+	MaxInflight int `yaml:"max_inflight"`
+	// OverloadStatus is the status of an answer shed by these bounds: 503
+	// (default; the set is full) or 429 (the clients are deemed the cause).
+	// The memory guard and replica-reported pressure always answer 503.
+	OverloadStatus int `yaml:"overload_status"`
+	// PressureHeader is the response header by which a replica says it is
+	// saturated (value "saturated"): keyway then sheds the replica's new
+	// keyed requests for the answer's Retry-After (1s without it), at most
+	// max_pressure_hold. Default "X-Keyway-Pressure"; empty disables it.
+	PressureHeader string `yaml:"pressure_header"`
+	// MaxPressureHold caps how long one pressure answer sheds its
+	// replica's requests. Default 5s; allowed 100ms..1m.
+	MaxPressureHold time.Duration `yaml:"max_pressure_hold"`
 }
 
 // RouteContextConfig makes every request forwarded to a replica of the
@@ -205,6 +244,11 @@ func DefaultSetConfig() SetConfig {
 		Retries:            RetriesConfig{Attempts: 2, IdempotencyHeader: "Idempotency-Key"},
 		MaxBodyBytes:       8 << 20,
 		MaxConnsPerReplica: 1024,
+		Limits: LimitsConfig{
+			OverloadStatus:  503,
+			PressureHeader:  "X-Keyway-Pressure",
+			MaxPressureHold: 5 * time.Second,
+		},
 	}
 }
 
@@ -255,6 +299,12 @@ func (c ServerConfig) Validate() error {
 	}
 	if c.MaxConns < 1 || c.MaxConns > 1000000 {
 		errs = append(errs, fmt.Errorf("max_conns: must be between 1 and 1000000, got %d", c.MaxConns))
+	}
+	if c.MaxHeapBytes != 0 && c.MaxHeapBytes < 16<<20 {
+		errs = append(errs, fmt.Errorf("max_heap_bytes: must be 0 (off) or at least 16MiB, got %s", c.MaxHeapBytes))
+	}
+	if c.MaxInflightBodyBytes != 0 && c.MaxInflightBodyBytes < 1<<20 {
+		errs = append(errs, fmt.Errorf("max_inflight_body_bytes: must be 0 (off) or at least 1MiB, got %s", c.MaxInflightBodyBytes))
 	}
 	return errors.Join(errs...)
 }
@@ -313,6 +363,7 @@ func (s SetConfig) Validate() error {
 	if s.MaxConnsPerReplica < 1 || s.MaxConnsPerReplica > 100000 {
 		errs = append(errs, fmt.Errorf("max_conns_per_replica: must be between 1 and 100000, got %d", s.MaxConnsPerReplica))
 	}
+	errs = append(errs, prefixed("limits.", s.Limits.validate(s.MaxConnsPerReplica)))
 	seen := map[string]int{}
 	addrs := map[string]int{}
 	for i, r := range s.Static {
@@ -334,6 +385,30 @@ func (s SetConfig) Validate() error {
 		if r.Weight < 1 || r.Weight > balancer.MaxWeight {
 			errs = append(errs, fmt.Errorf("%sweight: must be between 1 and %d, got %d", p, balancer.MaxWeight, r.Weight))
 		}
+	}
+	return errors.Join(errs...)
+}
+
+// validate reports every problem with a set's limits; maxConns is the
+// set's max_conns_per_replica.
+func (l LimitsConfig) validate(maxConns int) error {
+	var errs []error
+	if l.MaxInflightPerReplica < 0 || l.MaxInflightPerReplica > maxConns {
+		errs = append(errs, fmt.Errorf("max_inflight_per_replica: must be between 0 (max_conns_per_replica) and max_conns_per_replica (%d), got %d; a request beyond the pool would only wait for a connection", maxConns, l.MaxInflightPerReplica))
+	}
+	if l.MaxInflight < 0 || l.MaxInflight > 10000000 {
+		errs = append(errs, fmt.Errorf("max_inflight: must be between 0 (unbounded) and 10000000, got %d", l.MaxInflight))
+	}
+	if l.OverloadStatus != 503 && l.OverloadStatus != 429 {
+		errs = append(errs, fmt.Errorf("overload_status: must be 503 (the set is full) or 429 (the client is the cause), got %d", l.OverloadStatus))
+	}
+	if h := l.PressureHeader; h != "" {
+		if err := (balancer.KeySource{Header: h}).Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("pressure_header: %q is not a valid HTTP header name, e.g. X-Keyway-Pressure; empty disables it", h))
+		}
+	}
+	if l.MaxPressureHold < 100*time.Millisecond || l.MaxPressureHold > time.Minute {
+		errs = append(errs, fmt.Errorf("max_pressure_hold: must be between 100ms and 1m, got %s", l.MaxPressureHold))
 	}
 	return errors.Join(errs...)
 }

@@ -34,6 +34,7 @@ type replicaCounters struct {
 type setCounters struct {
 	created  time.Time
 	local    [6]atomic.Uint64            // by status class, as replicaCounters.requests
+	shed     atomic.Uint64               // of those, the requests shed (overload, memory guard)
 	replicas map[string]*replicaCounters // by replica name; guarded by counters.mu
 }
 

@@ -359,10 +359,11 @@ func TestRelay(t *testing.T) {
 	}
 }
 
-// TestNoFreeConnsIsRetried: a request that found the replica's pool full
-// (max_conns_per_replica) was never sent, so even a POST goes to the next
-// candidate.
-func TestNoFreeConnsIsRetried(t *testing.T) {
+// TestFullPoolShedsKeyedRetriesKeyless: a request that found the
+// replica's pool full (max_conns_per_replica, which bounds its requests in
+// flight by default) was never sent. A keyed one is shed (overload never
+// moves keys); a keyless one, even a POST, goes to the next candidate.
+func TestFullPoolShedsKeyedRetriesKeyless(t *testing.T) {
 	busy, other := startReplica(t, "busy"), startReplica(t, "other")
 	release := make(chan struct{})
 	arrived := make(chan struct{}, 1)
@@ -385,8 +386,14 @@ func TestNoFreeConnsIsRetried(t *testing.T) {
 	within(t, arrived, 5*time.Second, "the first request at busy") // busy's only connection is taken
 
 	r := newClient(addr).do(t, "POST", "/ingest", "x", "X-Key", key)
-	if r.status != 200 || r.body != "other" {
-		t.Fatalf("got %v, want 200 from other", r)
+	if r.status != 503 || r.errorJSON(t)["reason"] != "overloaded" {
+		t.Fatalf("keyed: got %v, want 503 overloaded", r)
+	}
+	for range 2 { // round robin: whichever comes first, other answers
+		r = newClient(addr).do(t, "POST", "/ingest", "x")
+		if r.status != 200 || r.body != "other" {
+			t.Fatalf("keyless: got %v, want 200 from other", r)
+		}
 	}
 	if n := busy.count.Load(); n != 1 {
 		t.Fatalf("busy saw %d requests, want 1", n)

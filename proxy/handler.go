@@ -19,19 +19,23 @@ import (
 type localReason uint8
 
 const (
-	lrNoKey        localReason = iota // 400: no key and fallback reject
-	lrBadKey                          // 400: key in a non-canonical form
-	lrBodyTooLarge                    // 413
-	lrNoReplica                       // 503: nothing in rotation for this key
-	lrUnreachable                     // 503: every candidate refused or had no free connection
-	lrUpstream                        // 502: the replica failed after the request was sent
-	lrTimeout                         // 504: the replica did not answer in time
-	lrInternal                        // 502: a bug in keyway (recovered panic)
-	lrStopped                         // 503: an operator stopped the set
+	lrNoKey         localReason = iota // 400: no key and fallback reject
+	lrBadKey                           // 400: key in a non-canonical form
+	lrBodyTooLarge                     // 413
+	lrNoReplica                        // 503: nothing in rotation for this key
+	lrUnreachable                      // 503: every candidate refused or had no free connection
+	lrUpstream                         // 502: the replica failed after the request was sent
+	lrTimeout                          // 504: the replica did not answer in time
+	lrInternal                         // 502: a bug in keyway (recovered panic)
+	lrStopped                          // 503: an operator stopped the set
+	lrOverloaded                       // 503 or 429: the key's replica is at its in-flight bound or out of pooled connections
+	lrSetOverloaded                    // 503 or 429: the set is at its in-flight bound on this proxy
+	lrSaturated                        // 503: the key's replica said it is saturated (pressure header)
+	lrMemory                           // 503: the memory guard sheds (heap or bodies in flight)
 	localReasons
 )
 
-var localReasonNames = [localReasons]string{"no_key", "bad_key", "body_too_large", "no_replica", "unreachable", "upstream_error", "upstream_timeout", "internal", "set_stopped"}
+var localReasonNames = [localReasons]string{"no_key", "bad_key", "body_too_large", "no_replica", "unreachable", "upstream_error", "upstream_timeout", "internal", "set_stopped", "overloaded", "set_overloaded", "replica_saturated", "memory"}
 
 func (r localReason) String() string { return localReasonNames[r] }
 
@@ -79,6 +83,29 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) {
 			"request body exceeds max_body_bytes ("+ByteSize(rs.maxBody).String()+") of this replica set", "")
 		ctx.SetConnectionClose()
 		return
+	}
+	if g := p.mem; g.over.Load() {
+		p.shed(ctx, rs, lrMemory, fasthttp.StatusServiceUnavailable, time.Second,
+			"keyway's heap is above server.max_heap_bytes: the request was not delivered; retry later", "", 0, 0)
+		return
+	} else if g.maxBody > 0 {
+		if n := int64(len(ctx.Request.Body())); n > 0 {
+			defer g.releaseBody(n)
+			if !g.admitBody(n) {
+				p.shed(ctx, rs, lrMemory, fasthttp.StatusServiceUnavailable, time.Second,
+					"the request bodies in flight would exceed server.max_inflight_body_bytes: the request was not delivered; retry later", "", 0, 0)
+				return
+			}
+		}
+	}
+	if bound := rs.limits.set; bound > 0 {
+		st := rs.st
+		defer st.inflight.Add(-1)
+		if st.inflight.Add(1) > bound {
+			p.shed(ctx, rs, lrSetOverloaded, rs.limits.status, time.Second,
+				"the replica set has "+strconv.FormatInt(bound, 10)+" requests in flight on this proxy (limits.max_inflight): the request was not delivered; retry later", "", 0, 0)
+			return
+		}
 	}
 
 	t := rs.router.Table()
@@ -177,6 +204,10 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, rs *replicaSet, t *balancer.Ta
 	var lastErr error
 	var lastKind errKind
 	var last *Backend
+	// shed is why the last candidate was passed over without an attempt
+	// (lrOverloaded, lrSaturated), or localReasons when it was tried.
+	shed := localReasons
+	var shedWait time.Duration
 	var upstream time.Duration // time in exchanges with replicas (the access log)
 	tried := 0
 	sameRetried := false // the one try again on the same replica is used up
@@ -186,6 +217,27 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, rs *replicaSet, t *balancer.Ta
 		slot := int(cands[i])
 		b := t.Backend(slot)
 		last = b
+		// Admission. A keyed request never goes to another replica
+		// because its own is full or saturated: it is shed. A keyless
+		// one tries the next candidate.
+		if until := b.saturatedUntil.Load(); until != 0 {
+			if wait := time.Duration(until - start.UnixNano()); wait > 0 {
+				shed, shedWait = lrSaturated, wait
+				if keyed {
+					break
+				}
+				continue
+			}
+		}
+		if n := b.inflight.Add(1); n > rs.limits.perReplica {
+			b.inflight.Add(-1)
+			shed, shedWait = lrOverloaded, time.Second
+			if keyed {
+				break
+			}
+			continue
+		}
+		shed = localReasons
 		tried++
 		// No ctx.Response.Reset() before a retry: DoDeadline resets the
 		// response itself but keeps its no-default-Content-Type flag,
@@ -201,7 +253,6 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, rs *replicaSet, t *balancer.Ta
 		}
 		t0 := time.Now()
 		pool := b.pool.Load()
-		b.inflight.Add(1)
 		err := b.hc.DoDeadline(&ctx.Request, &ctx.Response, deadline)
 		b.inflight.Add(-1)
 		if b.released.Load() || b.pool.Load() != pool {
@@ -219,7 +270,12 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, rs *replicaSet, t *balancer.Ta
 		upstream += d
 		if err == nil {
 			code := ctx.Response.StatusCode()
-			if now := end.UnixNano(); code >= 500 {
+			if hold, ok := rs.limits.saturatedFor(&ctx.Response.Header); ok {
+				// The replica's own word that it is full: shed its keyed
+				// requests for a while rather than move them, and take the
+				// answer as no evidence against it (no ejection).
+				b.saturatedUntil.Store(end.Add(hold).UnixNano())
+			} else if now := end.UnixNano(); code >= 500 {
 				b.lastFail.Store(now)
 			} else if now-b.lastOK.Load() > vetoGrain {
 				// Vetoes need lastOK to a fleet.veto_window (seconds):
@@ -227,7 +283,7 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, rs *replicaSet, t *balancer.Ta
 				// a write to the backend's shared cache line.
 				b.lastOK.Store(now)
 			}
-			if p.opts.Observer != nil {
+			if p.opts.Observer != nil && b.saturatedUntil.Load() <= end.UnixNano() {
 				p.opts.Observer.Observe(rs.name, b.name, code, nil, d)
 			}
 			prepareResponse(ctx, clientClose)
@@ -273,6 +329,13 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, rs *replicaSet, t *balancer.Ta
 			}
 			continue
 		}
+		if lastKind == errNoFreeConns {
+			// The replica's pool is full: it is overloaded, not down.
+			shed, shedWait = lrOverloaded, time.Second
+			if keyed {
+				break
+			}
+		}
 		if !lastKind.neverSent() && !replayable {
 			break
 		}
@@ -286,6 +349,12 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, rs *replicaSet, t *balancer.Ta
 		ctx.SetConnectionClose()
 	}
 	switch {
+	case shed == lrSaturated:
+		p.shed(ctx, rs, lrSaturated, fasthttp.StatusServiceUnavailable, shedWait,
+			"replica "+last.name+" said it is saturated: the request was not delivered; retry after Retry-After (the key stays with this replica)", last.name, tried, upstream)
+	case shed == lrOverloaded:
+		p.shed(ctx, rs, lrOverloaded, rs.limits.status, shedWait,
+			"replica "+last.name+" is overloaded (limits.max_inflight_per_replica "+strconv.FormatInt(rs.limits.perReplica, 10)+" or its connection pool is full): the request was not delivered; retry later (the key stays with this replica)", last.name, tried, upstream)
 	case lastKind.neverSent():
 		p.answer(ctx, rs, lrUnreachable, fasthttp.StatusServiceUnavailable,
 			"no replica could be reached for this request ("+lastKind.String()+"); it was not delivered: retry", last.name, tried, upstream)
@@ -323,6 +392,9 @@ type errorBody struct {
 	Error      string `json:"error"`
 	ReplicaSet string `json:"replica_set"` // "" when no set matched
 	Replica    string `json:"replica"`     // "" when no replica was involved
+	// Reason says why a request was shed (overloaded, set_overloaded,
+	// replica_saturated, memory); absent otherwise.
+	Reason string `json:"reason,omitempty"`
 }
 
 // respondError answers with a small JSON body. 503s carry Retry-After.
@@ -344,7 +416,11 @@ func (p *Proxy) answerAt(ctx *fasthttp.RequestCtx, rs *replicaSet, reason localR
 		rs.local[reason].Inc()
 		rs.counts.local[codeClass(status)].Add(1)
 	}
-	writeJSONError(ctx, status, msg, set, replica)
+	shedReason := ""
+	if reason >= lrOverloaded {
+		shedReason = reason.String()
+	}
+	writeJSONErrorReason(ctx, status, msg, set, replica, shedReason)
 	if reason == lrStopped {
 		ctx.Response.Header.SetBytesKV(hdrRetryAfter, strRetryAfterStopped)
 	}
@@ -352,7 +428,11 @@ func (p *Proxy) answerAt(ctx *fasthttp.RequestCtx, rs *replicaSet, reason localR
 }
 
 func writeJSONError(ctx *fasthttp.RequestCtx, status int, msg, set, replica string) {
-	body, _ := json.Marshal(errorBody{Error: msg, ReplicaSet: set, Replica: replica})
+	writeJSONErrorReason(ctx, status, msg, set, replica, "")
+}
+
+func writeJSONErrorReason(ctx *fasthttp.RequestCtx, status int, msg, set, replica, reason string) {
+	body, _ := json.Marshal(errorBody{Error: msg, ReplicaSet: set, Replica: replica, Reason: reason})
 	ctx.Response.SetStatusCode(status)
 	ctx.Response.Header.SetContentTypeBytes(strJSON)
 	if status == fasthttp.StatusServiceUnavailable {

@@ -247,8 +247,8 @@ func (r reply) errorJSON(t testing.TB) map[string]string {
 			t.Errorf("error body %q lacks field %q", r.body, k)
 		}
 	}
-	if len(m) != 3 {
-		t.Errorf("error body %q has fields beyond error, replica_set, replica", r.body)
+	if _, shed := m["reason"]; len(m) != 3 && !(shed && len(m) == 4) {
+		t.Errorf("error body %q has fields beyond error, replica_set, replica (and reason when shed)", r.body)
 	}
 	if m["error"] == "" {
 		t.Errorf("error body %q has an empty error message", r.body)

@@ -9,18 +9,20 @@ import (
 // metrics holds the proxy's collectors. Per-replica series are bound
 // once per Backend and deleted when the replica leaves the ring.
 type metrics struct {
-	counters  *counters                // requests_total and upstream_errors_total: set, replica, code (class) or kind
-	latency   *prometheus.HistogramVec // set, replica
-	retries   *prometheus.CounterVec   // set
-	allDown   *prometheus.CounterVec   // set, policy
-	rejected  *prometheus.CounterVec   // set, reason: answered by keyway itself
-	inflight  prometheus.Gauge
-	rebuilds  *prometheus.CounterVec // set, ring ("true"/"false")
-	moved     *prometheus.CounterVec // set
-	rotation  *prometheus.GaugeVec   // set
-	ringSize  *prometheus.GaugeVec   // set
-	rebuildSe *prometheus.HistogramVec
-	fleet     *fleetMetrics
+	counters *counters                // requests_total and upstream_errors_total: set, replica, code (class) or kind
+	latency  *prometheus.HistogramVec // set, replica
+	retries  *prometheus.CounterVec   // set
+	allDown  *prometheus.CounterVec   // set, policy
+	rejected *prometheus.CounterVec   // set, reason: answered by keyway itself
+	inflight prometheus.Gauge
+	// memShedding is 1 while the memory guard sheds (server.max_heap_bytes).
+	memShedding prometheus.Gauge
+	rebuilds    *prometheus.CounterVec // set, ring ("true"/"false")
+	moved       *prometheus.CounterVec // set
+	rotation    *prometheus.GaugeVec   // set
+	ringSize    *prometheus.GaugeVec   // set
+	rebuildSe   *prometheus.HistogramVec
+	fleet       *fleetMetrics
 
 	// Pre-bound series for requests that match no set (set "none"); their
 	// requests_total{replica="none"} series are counters.noSet.
@@ -56,6 +58,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Namespace: "keyway", Name: "inflight_requests",
 			Help: "Requests being handled by the proxy now.",
 		}),
+		memShedding: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "keyway", Name: "memory_guard_shedding",
+			Help: "1 while the heap is above server.max_heap_bytes and new requests are shed with 503, else 0.",
+		}),
 		rebuilds: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "keyway", Name: "table_rebuilds_total",
 			Help: "Routing tables published, by replica set and whether the ring itself changed.",
@@ -83,7 +89,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m.malformed = m.rejected.WithLabelValues("none", "malformed")
 	m.noSetBodyBig = m.rejected.WithLabelValues("none", lrBodyTooLarge.String())
 	if reg != nil {
-		for _, c := range append([]prometheus.Collector{m.counters, m.latency, m.retries, m.allDown, m.rejected, m.inflight,
+		for _, c := range append([]prometheus.Collector{m.counters, m.latency, m.retries, m.allDown, m.rejected, m.inflight, m.memShedding,
 			m.rebuilds, m.moved, m.rotation, m.ringSize, m.rebuildSe}, m.fleet.collectors()...) {
 			if err := reg.Register(c); err != nil {
 				// A second proxy on the same registry, typically: an error

@@ -93,6 +93,8 @@ type Options struct {
 	// clock, if non-nil, replaces the wall clock of the refused-connection
 	// hold and the traffic sampler. It is a test hook (a fake clock).
 	clock clock
+	// heap, when set, replaces the memory guard's reading of the live heap.
+	heap func() uint64
 }
 
 // Proxy is keyway's HTTP front end. Construct it with New, start it with
@@ -127,6 +129,8 @@ type Proxy struct {
 	lingerTime time.Duration // bound on one connection's draining
 
 	// The access log (accesslog.go): access is nil when it is off.
+	mem *memGuard // the memory guard (memguard.go)
+
 	access     io.Writer
 	accessKey  func(dst, key []byte) []byte
 	accessBufs sync.Pool // *accessLine
@@ -164,6 +168,7 @@ type replicaSet struct {
 	local    [localReasons]prometheus.Counter
 	counts   *setCounters // requests_total{replica="none"}
 	noKeyMsg string       // the answer to a keyless request with fallback reject
+	limits   limits       // the set's limits, resolved (shed.go)
 }
 
 // setState is what a replica set keeps across reloads.
@@ -191,6 +196,10 @@ type setState struct {
 	fleetOut  map[string]balancer.FleetExclusion
 
 	ring atomic.Pointer[ringID] // the newest table's ring identifier (route context)
+
+	// inflight counts the set's requests in flight on this proxy while
+	// limits.max_inflight bounds it (it is not counted otherwise).
+	inflight atomic.Int64
 }
 
 type keySource struct {
@@ -229,6 +238,10 @@ func New(cfg Config, opts Options) (*Proxy, error) {
 		metrics:    m,
 		clk:        opts.clock,
 		lingerTime: defaultLingerTime,
+		mem:        newMemGuard(cfg.Server),
+	}
+	if opts.heap != nil {
+		p.mem.read = opts.heap
 	}
 	if p.clk == nil {
 		p.clk = wallClock{}
@@ -344,6 +357,7 @@ func newGeneration(st *setState, sc SetConfig, up *tlsconfig.Client) *replicaSet
 		allDown:  st.allDown,
 		local:    st.local,
 		counts:   st.counts,
+		limits:   newLimits(sc),
 	}
 	if h := sc.Retries.IdempotencyHeader; h != "" {
 		rs.idem = []byte(h)
@@ -563,6 +577,7 @@ func (p *Proxy) Run(ctx context.Context) error {
 	sampleCtx, stopSampling := context.WithCancel(ctx)
 	var sampler sync.WaitGroup
 	sampler.Go(func() { p.runTraffic(sampleCtx) })
+	sampler.Go(func() { p.runMemGuard(sampleCtx) })
 	if p.tls != nil {
 		sampler.Go(func() { _ = p.tls.Run(sampleCtx) }) // the certificate files' watcher
 	}

@@ -36,6 +36,10 @@ type TrafficReport struct {
 	// exchange, a bad key, ...).
 	LocalAnswersTotal     uint64
 	LocalAnswersPerSecond *float64
+	// ShedTotal counts the local answers that shed a request (overload,
+	// replica-reported pressure, the memory guard; docs/proxy.md).
+	ShedTotal     uint64
+	ShedPerSecond *float64
 }
 
 // ReplicaTraffic is what this proxy sent one replica. A plain value.
@@ -119,6 +123,7 @@ func (c *replicaSample) transportSum() uint64 {
 // setSample is one set's counters in one reading.
 type setSample struct {
 	local    uint64 // answered by keyway itself, any status class
+	shed     uint64 // of those, shed
 	replicas map[string]replicaSample
 }
 
@@ -141,6 +146,7 @@ func (c *counters) sample(at time.Time) trafficSample {
 		for i := 1; i < len(s.local); i++ {
 			ss.local += s.local[i].Load()
 		}
+		ss.shed = s.shed.Load()
 		for rn, r := range s.replicas {
 			var rs replicaSample
 			for i := 1; i < len(r.requests); i++ {
@@ -370,6 +376,7 @@ func (rd *trafficReading) report(set string) TrafficReport {
 		RateNote:          rd.note,
 		Replicas:          make(map[string]ReplicaTraffic, len(cur.replicas)),
 		LocalAnswersTotal: cur.local,
+		ShedTotal:         cur.shed,
 	}
 	span := rd.span()
 	var reqs, errs float64
@@ -405,6 +412,7 @@ func (rd *trafficReading) report(set string) TrafficReport {
 		out.RequestsPerSecond = rate(reqs, span)
 		out.ErrorsPerSecond = rate(errs, span)
 		out.LocalAnswersPerSecond = rate(increase(cur.local, rd.base.sets[set].local), span)
+		out.ShedPerSecond = rate(increase(cur.shed, rd.base.sets[set].shed), span)
 	}
 	return out
 }

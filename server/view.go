@@ -155,6 +155,7 @@ func (v *view) set(name string, traffic bool) (admin.SetStatus, bool) {
 			WindowSeconds: tr.WindowSeconds, RequestsPerSecond: tr.RequestsPerSecond, ErrorsPerSecond: tr.ErrorsPerSecond,
 			LocalAnswersPerSecond: tr.LocalAnswersPerSecond, RequestsTotal: tr.RequestsTotal, ErrorsTotal: tr.ErrorsTotal,
 			LocalAnswersTotal: tr.LocalAnswersTotal, RateNote: tr.RateNote,
+			ShedPerSecond: tr.ShedPerSecond, ShedTotal: tr.ShedTotal,
 		}
 	}
 	return st, true

@@ -205,6 +205,7 @@ function setRate(tr) {
     h("strong", {}, fmtRate(tr.requests_per_second) + " req/s"),
     h("span", { class: tr.errors_per_second > 0 ? "bad-text" : "muted" }, " · " + fmtRate(tr.errors_per_second) + " errors/s"),
     tr.local_answers_per_second > 0 ? h("span", { class: "warn-text" }, " · " + fmtRate(tr.local_answers_per_second) + " answered by keyway/s") : null,
+    tr.shed_per_second > 0 ? h("span", { class: "warn-text" }, " · " + fmtRate(tr.shed_per_second) + " shed/s (overload)") : null,
     h("span", { class: "muted" }, " · over " + Math.round(tr.window_seconds) + " s"));
 }
 

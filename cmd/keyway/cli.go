@@ -189,6 +189,9 @@ func printSet(w io.Writer, s admin.SetStatus) {
 	fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%d\t%d\t%s\t%d\t%s\t%s\t%s\n", s.Name, s.Phase, s.Ready, s.Declared, s.InRotation, s.RingSize, s.Failover, s.Generation,
 		fmtRate(rps), fmtRate(eps), s.Fingerprint)
 	tw.Flush()
+	if s.Traffic != nil && s.Traffic.ShedPerSecond != nil && *s.Traffic.ShedPerSecond > 0 {
+		fmt.Fprintf(w, "  SHEDDING: %s requests/s answered 503/429 + Retry-After (overload; keys stay put; %d in all)\n", fmtRate(s.Traffic.ShedPerSecond), s.Traffic.ShedTotal)
+	}
 	if s.Stopped {
 		fmt.Fprintf(w, "  STOPPED: every request gets 503; 'keyway start --set %s' starts it again\n", s.Name)
 	}

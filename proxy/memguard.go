@@ -1,0 +1,94 @@
+package proxy
+
+import (
+	"context"
+	rtmetrics "runtime/metrics"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// memGuard is the global memory guard (server.max_heap_bytes,
+// server.max_inflight_body_bytes). A goroutine samples the live heap every
+// memSample into an atomic; the request path reads one flag and adds its
+// body's size to one sum: no per-request reading of runtime metrics.
+type memGuard struct {
+	maxHeap uint64 // 0: off
+	maxBody int64  // 0: off
+	over    atomic.Bool
+	heap    atomic.Uint64 // the last sample, bytes
+	body    atomic.Int64  // request bodies held by requests in flight, bytes
+	// read returns the live heap in bytes; tests inject it.
+	read func() uint64
+}
+
+const memSample = 20 * time.Millisecond
+
+// heapMetric is the live heap objects' bytes: what a request's buffers
+// and bodies add to, without the freed memory the runtime keeps.
+const heapMetric = "/memory/classes/heap/objects:bytes"
+
+func newMemGuard(c ServerConfig) *memGuard {
+	g := &memGuard{maxHeap: uint64(c.MaxHeapBytes), maxBody: int64(c.MaxInflightBodyBytes)}
+	s := []rtmetrics.Sample{{Name: heapMetric}}
+	g.read = func() uint64 {
+		rtmetrics.Read(s)
+		if s[0].Value.Kind() != rtmetrics.KindUint64 {
+			return 0
+		}
+		return s[0].Value.Uint64()
+	}
+	return g
+}
+
+// sample reads the heap once and sets the guard's flag; it reports whether
+// the guard changed state.
+func (g *memGuard) sample() (heap uint64, changed bool) {
+	heap = g.read()
+	g.heap.Store(heap)
+	over := g.maxHeap > 0 && heap > g.maxHeap
+	return heap, g.over.Swap(over) != over
+}
+
+// run samples the heap until ctx ends, logging each change of state (at
+// most one line per memSample, and a state lasts at least that long).
+func (p *Proxy) runMemGuard(ctx context.Context) {
+	g := p.mem
+	if g.maxHeap == 0 {
+		return
+	}
+	t := time.NewTicker(memSample)
+	defer t.Stop()
+	var lastLog time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		heap, changed := g.sample()
+		if !changed && !(g.over.Load() && time.Since(lastLog) > time.Minute) {
+			continue
+		}
+		lastLog = time.Now()
+		if g.over.Load() {
+			p.metrics.memShedding.Set(1)
+			p.log.Warn("memory guard: the heap is above server.max_heap_bytes; shedding new requests with 503",
+				zap.Uint64("heap_bytes", heap), zap.Uint64("max_heap_bytes", g.maxHeap))
+		} else {
+			p.metrics.memShedding.Set(0)
+			p.log.Info("memory guard: the heap is below server.max_heap_bytes again; admitting requests",
+				zap.Uint64("heap_bytes", heap), zap.Uint64("max_heap_bytes", g.maxHeap))
+		}
+	}
+}
+
+// admitBody adds n body bytes to the sum in flight, and reports whether
+// the sum stays within the bound. The caller gives them back with
+// releaseBody, admitted or not.
+func (g *memGuard) admitBody(n int64) bool {
+	return g.body.Add(n) <= g.maxBody
+}
+
+func (g *memGuard) releaseBody(n int64) { g.body.Add(-n) }
