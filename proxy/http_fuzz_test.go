@@ -187,4 +187,3 @@ func FuzzReplicaResponse(f *testing.F) {
 		}
 	})
 }
-
