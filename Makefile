@@ -22,7 +22,11 @@ bench:           ## hot-path micro-benchmarks
 # Every fuzz target, as package:Target, run one at a time for FUZZTIME each
 # (go test can fuzz one target per run). Their seed corpora (f.Add and
 # testdata/fuzz/) run as ordinary tests in `make test`.
+# FUZZMINIMIZE bounds the minimisation of each new interesting input:
+# with the default (60s) a target fed whole configuration files spends
+# its budget minimising.
 FUZZTIME ?= 5m
+FUZZMINIMIZE ?= 5s
 FUZZ_TARGETS := \
 	./proxy:FuzzFrontEnd ./proxy:FuzzReplicaResponse ./proxy:FuzzAppendJSONString \
 	./config:FuzzLoadBytes ./config:FuzzDiff \
@@ -31,7 +35,7 @@ FUZZ_TARGETS := \
 fuzz:            ## every fuzz target for FUZZTIME each (make fuzz FUZZTIME=1m); a crasher lands in testdata/fuzz/
 	@set -e; for t in $(FUZZ_TARGETS); do \
 		echo "== $${t#*:} ($${t%%:*}, $(FUZZTIME))"; \
-		go test -run '^$$' -fuzz "^$${t#*:}\$$" -fuzztime $(FUZZTIME) $${t%%:*}; \
+		go test -run '^$$' -fuzz "^$${t#*:}\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZE) $${t%%:*}; \
 	done
 demo:
 	go run ./cmd/keyway demo

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"bytes"
 	"errors"
 	"os"
 	"path/filepath"
@@ -90,17 +91,20 @@ func FuzzLoadBytes(f *testing.F) {
 	})
 }
 
-// FuzzDiff loads two fuzzed files (the defaults stand in for one that
-// does not load) and diffs them, as a reload does: Diff never panics,
-// Diff(a, a) is empty, every change names a key and differs, no key is
-// listed twice, and two configs with no change between them are equal.
+// FuzzDiff loads two fuzzed files, the input split at its first NUL byte
+// (the defaults stand in for one that does not load), and diffs them, as
+// a reload does: Diff never panics, Diff(a, a) is empty, every change
+// names a key and differs, no key is listed twice, and two configs with no
+// change between them are equal. One input split in two, so that the
+// fuzzer mutates both files and where one ends.
 func FuzzDiff(f *testing.F) {
 	var seeds [][]byte
 	addExampleSeeds(f, func(b []byte) { seeds = append(seeds, b) })
 	for i := range seeds {
-		f.Add(seeds[i], seeds[(i+1)%len(seeds)])
+		f.Add(bytes.Join([][]byte{seeds[i], seeds[(i+1)%len(seeds)]}, []byte{0}))
 	}
-	f.Fuzz(func(t *testing.T, da, db []byte) {
+	f.Fuzz(func(t *testing.T, data []byte) {
+		da, db, _ := bytes.Cut(data, []byte{0})
 		a, ok := loadFuzz(t, da)
 		if !ok {
 			a = Default()
