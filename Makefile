@@ -1,4 +1,4 @@
-.PHONY: test race vet bench demo build docker
+.PHONY: test race vet bench demo build docker fuzz
 
 # What `keyway version` and the keyway_build_info metric report. Override
 # any of them: make build VERSION=v1.2.0. VERSION is the nearest tag (git
@@ -19,6 +19,24 @@ vet:
 	gofmt -l $$(git ls-files '*.go'); go vet ./...
 bench:           ## hot-path micro-benchmarks
 	go test -run XXX -bench . -benchmem ./balancer/ ./proxy/
+# Every fuzz target, as package:Target, run one at a time for FUZZTIME each
+# (go test can fuzz one target per run). Their seed corpora (f.Add and
+# testdata/fuzz/) run as ordinary tests in `make test`.
+# FUZZMINIMIZE bounds the minimisation of each new interesting input:
+# with the default (60s) a target fed whole configuration files spends
+# its budget minimising.
+FUZZTIME ?= 5m
+FUZZMINIMIZE ?= 5s
+FUZZ_TARGETS := \
+	./proxy:FuzzFrontEnd ./proxy:FuzzReplicaResponse ./proxy:FuzzAppendJSONString \
+	./config:FuzzLoadBytes ./config:FuzzDiff \
+	./balancer:FuzzHashPathSegment ./balancer:FuzzHashQuery ./balancer:FuzzKeySources \
+	./membership:FuzzDecodeMeta ./membership:FuzzMetaRoundTrip ./membership:FuzzUserMessage
+fuzz:            ## every fuzz target for FUZZTIME each (make fuzz FUZZTIME=1m); a crasher lands in testdata/fuzz/
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		echo "== $${t#*:} ($${t%%:*}, $(FUZZTIME))"; \
+		go test -run '^$$' -fuzz "^$${t#*:}\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZE) $${t%%:*}; \
+	done
 demo:
 	go run ./cmd/keyway demo
 build:           ## bin/keyway, one static binary, stamped with VERSION, COMMIT and DATE

@@ -29,7 +29,10 @@ func diffValue(a, b reflect.Value, path string, out *[]Change) {
 	t := a.Type()
 	switch {
 	case isScalar(t) || (t.Kind() == reflect.Slice && isScalar(t.Elem())):
-		if !reflect.DeepEqual(a.Interface(), b.Interface()) {
+		// An empty list and an absent one are the same value: a file
+		// written by yaml.v3 has "join: []" where the defaults have none.
+		emptyLists := t.Kind() == reflect.Slice && a.Len() == 0 && b.Len() == 0
+		if !emptyLists && !reflect.DeepEqual(a.Interface(), b.Interface()) {
 			*out = append(*out, Change{Path: path, Old: formatValue(a), New: formatValue(b)})
 		}
 	case t.Kind() == reflect.Struct:

@@ -167,25 +167,6 @@ func TestMetaRoundTripAndGarbage(t *testing.T) {
 	}
 }
 
-func FuzzDecodeMeta(f *testing.F) {
-	b, _ := Meta{Role: RoleProxy, Addr: "127.0.0.1:9901", Fingerprint: "orders:01234567"}.Encode()
-	f.Add(b)
-	f.Add([]byte{1, 2, 2, 0, 0, 1, 2})
-	f.Fuzz(func(t *testing.T, in []byte) {
-		m, err := DecodeMeta(in)
-		if err != nil {
-			return
-		}
-		again, err := m.Encode()
-		if err != nil {
-			t.Fatalf("decoded meta does not encode: %v", err)
-		}
-		if m2, err := DecodeMeta(again); err != nil || m2 != m {
-			t.Fatalf("re-encode changed the meta: %+v vs %+v (%v)", m, m2, err)
-		}
-	})
-}
-
 func TestDiscoveryReportsMemberChanges(t *testing.T) {
 	var got []string
 	ft := &fakeTarget{sets: map[string][]balancer.Replica{}, fps: map[string]string{"orders": "fp"}}

@@ -252,6 +252,9 @@ func (k errKind) neverSent() bool {
 // before the first response byte is errTLS (tlsRefused), whatever error
 // fasthttp made of them. It returns the error to report: err, or for
 // errTLS the HandshakeError behind it.
+// errBadStatus is a replica reply whose status is not three digits.
+var errBadStatus = errors.New("malformed status code in the replica's reply")
+
 func classifyAttempt(err error, resp *fasthttp.Response) (errKind, error) {
 	k := classify(err)
 	if k == errReset && lostReusedConn(resp) {

@@ -268,6 +268,11 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, rs *replicaSet, t *balancer.Ta
 		end := time.Now()
 		d := end.Sub(t0)
 		upstream += d
+		if code := ctx.Response.StatusCode(); err == nil && (code < 100 || code > 999) {
+			// fasthttp reads "001" as 1; relayed, no client could read
+			// the status line: the reply is malformed, as a 502 says.
+			err = errBadStatus
+		}
 		if err == nil {
 			code := ctx.Response.StatusCode()
 			if hold, ok := rs.limits.saturatedFor(&ctx.Response.Header); ok {
