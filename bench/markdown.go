@@ -33,8 +33,12 @@ func (r *Report) Markdown() string {
 			break
 		}
 	}
-	fmt.Fprintf(&b, "Load: POST /ingest, %d-byte body, X-Key uniform over %d keys, %d replicas; throughput with %s, %d connections, %v per run.\n",
-		c.Body, c.Keys, c.Replicas, tool, c.Connections, c.Duration)
+	if c.Saturation {
+		fmt.Fprintf(&b, "Load: POST /ingest, %d-byte body, X-Key uniform over %d keys, %d replicas; vegeta, open loop.\n", c.Body, c.Keys, c.Replicas)
+	} else {
+		fmt.Fprintf(&b, "Load: POST /ingest, %d-byte body, X-Key uniform over %d keys, %d replicas; throughput with %s, %d connections, %v per run.\n",
+			c.Body, c.Keys, c.Replicas, tool, c.Connections, c.Duration)
+	}
 	if c.Pin {
 		b.WriteString("Pinning: proxy on CPU 0 (`taskset -c 0`), load generator and replicas on CPU 1, unless a note says otherwise.\n")
 	}

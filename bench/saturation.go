@@ -190,11 +190,13 @@ type satSample struct {
 	err     string // the transport error, if any
 }
 
+// classify sorts an answer. vegeta sets the error to the status line for
+// every status outside 2xx-3xx, so a status code decides first.
 func classify(code uint16, err string) satOutcome {
 	switch {
 	case err == "" && code >= 200 && code <= 299:
 		return satOK
-	case err == "" && code > 0:
+	case code > 0:
 		return satShed
 	case strings.Contains(err, "Client.Timeout") || strings.Contains(err, "deadline exceeded") || strings.Contains(err, "timeout"):
 		return satTimeout
@@ -209,7 +211,11 @@ type satPhase struct {
 	Offered   float64 `json:"offered_rps"`
 	Seconds   float64 `json:"seconds"`
 	Requests  int64   `json:"requests"`
-	Goodput   float64 `json:"goodput_rps"` // 2xx answers to requests sent in the phase ÷ its length
+	// Goodput is the 2xx answers that arrived during the phase ÷ its
+	// length, whenever their requests were sent: what the proxy served
+	// while the phase's load was on. Every other field counts the
+	// requests sent during the phase.
+	Goodput   float64 `json:"goodput_rps"`
 	OKShare   float64 `json:"ok_share"`
 	ShedShare float64 `json:"shed_share"` // non-2xx answers
 	// ShedByStatus counts the non-2xx answers by status code.
@@ -244,16 +250,13 @@ func summarisePhase(samples []satSample, offered float64, length time.Duration) 
 		default:
 			errs++
 		}
-		if s.outcome != satOK && p.FirstError == "" {
-			p.FirstError = strings.TrimSpace(s.err + " " + strconv.Itoa(int(s.code)))
+		if (s.outcome == satTimeout || s.outcome == satError) && p.FirstError == "" {
+			p.FirstError = s.err
 		}
 	}
 	if n := float64(len(samples)); n > 0 {
 		p.OKShare, p.ShedShare = float64(len(ok))/n, float64(len(shed))/n
 		p.TimeoutShare, p.ErrorShare = float64(timeouts)/n, float64(errs)/n
-	}
-	if p.Seconds > 0 {
-		p.Goodput = float64(len(ok)) / p.Seconds
 	}
 	slices.Sort(ok)
 	slices.Sort(shed)
@@ -264,6 +267,20 @@ func summarisePhase(samples []satSample, offered float64, length time.Duration) 
 		p.ShedP99 = ms(percentile(shed, 99))
 	}
 	return p
+}
+
+// goodput is the rate of 2xx answers that arrived in [from, to).
+func goodput(samples []satSample, from, to time.Duration) float64 {
+	n := 0
+	for _, s := range samples {
+		if end := s.at + s.latency; s.outcome == satOK && end >= from && end < to {
+			n++
+		}
+	}
+	if to <= from {
+		return 0
+	}
+	return float64(n) / (to - from).Seconds()
 }
 
 // recoveryTime is how long after from the latency is normal again: the
@@ -327,6 +344,12 @@ type satLevel struct {
 	PeakRSSBytes    int64   `json:"peak_rss_bytes"`
 	SampledRSSBytes int64   `json:"sampled_max_rss_bytes"`
 	PeakHeapBytes   float64 `json:"peak_heap_inuse_bytes,omitempty"`
+	// SendLag is how late vegeta sent requests against the schedule
+	// (p99 and max, ms). More than a few ms means the load side was
+	// starved: the load was not open loop on schedule, and the latencies
+	// include the load generator's own stall.
+	SendLagP99 float64 `json:"send_lag_p99_ms"`
+	SendLagMax float64 `json:"send_lag_max_ms"`
 	// Timeline is the whole attack second by second, by when requests
 	// were sent.
 	Timeline []satSecond `json:"timeline"`
@@ -463,17 +486,26 @@ func (h *Harness) satLevel(ctx context.Context, t *target, factor, capacity floa
 	}
 	var byPhase [3][]satSample
 	all := make([]satSample, 0, len(samples))
+	lags := make([]time.Duration, 0, len(samples))
 	for _, s := range samples {
 		all = append(all, s.satSample)
-		_, ph, ok := pacer.due(uint64(s.seq))
+		due, ph, ok := pacer.due(uint64(s.seq))
+		lags = append(lags, max(s.at-due, 0))
 		if ok {
 			byPhase[ph] = append(byPhase[ph], s.satSample)
 		}
 	}
 	lv.Timeline = timelineOf(all)
+	slices.Sort(lags)
+	if len(lags) > 0 {
+		lv.SendLagP99, lv.SendLagMax = ms(percentile(lags, 99)), ms(lags[len(lags)-1])
+	}
 	lv.Base = summarisePhase(byPhase[0], base, sc.Base)
 	lv.Load = summarisePhase(byPhase[1], load, sc.Duration)
 	lv.Recovery = summarisePhase(byPhase[2], base, sc.Recovery)
+	lv.Base.Goodput = goodput(all, 0, sc.Base)
+	lv.Load.Goodput = goodput(all, sc.Base, sc.Base+sc.Duration)
+	lv.Recovery.Goodput = goodput(all, sc.Base+sc.Duration, sc.Base+sc.Duration+sc.Recovery)
 	if lv.Base.P99 > 0 {
 		lv.P99OverBase = lv.Load.P99 / lv.Base.P99
 		drop := sc.Base + sc.Duration
@@ -578,6 +610,7 @@ type SatSummary struct {
 	NotRecovered int   `json:"not_recovered"`
 	PeakRSSMiB   *Stat `json:"peak_rss_mib,omitempty"`
 	PeakHeapMiB  *Stat `json:"peak_heap_inuse_mib,omitempty"`
+	SendLagP99   *Stat `json:"send_lag_p99_ms,omitempty"`
 	Rounds       int   `json:"rounds"`
 }
 
@@ -588,7 +621,7 @@ func summariseSaturation(runs []TargetRun, factors []float64) []SatSummary {
 	for _, name := range targetNames {
 		for _, f := range factors {
 			s := SatSummary{Target: name, Factor: f}
-			var good, shed, shedP99, tout, errs, base, p50, p99, over, rec, rss, heap []float64
+			var good, shed, shedP99, tout, errs, base, p50, p99, over, rec, rss, heap, lag []float64
 			for _, run := range runs {
 				if run.Target != name {
 					continue
@@ -618,7 +651,7 @@ func summariseSaturation(runs []TargetRun, factors []float64) []SatSummary {
 					} else {
 						s.NotRecovered++
 					}
-					rss = append(rss, float64(lv.PeakRSSBytes)/(1<<20))
+					rss, lag = append(rss, float64(lv.PeakRSSBytes)/(1<<20)), append(lag, lv.SendLagP99)
 					if lv.PeakHeapBytes > 0 {
 						heap = append(heap, lv.PeakHeapBytes/(1<<20))
 					}
@@ -629,12 +662,16 @@ func summariseSaturation(runs []TargetRun, factors []float64) []SatSummary {
 			}
 			s.Goodput, s.ShedShare, s.ShedP99, s.TimeoutShare, s.ErrorShare = newStat(good), newStat(shed), newStat(shedP99), newStat(tout), newStat(errs)
 			s.BaseP99, s.P50, s.P99, s.P99OverBase = newStat(base), newStat(p50), newStat(p99), newStat(over)
-			s.Recovery, s.PeakRSSMiB, s.PeakHeapMiB = newStat(rec), newStat(rss), newStat(heap)
+			s.Recovery, s.PeakRSSMiB, s.PeakHeapMiB, s.SendLagP99 = newStat(rec), newStat(rss), newStat(heap), newStat(lag)
 			out = append(out, s)
 		}
 	}
 	return out
 }
+
+// satLagFlag is the p99 send lag, ms, beyond which a level's figures are
+// flagged: the load generator did not send on schedule.
+const satLagFlag = 50
 
 // satMarkdown renders the saturation tables.
 func (r *Report) satMarkdown(b *strings.Builder) {
@@ -643,8 +680,8 @@ func (r *Report) satMarkdown(b *strings.Builder) {
 	fmt.Fprintf(b, "### Saturation\n\n")
 	fmt.Fprintf(b, "Capacity %.0f req/s: %d replicas × %d concurrent requests ÷ %v service time. Per level, on a fresh process: %v at %g× capacity (base), %v at the level (load), %v at %g× again (recovery); client timeout %v. Load-phase figures; latency of 2xx answers only.\n\n",
 		capacity, r.Config.Replicas, sc.Concurrency, sc.Service, sc.Base, sc.BaseFactor, sc.Duration, sc.Recovery, sc.BaseFactor, sc.Timeout)
-	b.WriteString("| target | level | offered req/s | goodput req/s | shed (status) | shed p99 ms | timeouts | errors | base p99 ms | admitted p50 ms | admitted p99 ms | p99 ÷ base | recovery s | peak RSS MiB | peak heap MiB |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| target | level | offered req/s | goodput req/s | shed (status) | shed p99 ms | timeouts | errors | base p99 ms | admitted p50 ms | admitted p99 ms | p99 ÷ base | recovery s | peak RSS MiB | peak heap MiB | send lag p99 ms |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	pct := func(s *Stat) string {
 		if s == nil {
 			return "—"
@@ -665,8 +702,12 @@ func (r *Report) satMarkdown(b *strings.Builder) {
 		if s.NotRecovered > 0 {
 			rec += fmt.Sprintf(" **%d of %d not within %v**", s.NotRecovered, s.Rounds, sc.Recovery)
 		}
-		fmt.Fprintf(b, "| %s | %g× | %.0f | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
+		lag := fs(s.SendLagP99, "%.0f")
+		if s.SendLagP99 != nil && s.SendLagP99.Max > satLagFlag {
+			lag = "**" + lag + " (load side starved)**"
+		}
+		fmt.Fprintf(b, "| %s | %g× | %.0f | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
 			s.Target, s.Factor, s.Offered, fs(s.Goodput, "%.0f"), shed, fs(s.ShedP99, "%.1f"), pct(s.TimeoutShare), pct(s.ErrorShare),
-			fs(s.BaseP99, "%.1f"), fs(s.P50, "%.1f"), fs(s.P99, "%.1f"), fs(s.P99OverBase, "%.1f"), rec, fs(s.PeakRSSMiB, "%.1f"), fs(s.PeakHeapMiB, "%.1f"))
+			fs(s.BaseP99, "%.1f"), fs(s.P50, "%.1f"), fs(s.P99, "%.1f"), fs(s.P99OverBase, "%.1f"), rec, fs(s.PeakRSSMiB, "%.1f"), fs(s.PeakHeapMiB, "%.1f"), lag)
 	}
 }

@@ -60,7 +60,7 @@ func TestSummarisePhase(t *testing.T) {
 	s = append(s, satSample{latency: 10 * time.Second, outcome: classify(0, `Post "http://x": context deadline exceeded (Client.Timeout exceeded while awaiting headers)`)})
 	s = append(s, satSample{outcome: classify(0, "dial tcp: connect: connection refused")})
 	p := summarisePhase(s, 50, 2*time.Second)
-	if p.Requests != 100 || p.Goodput != 45 || p.OKShare != 0.9 || p.ShedShare != 0.08 || p.TimeoutShare != 0.01 || p.ErrorShare != 0.01 {
+	if p.Requests != 100 || p.OKShare != 0.9 || p.ShedShare != 0.08 || p.TimeoutShare != 0.01 || p.ErrorShare != 0.01 {
 		t.Errorf("counts: %+v", p)
 	}
 	if p.ShedByStatus["503"] != 6 || p.ShedByStatus["429"] != 2 || p.ShedP99 != 2 {
@@ -70,6 +70,23 @@ func TestSummarisePhase(t *testing.T) {
 	// 90th (99 ms); shed and failed requests do not count.
 	if p.P50 != 54 || p.P99 != 99 || p.Max != 99 {
 		t.Errorf("admitted latency p50 %v p99 %v max %v, want 54 99 99", p.P50, p.P99, p.Max)
+	}
+}
+
+func TestGoodput(t *testing.T) {
+	s := []satSample{
+		{at: 0, latency: 500 * time.Millisecond, outcome: satOK},                      // ends 0.5 s
+		{at: 500 * time.Millisecond, latency: time.Second, outcome: satOK},            // ends 1.5 s
+		{at: 900 * time.Millisecond, latency: 200 * time.Millisecond, outcome: satOK}, // ends 1.1 s
+		{at: time.Second, latency: time.Millisecond, outcome: satShed},                // not 2xx
+		{at: time.Second, latency: 2 * time.Second, outcome: satOK},                   // ends 3 s
+	}
+	// Answers arriving in [1 s, 2 s), whenever sent: two.
+	if g := goodput(s, time.Second, 2*time.Second); g != 2 {
+		t.Errorf("goodput [1s, 2s) = %v, want 2", g)
+	}
+	if g := goodput(s, 0, 4*time.Second); g != 1 {
+		t.Errorf("goodput [0, 4s) = %v, want 1", g)
 	}
 }
 
@@ -83,6 +100,8 @@ func TestClassify(t *testing.T) {
 		{204, "", satOK},
 		{503, "", satShed},
 		{502, "", satShed},
+		{503, "503 Service Unavailable", satShed}, // vegeta's error for a non-2xx status
+		{429, "429 Too Many Requests", satShed},
 		{0, "Post: net/http: request canceled (Client.Timeout exceeded while awaiting headers)", satTimeout},
 		{0, "read: connection reset by peer", satError},
 		{0, "EOF", satError},
@@ -191,7 +210,7 @@ func TestSummariseSaturation(t *testing.T) {
 	r := &Report{Config: Config{Replicas: 3, Saturation: true, Sat: SatConfig{Concurrency: 2, Service: 20 * time.Millisecond, Recovery: 15 * time.Second}}, SatSummary: got}
 	var b strings.Builder
 	r.satMarkdown(&b)
-	for _, want := range []string{"Capacity 300 req/s", "| keyway | 2× | 600 | 300 (290–310) |", "(503: 30)", "**1 of 3 not within 15s**"} {
+	for _, want := range []string{"Capacity 300 req/s", "| keyway | 2× | 600 | 300 (290–310) |", "send lag p99 ms", "(503: 30)", "**1 of 3 not within 15s**"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("markdown lacks %q:\n%s", want, b.String())
 		}
