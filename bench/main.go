@@ -69,7 +69,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.Float64Var(&cfg.Sat.BaseFactor, "sat-base-factor", 0.5, "saturation: the unloaded rate before and after each level, multiple of capacity")
 	fs.DurationVar(&cfg.Sat.Base, "sat-base", 3*time.Second, "saturation: length of the unloaded phase before each level (its p99 is the reference)")
 	fs.DurationVar(&cfg.Sat.Duration, "sat-duration", 10*time.Second, "saturation: length of each overload phase")
-	fs.DurationVar(&cfg.Sat.Recovery, "sat-recovery", 15*time.Second, "saturation: length of the unloaded phase after the drop, in which the time to recover is measured")
+	fs.DurationVar(&cfg.Sat.Recovery, "sat-recovery", 30*time.Second, "saturation: length of the unloaded phase after the drop, in which the time to recover is measured")
 	fs.DurationVar(&cfg.Sat.Timeout, "sat-timeout", 10*time.Second, "saturation: the load generator's timeout per request")
 	fs.Float64Var(&cfg.Sat.Bound, "sat-recovery-bound", 1.5, "saturation: recovered when the sliding-window p99 is within this multiple of the base p99")
 	cfg.Sat.Window, cfg.Sat.Step, cfg.Sat.Hold = 500*time.Millisecond, 100*time.Millisecond, time.Second
