@@ -119,8 +119,8 @@ func haproxySaturation(s *satTargetConfig) (server string, backend []string) {
 		[]string{fmt.Sprintf("timeout queue %dms", wait.Milliseconds())}
 }
 
-// satTargets are the targets the saturation mode measures, and why the
-// others are not.
+// satSkipped names the targets the saturation mode does not measure, and
+// why; keyway and haproxy are measured.
 var satSkipped = map[string]string{
 	"direct": "saturation: direct skipped (no proxy to shed)",
 	"nginx":  "saturation: nginx skipped: open-source nginx has no bounded queue (the upstream `queue` directive is NGINX Plus only); `max_conns` on a hashed upstream sends the excess to the next server, which breaks key affinity, then answers 502",
@@ -208,9 +208,9 @@ func classify(code uint16, err string) satOutcome {
 // satPhase is one phase of a level: the requests sent during it and what
 // became of them.
 type satPhase struct {
-	Offered   float64 `json:"offered_rps"`
-	Seconds   float64 `json:"seconds"`
-	Requests  int64   `json:"requests"`
+	Offered  float64 `json:"offered_rps"`
+	Seconds  float64 `json:"seconds"`
+	Requests int64   `json:"requests"`
 	// Goodput is the 2xx answers that arrived during the phase ÷ its
 	// length, whenever their requests were sent: what the proxy served
 	// while the phase's load was on. Every other field counts the

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -232,5 +233,62 @@ func TestHAProxySaturationConfig(t *testing.T) {
 		if !strings.Contains(b, want) {
 			t.Errorf("haproxy.cfg lacks %q:\n%s", want, b)
 		}
+	}
+}
+
+// TestSaturationSmoke runs the saturation mode for a few seconds against
+// keyway (the only target that needs nothing installed) and checks what
+// does not depend on the machine's speed: the schedule, the capacity
+// ceiling on goodput, the service-time floor on latency, and that memory
+// was sampled.
+func TestSaturationSmoke(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds keyway and runs load for a few seconds; skipped under -short")
+	}
+	repo, err := moduleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{
+		Duration: time.Second, Replicas: 2, Body: 256, Keys: 300, Rounds: 1, Connections: 1,
+		Targets: []string{"keyway", "direct"}, LoadGen: "vegeta", Pin: false,
+		Saturation: true,
+		Sat: SatConfig{
+			Concurrency: 2, Service: 20 * time.Millisecond, Factors: []float64{2}, BaseFactor: 0.5,
+			Base: time.Second, Duration: time.Second, Recovery: 3 * time.Second, Timeout: 10 * time.Second,
+			Window: 500 * time.Millisecond, Step: 100 * time.Millisecond, Bound: 1.5, Hold: time.Second,
+		},
+		OutDir: t.TempDir(), Repo: repo, Race: raceEnabled, Log: testLog{t},
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rep, err := Run(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log("\n" + rep.Markdown())
+	if len(rep.Runs) != 1 || rep.Runs[0].Target != "keyway" || len(rep.Runs[0].Saturation) != 1 {
+		t.Fatalf("want one keyway run with one level (direct skipped), got %+v", rep.Runs)
+	}
+	if f := rep.Runs[0].Failures; len(f) > 0 {
+		t.Fatalf("failures: %v", f)
+	}
+	lv := rep.Runs[0].Saturation[0]
+	// Capacity 2 × 2 ÷ 20ms = 200 req/s: base 100/s for 1 s, load 400/s
+	// for 1 s, recovery 100/s for 3 s.
+	if lv.Base.Requests != 100 || lv.Load.Requests != 400 || lv.Recovery.Requests != 300 {
+		t.Errorf("requests per phase %d, %d, %d; want 100, 400, 300", lv.Base.Requests, lv.Load.Requests, lv.Recovery.Requests)
+	}
+	if lv.Load.Offered != 400 || !(lv.Load.Goodput > 0) || lv.Load.Goodput > 210 {
+		t.Errorf("offered %v, goodput %v; want 400 and at most the capacity (200) plus what was in service", lv.Load.Offered, lv.Load.Goodput)
+	}
+	if lv.Base.P99 < 20 || lv.Base.P50 < 20 {
+		t.Errorf("base p50 %v p99 %v ms, below the 20 ms service time", lv.Base.P50, lv.Base.P99)
+	}
+	if lv.PeakRSSBytes <= 0 || !(lv.PeakHeapBytes > 0) || len(lv.Timeline) < 5 {
+		t.Errorf("peak RSS %d, heap %v, %d timeline seconds", lv.PeakRSSBytes, lv.PeakHeapBytes, len(lv.Timeline))
+	}
+	if len(rep.SatSummary) != 1 || !strings.Contains(rep.Markdown(), "### Saturation") {
+		t.Errorf("summary %+v", rep.SatSummary)
 	}
 }
