@@ -101,11 +101,17 @@ type satTargetConfig struct {
 	service     time.Duration
 }
 
-// keywaySaturation returns the lines added to keyway's replica set (at
-// four spaces of indentation) in saturation mode. Today keyway has no
-// overload settings, so it runs as configured for every other run; this
-// is the one place to add them.
-func keywaySaturation(*satTargetConfig) []string { return nil }
+// keywayOverload is what saturation mode adds to keyway's configuration,
+// as YAML lines without indentation: under server, as new top-level keys,
+// and under the replica set.
+type keywayOverload struct {
+	server, top, set []string
+}
+
+// keywaySaturation returns keyway's overload settings, derived from the
+// replicas' capacity like HAProxy's. Today keyway has none, so it runs as
+// configured for every other run; this is the one place to add them.
+func keywaySaturation(*satTargetConfig) keywayOverload { return keywayOverload{} }
 
 // haproxySaturation returns the options added to each server line and
 // the lines added to the backend. maxconn caps the connections to a
