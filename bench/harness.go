@@ -40,13 +40,18 @@ type Config struct {
 	// process terminating TLS 1.3: idle memory, keep-alive throughput and a
 	// new connection (full handshake) per request, plus a plain
 	// new-connection run as the baseline (tls.go).
-	TLS       bool      `json:"tls"`
-	OutDir    string    `json:"-"`
-	Keyway    string    `json:"-"`                    // a prebuilt keyway binary; "" builds one
-	KeywayRev string    `json:"keyway_rev,omitempty"` // build keyway from this git revision instead of the working tree
-	Repo      string    `json:"-"`                    // module root, for building keyway
-	Race      bool      `json:"-"`                    // build keyway with -race (the smoke test under -race)
-	Log       io.Writer `json:"-"`                    // progress; nil discards
+	TLS bool `json:"tls"`
+	// Saturation replaces every other measurement with the saturation
+	// mode (saturation.go): replicas with a fixed service capacity, and
+	// each proxy loaded past it.
+	Saturation bool      `json:"saturation"`
+	Sat        SatConfig `json:"saturation_config"`
+	OutDir     string    `json:"-"`
+	Keyway     string    `json:"-"`                    // a prebuilt keyway binary; "" builds one
+	KeywayRev  string    `json:"keyway_rev,omitempty"` // build keyway from this git revision instead of the working tree
+	Repo       string    `json:"-"`                    // module root, for building keyway
+	Race       bool      `json:"-"`                    // build keyway with -race (the smoke test under -race)
+	Log        io.Writer `json:"-"`                    // progress; nil discards
 }
 
 // Harness runs the measurements of one Config.
@@ -143,8 +148,22 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		h.notes = append(h.notes, fmt.Sprintf("RLIMIT_NOFILE is %d, %d wanted for %d idle connections (%v)", h.nofile, need, cfg.IdleConns, err))
 	}
 
+	conc, service := 0, time.Duration(0)
+	if cfg.Saturation {
+		conc, service = cfg.Sat.Concurrency, cfg.Sat.Service
+		h.targets = slices.DeleteFunc(h.targets, func(t *target) bool {
+			if why, ok := satSkipped[t.name]; ok {
+				h.notes = append(h.notes, why)
+				return true
+			}
+			return false
+		})
+		if len(h.targets) == 0 {
+			return nil, errors.New("saturation: no target left to measure (keyway and haproxy are measured)")
+		}
+	}
 	for i := range cfg.Replicas {
-		r, err := startReplica("r"+strconv.Itoa(i), cfg.Keys)
+		r, err := startReplica("r"+strconv.Itoa(i), cfg.Keys, conc, service)
 		if err != nil {
 			return nil, err
 		}
@@ -158,7 +177,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		// Rotate the order each round so no target always runs first.
 		for i := range h.targets {
 			t := h.targets[(i+round)%len(h.targets)]
-			run := h.measure(ctx, t, round)
+			var run TargetRun
+			if cfg.Saturation {
+				run = h.measureSaturation(ctx, t, round)
+			} else {
+				run = h.measure(ctx, t, round)
+			}
 			rep.Runs = append(rep.Runs, run)
 			if err := ctx.Err(); err != nil {
 				return nil, err
@@ -187,6 +211,11 @@ func (c *Config) validate() error {
 	}
 	if len(c.Rates) > 0 && c.LatencyDuration <= 0 {
 		errs = append(errs, errors.New("latency-duration must be positive"))
+	}
+	if c.Saturation {
+		if err := c.Sat.validate(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if len(c.Targets) == 0 {
 		errs = append(errs, errors.New("no targets"))
@@ -291,6 +320,9 @@ func (h *Harness) start(ctx context.Context, t *target, maxConns int, tf *tlsFil
 			return nil, err
 		}
 		env := &targetEnv{maxConns: maxConns, adminPort: admin, nofile: h.nofile, tls: tf}
+		if h.cfg.Saturation {
+			env.sat = &satTargetConfig{concurrency: h.cfg.Sat.Concurrency, service: h.cfg.Sat.Service}
+		}
 		for _, r := range h.replicas {
 			env.replicas = append(env.replicas, r.addr())
 		}

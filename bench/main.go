@@ -62,6 +62,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&cfg.OutDir, "out", filepath.Join("bench", "results"), "output directory")
 	fs.StringVar(&cfg.Keyway, "keyway", "", "a prebuilt keyway binary; empty: go build ./cmd/keyway")
 	fs.StringVar(&cfg.KeywayRev, "keyway-rev", "", "build keyway from this git revision (e.g. HEAD) instead of the working tree")
+	fs.BoolVar(&cfg.Saturation, "saturation", false, "saturation mode instead of the other measurements: replicas with a fixed service capacity, each proxy (keyway, haproxy) loaded open loop at each -sat-levels multiple of it; see docs/benchmarks.md")
+	fs.IntVar(&cfg.Sat.Concurrency, "sat-concurrency", 2, "saturation: requests one replica serves at once")
+	fs.DurationVar(&cfg.Sat.Service, "sat-service", 20*time.Millisecond, "saturation: service time of one request; capacity = replicas × sat-concurrency ÷ sat-service")
+	satLevels := fs.String("sat-levels", "1,2,4", "saturation: load levels, multiples of capacity, comma-separated")
+	fs.Float64Var(&cfg.Sat.BaseFactor, "sat-base-factor", 0.5, "saturation: the unloaded rate before and after each level, multiple of capacity")
+	fs.DurationVar(&cfg.Sat.Base, "sat-base", 3*time.Second, "saturation: length of the unloaded phase before each level (its p99 is the reference)")
+	fs.DurationVar(&cfg.Sat.Duration, "sat-duration", 10*time.Second, "saturation: length of each overload phase")
+	fs.DurationVar(&cfg.Sat.Recovery, "sat-recovery", 30*time.Second, "saturation: length of the unloaded phase after the drop, in which the time to recover is measured")
+	fs.DurationVar(&cfg.Sat.Timeout, "sat-timeout", 10*time.Second, "saturation: the load generator's timeout per request")
+	fs.Float64Var(&cfg.Sat.Bound, "sat-recovery-bound", 1.5, "saturation: recovered when the sliding-window p99 is within this multiple of the base p99")
+	cfg.Sat.Window, cfg.Sat.Step, cfg.Sat.Hold = 500*time.Millisecond, 100*time.Millisecond, time.Second
 	quiet := fs.Bool("quiet", false, "no progress lines on stderr")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -71,6 +82,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	var err error
 	if cfg.Rates, err = parseRates(rates); err != nil {
+		return err
+	}
+	if cfg.Sat.Factors, err = parseFactors(*satLevels); err != nil {
 		return err
 	}
 	for _, t := range strings.Split(targets, ",") {

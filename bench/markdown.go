@@ -33,12 +33,21 @@ func (r *Report) Markdown() string {
 			break
 		}
 	}
-	fmt.Fprintf(&b, "Load: POST /ingest, %d-byte body, X-Key uniform over %d keys, %d replicas; throughput with %s, %d connections, %v per run.\n",
-		c.Body, c.Keys, c.Replicas, tool, c.Connections, c.Duration)
+	if c.Saturation {
+		fmt.Fprintf(&b, "Load: POST /ingest, %d-byte body, X-Key uniform over %d keys, %d replicas; vegeta, open loop.\n", c.Body, c.Keys, c.Replicas)
+	} else {
+		fmt.Fprintf(&b, "Load: POST /ingest, %d-byte body, X-Key uniform over %d keys, %d replicas; throughput with %s, %d connections, %v per run.\n",
+			c.Body, c.Keys, c.Replicas, tool, c.Connections, c.Duration)
+	}
 	if c.Pin {
 		b.WriteString("Pinning: proxy on CPU 0 (`taskset -c 0`), load generator and replicas on CPU 1, unless a note says otherwise.\n")
 	}
 	b.WriteString("\n")
+	if c.Saturation {
+		r.satMarkdown(&b)
+		r.notesAndFailures(&b)
+		return b.String()
+	}
 
 	b.WriteString("### Throughput and CPU\n\n")
 	b.WriteString("| target | req/s | proxy CPU (cores) | req/s per proxy core | proxy CPU µs/req | peak RSS MiB | errors |\n|---|---|---|---|---|---|---|\n")
@@ -122,10 +131,16 @@ func (r *Report) Markdown() string {
 			}
 		}
 	}
+	r.notesAndFailures(&b)
+	return b.String()
+}
+
+// notesAndFailures renders the run's notes and every target's failures.
+func (r *Report) notesAndFailures(b *strings.Builder) {
 	if len(r.Notes) > 0 {
 		b.WriteString("\nNotes:\n")
 		for _, n := range r.Notes {
-			fmt.Fprintf(&b, "- %s\n", n)
+			fmt.Fprintf(b, "- %s\n", n)
 		}
 	}
 	var fails []string
@@ -137,10 +152,9 @@ func (r *Report) Markdown() string {
 	if len(fails) > 0 {
 		b.WriteString("\nFailures:\n")
 		for _, f := range fails {
-			fmt.Fprintf(&b, "- %s\n", strings.ReplaceAll(f, "\n", " "))
+			fmt.Fprintf(b, "- %s\n", strings.ReplaceAll(f, "\n", " "))
 		}
 	}
-	return b.String()
 }
 
 // syscallTable renders system calls per request, one column per call that

@@ -24,16 +24,27 @@ type replica struct {
 	reqs  atomic.Int64
 	other atomic.Int64    // requests whose key is not one of the harness's
 	keys  []atomic.Uint32 // requests per key index
+	// With a fixed service capacity (saturation mode): at most cap(slots)
+	// requests are served at once, each taking service; the others wait
+	// for a slot, as requests queue in front of a saturated pipeline job.
+	slots    chan struct{}
+	service  time.Duration
+	inflight atomic.Int64 // requests in the handler, waiting or served
 }
 
 var okBody = []byte("ok\n")
 
-func startReplica(name string, keyCount int) (*replica, error) {
+// startReplica starts a replica. With concurrency > 0 it has a fixed
+// service capacity of concurrency ÷ service requests per second.
+func startReplica(name string, keyCount, concurrency int, service time.Duration) (*replica, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("replica %s: %w", name, err)
 	}
 	r := &replica{name: name, ln: ln, done: make(chan error, 1), keys: make([]atomic.Uint32, keyCount)}
+	if concurrency > 0 {
+		r.slots, r.service = make(chan struct{}, concurrency), service
+	}
 	r.srv = &fasthttp.Server{
 		Handler:               r.handle,
 		ReadTimeout:           time.Minute,
@@ -56,6 +67,15 @@ func (r *replica) handle(ctx *fasthttp.RequestCtx) {
 		r.keys[i].Add(1)
 	} else {
 		r.other.Add(1)
+	}
+	if r.slots != nil {
+		// The sleep models the job's work: it holds a slot for the
+		// service time whether or not the client is still waiting.
+		r.inflight.Add(1)
+		r.slots <- struct{}{}
+		time.Sleep(r.service)
+		<-r.slots
+		r.inflight.Add(-1)
 	}
 	ctx.SetBody(okBody)
 }

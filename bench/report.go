@@ -21,6 +21,8 @@ type Report struct {
 	Runs     []TargetRun     `json:"runs"`
 	Summary  []TargetSummary `json:"summary"`
 	Ratios   []RatioRow      `json:"keyway_ratios,omitempty"`
+	// SatSummary is the saturation mode's summary (-saturation).
+	SatSummary []SatSummary `json:"saturation,omitempty"`
 }
 
 // Env describes the machine and the software measured.
@@ -49,9 +51,11 @@ type TargetRun struct {
 	// With -tls: NewConn is the plain-HTTP run with a new connection per
 	// request (the baseline of TLS's handshake run), and TLS the same
 	// proxy terminating TLS (proxies only).
-	NewConn  *throughputRun `json:"new_conn,omitempty"`
-	TLS      *tlsTargetRun  `json:"tls,omitempty"`
-	Failures []string       `json:"failures,omitempty"`
+	NewConn *throughputRun `json:"new_conn,omitempty"`
+	TLS     *tlsTargetRun  `json:"tls,omitempty"`
+	// Saturation has one entry per load level (-saturation).
+	Saturation []satLevel `json:"saturation,omitempty"`
+	Failures   []string   `json:"failures,omitempty"`
 }
 
 // tlsTargetRun is one proxy terminating TLS in one round.
@@ -185,6 +189,11 @@ func (r *Report) summarise() {
 	r.Summary = nil
 	for _, name := range order {
 		r.Summary = append(r.Summary, summariseTarget(name, byTarget[name], r.Config.Rates))
+	}
+	if r.Config.Saturation {
+		r.SatSummary = summariseSaturation(r.Runs, r.Config.Sat.Factors)
+		r.Ratios = nil
+		return
 	}
 	r.Ratios = r.ratios(order)
 }
@@ -550,6 +559,9 @@ func writeFiles(r *Report, dir string) ([]string, error) {
 	}
 	files = append(files, path)
 	for _, rate := range r.Config.Rates {
+		if r.Config.Saturation {
+			break
+		}
 		path := filepath.Join(dir, fmt.Sprintf("latency-%d.svg", rate))
 		if err := os.WriteFile(path, []byte(r.plot(rate)), 0o644); err != nil {
 			return nil, err

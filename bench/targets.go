@@ -31,6 +31,8 @@ type targetEnv struct {
 	// tls, when set, makes the proxy terminate TLS 1.3 on its listener
 	// with this certificate (tls.go); the replicas stay plain HTTP.
 	tls *tlsFiles
+	// sat, when set, adds each proxy's overload settings (saturation.go).
+	sat *satTargetConfig
 	// procEnv is set by the config function: extra environment for the
 	// proxy's process.
 	procEnv []string
@@ -105,13 +107,26 @@ func write(dir, name, text string) (string, error) {
 func keywayConfig(dir string, port int, e *targetEnv) ([]string, error) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "listen: \"127.0.0.1:%d\"\n", port)
+	var over keywayOverload
+	if e.sat != nil {
+		over = keywaySaturation(e.sat)
+	}
 	fmt.Fprintf(&b, "server:\n  max_conns: %d\n  idle_timeout: 10m\n  shutdown_timeout: 5s\n", e.maxConns)
+	for _, l := range over.server {
+		fmt.Fprintf(&b, "  %s\n", l)
+	}
+	for _, l := range over.top {
+		fmt.Fprintf(&b, "%s\n", l)
+	}
 	fmt.Fprintf(&b, "admin:\n  listen: \"127.0.0.1:%d\"\n", e.adminPort)
 	b.WriteString("log:\n  level: warn\n  access_log: false\n")
 	if e.tls != nil {
 		fmt.Fprintf(&b, "tls:\n  certificates:\n    - {cert_file: %q, key_file: %q}\n  min_version: \"1.3\"\n  session_tickets: false\n", e.tls.certFile, e.tls.keyFile)
 	}
 	fmt.Fprintf(&b, "replica_sets:\n  - name: bench\n    replicas: %d\n    key: [{header: X-Key}]\n    timeouts: {idle: 10m}\n    static:\n", len(e.replicas))
+	for _, l := range over.set {
+		fmt.Fprintf(&b, "    %s\n", l)
+	}
 	for i, a := range e.replicas {
 		fmt.Fprintf(&b, "      - {name: r%d, addr: %q}\n", i, a)
 	}
@@ -170,8 +185,16 @@ backend be
   balance hdr(X-Key)
   hash-type consistent
 `, e.maxConns, port, global, bind)
+	srvOpts := ""
+	if e.sat != nil {
+		var lines []string
+		srvOpts, lines = haproxySaturation(e.sat)
+		for _, l := range lines {
+			fmt.Fprintf(&b, "  %s\n", l)
+		}
+	}
 	for i, a := range e.replicas {
-		fmt.Fprintf(&b, "  server r%d %s\n", i, a)
+		fmt.Fprintf(&b, "  server r%d %s%s\n", i, a, srvOpts)
 	}
 	path, err := write(dir, "haproxy.cfg", b.String())
 	return []string{"-f", path, "-db"}, err
