@@ -184,14 +184,7 @@ func (s *Server) deleteSet(w http.ResponseWriter, r *http.Request) {
 		s.unavailable(w, "run-time replica sets")
 		return
 	}
-	set := r.PathValue("set")
-	who := actor(r)
-	res, err := s.opts.SetAdmin.DeleteSet(set, who)
-	if s.setError(w, set, err) {
-		return
-	}
-	s.log.Info("admin delete set", zap.String("set", set), zap.Uint64("version", res.Version), zap.String("by", who.String()))
-	s.reply(w, res)
+	s.setCommand(w, r, "admin delete set", s.opts.SetAdmin.DeleteSet)
 }
 
 func (s *Server) clearRuntime(w http.ResponseWriter, r *http.Request) {
@@ -199,13 +192,19 @@ func (s *Server) clearRuntime(w http.ResponseWriter, r *http.Request) {
 		s.unavailable(w, "run-time replica sets")
 		return
 	}
+	s.setCommand(w, r, "admin clear run-time state", s.opts.SetAdmin.ClearRuntime)
+}
+
+// setCommand runs a bodyless run-time change of the path's set (delete,
+// clear), logs it as msg and answers its SetChange or its error.
+func (s *Server) setCommand(w http.ResponseWriter, r *http.Request, msg string, do func(string, Actor) (SetChange, error)) {
 	set := r.PathValue("set")
 	who := actor(r)
-	res, err := s.opts.SetAdmin.ClearRuntime(set, who)
+	res, err := do(set, who)
 	if s.setError(w, set, err) {
 		return
 	}
-	s.log.Info("admin clear run-time state", zap.String("set", set), zap.Uint64("version", res.Version), zap.String("by", who.String()))
+	s.log.Info(msg, zap.String("set", set), zap.Uint64("version", res.Version), zap.String("by", who.String()))
 	s.reply(w, res)
 }
 
