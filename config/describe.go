@@ -257,6 +257,8 @@ func fieldDocs() map[string]string {
 		"replica_sets[].static[].weight":                 "advisory, reported only; 1 to 1000",
 		"replica_sets[].static[].zone":                   "optional failure-domain label",
 		"replica_sets[].limits.max_inflight_per_replica": "requests forwarded to one replica at once; beyond, keyed requests get overload_status (reason overloaded), keyless ones go to the next replica; 0 means max_conns_per_replica, at most that",
+		"replica_sets[].limits.max_queued_per_replica":   "requests that may wait, first come first served, for a slot of a replica at max_inflight_per_replica; beyond, shed at once (reason overloaded); 0 (default) is no queue, at most 4096",
+		"replica_sets[].limits.max_queue_wait":           "longest wait in a replica's queue (the request's timeout bounds it too); beyond, overload_status (reason queue_timeout); 1ms to 10s",
 		"replica_sets[].limits.max_inflight":             "the set's requests in flight on this proxy; beyond, overload_status (reason set_overloaded); 0 is unbounded, at most 10000000",
 		"replica_sets[].limits.overload_status":          "status of an answer shed by these limits: 503 (the set is full) or 429 (the clients are the cause)",
 		"replica_sets[].limits.pressure_header":          "response header by which a replica says \"saturated\": its keyed requests get 503 (reason replica_saturated) for the answer's Retry-After (1s without), not moved; empty disables",

@@ -120,7 +120,7 @@ func (st *metricsStack) waitMetric(t *testing.T, line string) {
 // active probe counts (probes run on their own schedule), the gossip
 // health score and event counts, and go_/process_ families.
 var scenarioFamilies = strings.Fields(`
-keyway_requests_total keyway_upstream_errors_total keyway_retries_total keyway_local_responses_total
+keyway_requests_total keyway_upstream_errors_total keyway_retries_total keyway_local_responses_total keyway_shed_total
 keyway_all_replicas_unhealthy_total keyway_inflight_requests keyway_memory_guard_shedding
 keyway_table_rebuilds_total keyway_ring_moved_partitions_total keyway_ring_replicas keyway_rotation_replicas
 keyway_replica_in_rotation keyway_replica_state keyway_replica_set_phase
@@ -206,6 +206,7 @@ keyway_local_responses_total{reason="no_key",set="orders"} 0
 keyway_local_responses_total{reason="no_replica",set="orders"} 0
 keyway_local_responses_total{reason="no_set",set="none"} 0
 keyway_local_responses_total{reason="overloaded",set="orders"} 0
+keyway_local_responses_total{reason="queue_timeout",set="orders"} 0
 keyway_local_responses_total{reason="replica_saturated",set="orders"} 0
 keyway_local_responses_total{reason="set_overloaded",set="orders"} 0
 keyway_local_responses_total{reason="set_stopped",set="orders"} 0
@@ -285,6 +286,16 @@ keyway_rotation_replicas{set="orders"} 1
 # TYPE keyway_table_rebuilds_total counter
 keyway_table_rebuilds_total{ring="false",set="orders"} 1
 keyway_table_rebuilds_total{ring="true",set="orders"} 1
+# HELP keyway_shed_total Requests shed, by replica set, replica ("none" for the set's own bounds) and reason: overloaded, replica_saturated, queue_timeout (a replica's), set_overloaded, memory (the set's and the process's).
+# TYPE keyway_shed_total counter
+keyway_shed_total{reason="memory",replica="none",set="orders"} 0
+keyway_shed_total{reason="overloaded",replica="orders-0",set="orders"} 0
+keyway_shed_total{reason="overloaded",replica="orders-1",set="orders"} 0
+keyway_shed_total{reason="queue_timeout",replica="orders-0",set="orders"} 0
+keyway_shed_total{reason="queue_timeout",replica="orders-1",set="orders"} 0
+keyway_shed_total{reason="replica_saturated",replica="orders-0",set="orders"} 0
+keyway_shed_total{reason="replica_saturated",replica="orders-1",set="orders"} 0
+keyway_shed_total{reason="set_overloaded",replica="none",set="orders"} 0
 # HELP keyway_upstream_errors_total Failed exchanges with a replica, by kind: dial, stale_conn, no_free_conns, timeout, reset, other, reused_closed, tls_handshake.
 # TYPE keyway_upstream_errors_total counter
 keyway_upstream_errors_total{kind="dial",replica="orders-0",set="orders"} 0

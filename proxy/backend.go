@@ -53,6 +53,9 @@ type Backend struct {
 	// saturatedUntil is when (Unix nanoseconds) the replica's last
 	// "saturated" answer stops shedding its keyed requests (shed.go).
 	saturatedUntil atomic.Int64
+	// queue holds the requests waiting for one of the replica's
+	// max_inflight_per_replica slots (shed.go).
+	queue replicaQueue
 
 	ctr     *replicaCounters // shared by every Backend of the replica while it stays on the ring
 	latency prometheus.Observer

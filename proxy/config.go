@@ -130,6 +130,14 @@ type LimitsConfig struct {
 	// at once. Default 0: max_conns_per_replica (a request beyond the pool
 	// would only wait for a connection). Allowed 0..max_conns_per_replica.
 	MaxInflightPerReplica int `yaml:"max_inflight_per_replica"`
+	// MaxQueuedPerReplica lets up to this many requests wait, in order,
+	// for a slot of a replica that is at max_inflight_per_replica, each at
+	// most max_queue_wait; beyond either keyway sheds at once. Default 0:
+	// no queue. Allowed 0..4096.
+	MaxQueuedPerReplica int `yaml:"max_queued_per_replica"`
+	// MaxQueueWait bounds one request's wait in a replica's queue (and the
+	// request's timeout bounds it too). Default 100ms; allowed 1ms..10s.
+	MaxQueueWait time.Duration `yaml:"max_queue_wait"`
 	// MaxInflight bounds the set's requests in flight on this proxy, all
 	// replicas together. Default 0: unbounded; allowed 0..10000000.
 	MaxInflight int `yaml:"max_inflight"`
@@ -248,6 +256,7 @@ func DefaultSetConfig() SetConfig {
 			OverloadStatus:  503,
 			PressureHeader:  "X-Keyway-Pressure",
 			MaxPressureHold: 5 * time.Second,
+			MaxQueueWait:    100 * time.Millisecond,
 		},
 	}
 }
@@ -395,6 +404,12 @@ func (l LimitsConfig) validate(maxConns int) error {
 	var errs []error
 	if l.MaxInflightPerReplica < 0 || l.MaxInflightPerReplica > maxConns {
 		errs = append(errs, fmt.Errorf("max_inflight_per_replica: must be between 0 (max_conns_per_replica) and max_conns_per_replica (%d), got %d; a request beyond the pool would only wait for a connection", maxConns, l.MaxInflightPerReplica))
+	}
+	if l.MaxQueuedPerReplica < 0 || l.MaxQueuedPerReplica > 4096 {
+		errs = append(errs, fmt.Errorf("max_queued_per_replica: must be between 0 (no queue) and 4096, got %d; the queue is meant to absorb bursts of about one service time, not to hold a backlog", l.MaxQueuedPerReplica))
+	}
+	if l.MaxQueueWait < time.Millisecond || l.MaxQueueWait > 10*time.Second {
+		errs = append(errs, fmt.Errorf("max_queue_wait: must be between 1ms and 10s, got %s; e.g. 2× the replicas' service time", l.MaxQueueWait))
 	}
 	if l.MaxInflight < 0 || l.MaxInflight > 10000000 {
 		errs = append(errs, fmt.Errorf("max_inflight: must be between 0 (unbounded) and 10000000, got %d", l.MaxInflight))

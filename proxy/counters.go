@@ -21,6 +21,7 @@ type replicaCounters struct {
 	created  time.Time
 	requests [6]atomic.Uint64 // answers by status class: index 1..5 is 1xx..5xx; 0 is unused
 	upErrs   [errKinds]atomic.Uint64
+	shed     [shedKinds]atomic.Uint64 // requests for the replica's keys shed, by shedIndex
 	// latency is the replica's keyway_request_duration_seconds series,
 	// which the traffic sampler reads for the latency over its window (the
 	// request path observes it anyway: the sampler adds nothing there).
@@ -35,6 +36,7 @@ type setCounters struct {
 	created  time.Time
 	local    [6]atomic.Uint64            // by status class, as replicaCounters.requests
 	shed     atomic.Uint64               // of those, the requests shed (overload, memory guard)
+	setShed  [2]atomic.Uint64            // of those, shed by the set's bounds: set_overloaded, memory
 	replicas map[string]*replicaCounters // by replica name; guarded by counters.mu
 }
 
@@ -48,6 +50,7 @@ type setCounters struct {
 type counters struct {
 	requestsDesc *prometheus.Desc
 	upErrorsDesc *prometheus.Desc
+	shedDesc     *prometheus.Desc
 
 	// noSet counts the answers to requests that match no set (set and
 	// replica "none"), by status class.
@@ -68,6 +71,9 @@ func newCounters() *counters {
 		upErrorsDesc: prometheus.NewDesc("keyway_upstream_errors_total",
 			"Failed exchanges with a replica, by kind: dial, stale_conn, no_free_conns, timeout, reset, other, reused_closed, tls_handshake.",
 			[]string{"set", "replica", "kind"}, nil),
+		shedDesc: prometheus.NewDesc("keyway_shed_total",
+			"Requests shed, by replica set, replica (\"none\" for the set's own bounds) and reason: overloaded, replica_saturated, queue_timeout (a replica's), set_overloaded, memory (the set's and the process's).",
+			[]string{"set", "replica", "reason"}, nil),
 		noSetCreated: time.Now(),
 		sets:         map[string]*setCounters{},
 	}
@@ -137,6 +143,7 @@ func (c *counters) unbind(set, replica string) {
 func (c *counters) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.requestsDesc
 	ch <- c.upErrorsDesc
+	ch <- c.shedDesc
 }
 
 // series is one exported series: its label values and value.
@@ -153,6 +160,7 @@ type seriesValue struct {
 func (c *counters) Collect(ch chan<- prometheus.Metric) {
 	reqs := map[series]seriesValue{}
 	errs := map[series]seriesValue{}
+	sheds := map[series]seriesValue{}
 	add := func(m map[series]seriesValue, k series, v uint64, created time.Time) {
 		if cur, ok := m[k]; ok {
 			v += cur.v
@@ -170,7 +178,13 @@ func (c *counters) Collect(ch chan<- prometheus.Metric) {
 		for i := 1; i < len(codeClasses); i++ {
 			add(reqs, series{set, "none", codeClasses[i]}, s.local[i].Load(), s.created)
 		}
+		for i, r := range []localReason{lrSetOverloaded, lrMemory} {
+			add(sheds, series{set, "none", r.String()}, s.setShed[i].Load(), s.created)
+		}
 		for name, r := range s.replicas {
+			for i, reason := range shedKindReasons {
+				add(sheds, series{set, name, reason.String()}, r.shed[i].Load(), r.created)
+			}
 			for i := 1; i < len(codeClasses); i++ {
 				add(reqs, series{set, name, codeClasses[i]}, r.requests[i].Load(), r.created)
 			}
@@ -185,5 +199,8 @@ func (c *counters) Collect(ch chan<- prometheus.Metric) {
 	}
 	for k, v := range errs {
 		ch <- prometheus.MustNewConstMetricWithCreatedTimestamp(c.upErrorsDesc, prometheus.CounterValue, float64(v.v), v.created, k.set, k.replica, k.label)
+	}
+	for k, v := range sheds {
+		ch <- prometheus.MustNewConstMetricWithCreatedTimestamp(c.shedDesc, prometheus.CounterValue, float64(v.v), v.created, k.set, k.replica, k.label)
 	}
 }

@@ -32,10 +32,11 @@ const (
 	lrSetOverloaded                    // 503 or 429: the set is at its in-flight bound on this proxy
 	lrSaturated                        // 503: the key's replica said it is saturated (pressure header)
 	lrMemory                           // 503: the memory guard sheds (heap or bodies in flight)
+	lrQueueTimeout                     // 503 or 429: the key's replica stayed full while the request waited in its queue
 	localReasons
 )
 
-var localReasonNames = [localReasons]string{"no_key", "bad_key", "body_too_large", "no_replica", "unreachable", "upstream_error", "upstream_timeout", "internal", "set_stopped", "overloaded", "set_overloaded", "replica_saturated", "memory"}
+var localReasonNames = [localReasons]string{"no_key", "bad_key", "body_too_large", "no_replica", "unreachable", "upstream_error", "upstream_timeout", "internal", "set_stopped", "overloaded", "set_overloaded", "replica_saturated", "memory", "queue_timeout"}
 
 func (r localReason) String() string { return localReasonNames[r] }
 
@@ -229,9 +230,17 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, rs *replicaSet, t *balancer.Ta
 				continue
 			}
 		}
-		if n := b.inflight.Add(1); n > rs.limits.perReplica {
-			b.inflight.Add(-1)
+		// A keyed request may wait in its replica's queue; a keyless one
+		// only at its last candidate, having found every other one full.
+		maxQueued := 0
+		if keyed || i == attempts-1 {
+			maxQueued = rs.limits.queue
+		}
+		if ok, queued := b.acquire(rs.limits.perReplica, maxQueued, rs.limits.queueWait, deadline); !ok {
 			shed, shedWait = lrOverloaded, time.Second
+			if queued {
+				shed = lrQueueTimeout
+			}
 			if keyed {
 				break
 			}
@@ -254,7 +263,7 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, rs *replicaSet, t *balancer.Ta
 		t0 := time.Now()
 		pool := b.pool.Load()
 		err := b.hc.DoDeadline(&ctx.Request, &ctx.Response, deadline)
-		b.inflight.Add(-1)
+		b.release(rs.limits.perReplica)
 		if b.released.Load() || b.pool.Load() != pool {
 			// The pool was retired while this request used it (a reload
 			// renewed it, the replica left, or a new incarnation replaced
@@ -353,10 +362,16 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, rs *replicaSet, t *balancer.Ta
 	if clientClose {
 		ctx.SetConnectionClose()
 	}
+	if shed != localReasons {
+		last.ctr.shed[shedIndex(shed)].Add(1)
+	}
 	switch {
 	case shed == lrSaturated:
 		p.shed(ctx, rs, lrSaturated, fasthttp.StatusServiceUnavailable, shedWait,
 			"replica "+last.name+" said it is saturated: the request was not delivered; retry after Retry-After (the key stays with this replica)", last.name, tried, upstream)
+	case shed == lrQueueTimeout:
+		p.shed(ctx, rs, lrQueueTimeout, rs.limits.status, shedWait,
+			"replica "+last.name+" stayed full for limits.max_queue_wait ("+rs.limits.queueWait.String()+") while this request waited in its queue: the request was not delivered; retry later (the key stays with this replica)", last.name, tried, upstream)
 	case shed == lrOverloaded:
 		p.shed(ctx, rs, lrOverloaded, rs.limits.status, shedWait,
 			"replica "+last.name+" is overloaded (limits.max_inflight_per_replica "+strconv.FormatInt(rs.limits.perReplica, 10)+" or its connection pool is full): the request was not delivered; retry later (the key stays with this replica)", last.name, tried, upstream)

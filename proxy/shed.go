@@ -2,7 +2,10 @@ package proxy
 
 import (
 	"bytes"
+	"slices"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -46,6 +49,8 @@ type limits struct {
 	status     int    // overload_status
 	pressure   []byte // the pressure header; nil when off
 	maxHold    time.Duration
+	queue      int           // max_queued_per_replica; 0: no queue
+	queueWait  time.Duration // max_queue_wait
 }
 
 func newLimits(sc SetConfig) limits {
@@ -54,6 +59,8 @@ func newLimits(sc SetConfig) limits {
 		set:        int64(sc.Limits.MaxInflight),
 		status:     sc.Limits.OverloadStatus,
 		maxHold:    sc.Limits.MaxPressureHold,
+		queue:      sc.Limits.MaxQueuedPerReplica,
+		queueWait:  sc.Limits.MaxQueueWait,
 	}
 	if l.perReplica == 0 {
 		l.perReplica = int64(sc.MaxConnsPerReplica)
@@ -91,6 +98,140 @@ func (l *limits) saturatedFor(resp *fasthttp.ResponseHeader) (time.Duration, boo
 // wait, and a JSON body naming the set and the replica.
 func (p *Proxy) shed(ctx *fasthttp.RequestCtx, rs *replicaSet, reason localReason, status int, wait time.Duration, msg, replica string, attempts int, upstream time.Duration) {
 	rs.counts.shed.Add(1)
+	switch reason {
+	case lrSetOverloaded:
+		rs.counts.setShed[0].Add(1)
+	case lrMemory:
+		rs.counts.setShed[1].Add(1)
+	}
 	p.answer(ctx, rs, reason, status, msg, replica, attempts, upstream)
 	ctx.Response.Header.SetBytesKV(hdrRetryAfter, retryAfter(wait))
 }
+
+// replicaQueue is a replica's short FIFO of requests waiting for one of
+// its limits.max_inflight_per_replica slots (limits.max_queued_per_replica
+// long, each waiting at most limits.max_queue_wait). A releasing request
+// hands its slot straight to the oldest waiter, so a waiter never loses
+// its turn to a newcomer that found the slot free for a moment, and a slot
+// is never free while someone waits (the waiter announces itself before
+// it checks the slots again; a releaser frees its slot before it looks for
+// waiters: one of the two sees the other). Only overload takes the
+// mutex; a request that finds a slot free touches the atomics alone.
+type replicaQueue struct {
+	waiting atomic.Int32 // len(q), readable without mu
+	mu      sync.Mutex
+	q       []*queueWaiter // oldest first
+}
+
+// queueWaiter is one waiting request; pooled, so queueing allocates
+// nothing in steady state.
+type queueWaiter struct {
+	ready chan struct{} // a slot was handed over (buffered: the hand-over never blocks)
+	timer *time.Timer
+}
+
+var waiterPool = sync.Pool{New: func() any {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return &queueWaiter{ready: make(chan struct{}, 1), timer: t}
+}}
+
+// acquire takes one of b's bound slots, waiting in b's queue for at most
+// wait when they are all taken and fewer than maxQueued wait already. It
+// reports whether a slot was taken, and whether the request queued.
+func (b *Backend) acquire(bound int64, maxQueued int, wait time.Duration, deadline time.Time) (ok, queued bool) {
+	if b.inflight.Add(1) <= bound {
+		return true, false
+	}
+	b.inflight.Add(-1)
+	if maxQueued <= 0 || wait <= 0 {
+		return false, false
+	}
+	if left := time.Until(deadline); left < wait {
+		// The wait counts against the request's timeout.
+		if wait = left; wait <= 0 {
+			return false, false
+		}
+	}
+	q := &b.queue
+	q.mu.Lock()
+	if len(q.q) >= maxQueued {
+		q.mu.Unlock()
+		return false, false
+	}
+	w := waiterPool.Get().(*queueWaiter)
+	q.q = append(q.q, w)
+	q.waiting.Add(1)
+	// Announced; now a slot freed before this point is seen here, and one
+	// freed after it is handed over.
+	if b.inflight.Add(1) <= bound {
+		q.q = q.q[:len(q.q)-1]
+		q.waiting.Add(-1)
+		q.mu.Unlock()
+		waiterPool.Put(w)
+		return true, true
+	}
+	b.inflight.Add(-1)
+	q.mu.Unlock()
+
+	w.timer.Reset(wait)
+	select {
+	case <-w.ready:
+		w.timer.Stop()
+		waiterPool.Put(w)
+		return true, true
+	case <-w.timer.C:
+	}
+	q.mu.Lock()
+	if i := slices.Index(q.q, w); i >= 0 {
+		q.q = slices.Delete(q.q, i, i+1)
+		q.waiting.Add(-1)
+		q.mu.Unlock()
+		waiterPool.Put(w)
+		return false, true
+	}
+	q.mu.Unlock()
+	// A slot was handed over as the wait ran out: it is this request's.
+	<-w.ready
+	waiterPool.Put(w)
+	return true, true
+}
+
+// release gives back a slot taken by acquire: to the oldest waiter if
+// one waits and the bound allows, else to the pool of free slots.
+func (b *Backend) release(bound int64) {
+	b.inflight.Add(-1)
+	q := &b.queue
+	if q.waiting.Load() == 0 {
+		return
+	}
+	q.mu.Lock()
+	if len(q.q) > 0 && b.inflight.Add(1) <= bound {
+		w := q.q[0]
+		q.q = slices.Delete(q.q, 0, 1)
+		q.waiting.Add(-1)
+		q.mu.Unlock()
+		w.ready <- struct{}{}
+		return
+	} else if len(q.q) > 0 {
+		// A newcomer took the slot first; it will hand it over in turn.
+		b.inflight.Add(-1)
+	}
+	q.mu.Unlock()
+}
+
+// The per-replica shed counters (keyway_shed_total): shedIndex maps the
+// reasons a replica sheds for to their index.
+const shedKinds = 3
+
+func shedIndex(r localReason) int {
+	switch r {
+	case lrSaturated:
+		return 1
+	case lrQueueTimeout:
+		return 2
+	}
+	return 0 // lrOverloaded
+}
+
+var shedKindReasons = [shedKinds]localReason{lrOverloaded, lrSaturated, lrQueueTimeout}

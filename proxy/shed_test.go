@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/valyala/fasthttp"
 
@@ -246,4 +247,222 @@ func TestInflightBodyBytes(t *testing.T) {
 	if r := newClient(addr).do(t, "POST", "/ingest", "small", "X-Key", "k"); r.status != 200 {
 		t.Fatalf("small body: got %v, want 200", r)
 	}
+}
+
+// TestQueueWaitsForASlot: with max_queued_per_replica, a keyed request
+// for a full replica waits for its slot rather than being shed, in order;
+// one beyond the queue is shed at once; none moves to the other replica.
+func TestQueueWaitsForASlot(t *testing.T) {
+	busy, other := startReplica(t, "busy"), startReplica(t, "other")
+	arrived, release := hangingReplica(t, busy)
+	reg := newRegistry()
+	p, addr := startProxyOpts(t, Options{Registerer: reg}, func(c *Config) {
+		l := &c.ReplicaSets[0].Limits
+		l.MaxInflightPerReplica, l.MaxQueuedPerReplica, l.MaxQueueWait = 1, 1, 10*time.Second
+	}, busy, other)
+	key := keyOwnedBy(t, p, "busy")
+	first := sendAsync(addr, key)
+	within(t, arrived, 5*time.Second, "the first request at busy")
+	queued := sendAsync(addr, key)
+	b := backendNamed(t, p, "busy")
+	poll.Until(t, 5*time.Second, "the second request in busy's queue", func() bool { return b.queue.waiting.Load() == 1 })
+
+	t0 := time.Now()
+	r := newClient(addr).do(t, "POST", "/ingest", "x", "X-Key", key)
+	if r.status != 503 || r.header["Retry-After"] != "1" {
+		t.Fatalf("request beyond the queue: got %v, want 503 with Retry-After 1", r)
+	}
+	if d := time.Since(t0); d > time.Second {
+		t.Errorf("the request beyond the queue took %s; it must be shed at once", d)
+	}
+	if m := r.errorJSON(t); m["reason"] != "overloaded" || m["replica"] != "busy" {
+		t.Fatalf("error body %v: want reason overloaded, replica busy", m)
+	}
+	select {
+	case r := <-queued:
+		t.Fatalf("the queued request was answered before busy had a slot: %v", r)
+	default:
+	}
+	close(release)
+	for _, ch := range []chan reply{first, queued} {
+		if r := within(t, ch, 5*time.Second, "a reply"); r.status != 200 || r.body != "busy" {
+			t.Fatalf("got %v, want 200 from busy", r)
+		}
+	}
+	if n := other.count.Load(); n != 0 {
+		t.Fatalf("other saw %d requests: a full replica's keys moved", n)
+	}
+	if got := b.Inflight(); got != 0 {
+		t.Errorf("busy's in-flight count after the answers = %d, want 0", got)
+	}
+	if got := shedCount(t, reg, "busy", "overloaded"); got != 1 {
+		t.Errorf(`keyway_shed_total{replica="busy",reason="overloaded"} = %v, want 1`, got)
+	}
+}
+
+// TestQueueTimeout: a request that waits max_queue_wait without a slot is
+// shed with reason queue_timeout, counted for its replica.
+func TestQueueTimeout(t *testing.T) {
+	busy := startReplica(t, "busy")
+	arrived, release := hangingReplica(t, busy)
+	reg := newRegistry()
+	p, addr := startProxyOpts(t, Options{Registerer: reg}, func(c *Config) {
+		l := &c.ReplicaSets[0].Limits
+		l.MaxInflightPerReplica, l.MaxQueuedPerReplica, l.MaxQueueWait = 1, 4, 50*time.Millisecond
+		l.OverloadStatus = 429
+	}, busy)
+	held := sendAsync(addr, "k")
+	t.Cleanup(func() { close(release); <-held })
+	within(t, arrived, 5*time.Second, "the first request at busy")
+	t0 := time.Now()
+	r := newClient(addr).do(t, "POST", "/ingest", "x", "X-Key", "k")
+	waited := time.Since(t0)
+	if r.status != 429 || r.header["Retry-After"] != "1" {
+		t.Fatalf("got %v, want 429 with Retry-After 1", r)
+	}
+	if m := r.errorJSON(t); m["reason"] != "queue_timeout" || m["replica"] != "busy" {
+		t.Fatalf("error body %v: want reason queue_timeout, replica busy", m)
+	}
+	if waited < 50*time.Millisecond {
+		t.Errorf("shed after %s, before max_queue_wait (50ms)", waited)
+	}
+	if got := shedCount(t, reg, "busy", "queue_timeout"); got != 1 {
+		t.Errorf(`keyway_shed_total{replica="busy",reason="queue_timeout"} = %v, want 1`, got)
+	}
+	if n := backendNamed(t, p, "busy").queue.waiting.Load(); n != 0 {
+		t.Errorf("%d requests left in the queue after the timeout", n)
+	}
+}
+
+// TestReplicaQueueOrderAndBound drives acquire and release directly: the
+// waiters get the slot in their order, the bound holds under concurrent
+// use, and no slot is lost.
+func TestReplicaQueueOrderAndBound(t *testing.T) {
+	far := time.Now().Add(time.Hour)
+	t.Run("order", func(t *testing.T) {
+		var b Backend
+		if ok, _ := b.acquire(1, 8, time.Hour, far); !ok {
+			t.Fatal("the first acquire failed on a free slot")
+		}
+		got := make(chan int, 4)
+		for i := range 4 {
+			go func() {
+				if ok, queued := b.acquire(1, 8, time.Hour, far); ok && queued {
+					got <- i
+				} else {
+					got <- -1
+				}
+			}()
+			poll.Until(t, 5*time.Second, "waiter in the queue", func() bool { return b.queue.waiting.Load() == int32(i+1) })
+		}
+		for want := range 4 {
+			b.release(1)
+			if i := within(t, got, 5*time.Second, "a waiter's slot"); i != want {
+				t.Fatalf("waiter %d got the slot, want %d (first come, first served)", i, want)
+			}
+		}
+		b.release(1)
+		if n := b.Inflight(); n != 0 {
+			t.Fatalf("in flight after every release = %d, want 0", n)
+		}
+	})
+	t.Run("full queue", func(t *testing.T) {
+		var b Backend
+		b.acquire(1, 1, time.Hour, far)
+		done := make(chan bool, 1)
+		go func() { ok, _ := b.acquire(1, 1, time.Hour, far); done <- ok }()
+		poll.Until(t, 5*time.Second, "waiter in the queue", func() bool { return b.queue.waiting.Load() == 1 })
+		if ok, queued := b.acquire(1, 1, time.Hour, far); ok || queued {
+			t.Fatalf("acquire with a full queue = %v, %v; want refused without queueing", ok, queued)
+		}
+		b.release(1)
+		if !within(t, done, 5*time.Second, "the waiter") {
+			t.Fatal("the waiter was refused")
+		}
+		b.release(1)
+	})
+	t.Run("deadline", func(t *testing.T) {
+		var b Backend
+		b.acquire(1, 1, time.Hour, far)
+		if ok, queued := b.acquire(1, 1, time.Hour, time.Now().Add(-time.Second)); ok || queued {
+			t.Fatalf("acquire past the request's deadline = %v, %v; want refused at once", ok, queued)
+		}
+	})
+	t.Run("concurrent", func(t *testing.T) {
+		var b Backend
+		const bound, workers, rounds = 3, 16, 300
+		var over atomic.Int64
+		var refused atomic.Int64
+		done := make(chan struct{})
+		for range workers {
+			go func() {
+				defer func() { done <- struct{}{} }()
+				for j := range rounds {
+					// Short waits time out now and then: the timed-out
+					// path races with hand-overs.
+					wait := time.Hour
+					if j%7 == 0 {
+						wait = time.Microsecond
+					}
+					ok, _ := b.acquire(bound, workers, wait, far)
+					if !ok {
+						refused.Add(1)
+						continue
+					}
+					if n := b.inflight.Load(); n > bound {
+						over.Store(n)
+					}
+					b.release(bound)
+				}
+			}()
+		}
+		for range workers {
+			within(t, done, 30*time.Second, "a worker")
+		}
+		if n := over.Load(); n != 0 {
+			t.Fatalf("%d in flight, over the bound of %d", n, bound)
+		}
+		if n, w := b.Inflight(), b.queue.waiting.Load(); n != 0 || w != 0 {
+			t.Fatalf("after every release: %d in flight, %d waiting; want 0, 0 (a slot or waiter was lost)", n, w)
+		}
+	})
+}
+
+// backendNamed returns the backend of the named replica of set "orders".
+func backendNamed(t *testing.T, p *Proxy, name string) *Backend {
+	t.Helper()
+	tb := p.Router("orders").Table()
+	for i := range tb.Len() {
+		if b := tb.Backend(i); b.Name() == name {
+			return b
+		}
+	}
+	t.Fatalf("no replica %q on the ring", name)
+	return nil
+}
+
+// shedCount reads keyway_shed_total{set="orders",replica,reason} from p's
+// registry.
+func shedCount(t *testing.T, reg prometheus.Gatherer, replica, reason string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "keyway_shed_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			l := map[string]string{}
+			for _, lp := range m.GetLabel() {
+				l[lp.GetName()] = lp.GetValue()
+			}
+			if l["set"] == "orders" && l["replica"] == replica && l["reason"] == reason {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	t.Fatalf("no keyway_shed_total series for replica %q, reason %q", replica, reason)
+	return 0
 }
