@@ -109,9 +109,21 @@ type keywayOverload struct {
 }
 
 // keywaySaturation returns keyway's overload settings, derived from the
-// replicas' capacity like HAProxy's. Today keyway has none, so it runs as
-// configured for every other run; this is the one place to add them.
-func keywaySaturation(*satTargetConfig) keywayOverload { return keywayOverload{} }
+// replicas' capacity exactly as HAProxy's are: at most the replica's
+// concurrency in flight to it, a queue of as many, each waiting at most
+// max(2 × service, 100 ms); beyond, 503 at once. The heap bound is the
+// one the acceptance figure is checked against (satHeapBound).
+func keywaySaturation(s *satTargetConfig) keywayOverload {
+	wait := max(2*s.service, 100*time.Millisecond)
+	return keywayOverload{
+		server: []string{fmt.Sprintf("max_heap_bytes: %dMiB", satHeapBound>>20)},
+		set: []string{fmt.Sprintf("limits: {max_inflight_per_replica: %d, max_queued_per_replica: %d, max_queue_wait: %dms}",
+			s.concurrency, s.concurrency, wait.Milliseconds())},
+	}
+}
+
+// satHeapBound is keyway's server.max_heap_bytes in saturation runs.
+const satHeapBound = 64 << 20
 
 // haproxySaturation returns the options added to each server line and
 // the lines added to the backend. maxconn caps the connections to a

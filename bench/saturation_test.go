@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"keyway/config"
 )
 
 func TestSatPacerPhases(t *testing.T) {
@@ -290,5 +292,27 @@ func TestSaturationSmoke(t *testing.T) {
 	}
 	if len(rep.SatSummary) != 1 || !strings.Contains(rep.Markdown(), "### Saturation") {
 		t.Errorf("summary %+v", rep.SatSummary)
+	}
+}
+
+// TestKeywaySaturationConfig: keyway's saturation configuration loads and
+// carries the same bounds as HAProxy's (maxconn, maxqueue, timeout queue).
+func TestKeywaySaturationConfig(t *testing.T) {
+	dir := t.TempDir()
+	e := &targetEnv{replicas: []string{"127.0.0.1:1", "127.0.0.1:2"}, maxConns: 100, sat: &satTargetConfig{concurrency: 2, service: 20 * time.Millisecond}}
+	args, err := keywayConfig(dir, 8080, e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(args[len(args)-1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := cfg.ReplicaSets[0]
+	if l := sc.Limits; l.MaxInflightPerReplica != 2 || l.MaxQueuedPerReplica != 2 || l.MaxQueueWait != 100*time.Millisecond {
+		t.Errorf("limits %+v: want 2 in flight, 2 queued, 100ms wait", l)
+	}
+	if len(sc.Static) != 2 || cfg.Server.MaxHeapBytes != satHeapBound {
+		t.Errorf("static %v, max_heap_bytes %v", sc.Static, cfg.Server.MaxHeapBytes)
 	}
 }

@@ -123,10 +123,11 @@ func keywayConfig(dir string, port int, e *targetEnv) ([]string, error) {
 	if e.tls != nil {
 		fmt.Fprintf(&b, "tls:\n  certificates:\n    - {cert_file: %q, key_file: %q}\n  min_version: \"1.3\"\n  session_tickets: false\n", e.tls.certFile, e.tls.keyFile)
 	}
-	fmt.Fprintf(&b, "replica_sets:\n  - name: bench\n    replicas: %d\n    key: [{header: X-Key}]\n    timeouts: {idle: 10m}\n    static:\n", len(e.replicas))
+	fmt.Fprintf(&b, "replica_sets:\n  - name: bench\n    replicas: %d\n    key: [{header: X-Key}]\n    timeouts: {idle: 10m}\n", len(e.replicas))
 	for _, l := range over.set {
 		fmt.Fprintf(&b, "    %s\n", l)
 	}
+	b.WriteString("    static:\n")
 	for i, a := range e.replicas {
 		fmt.Fprintf(&b, "      - {name: r%d, addr: %q}\n", i, a)
 	}
