@@ -252,3 +252,66 @@ func TestDecideAllocs(t *testing.T) {
 }
 
 func strict(c *Config) { c.ReplicaSets[0].Failover = balancer.FailoverStrict }
+
+// TestShedAllocs: a shed answer allocates nothing either (overload comes
+// in floods, and a shed must cost less than the request it spares): a
+// full replica, a full replica whose queue wait runs out, a saturated
+// replica, and a full set.
+func TestShedAllocs(t *testing.T) {
+	owner := func(p *Proxy) *Backend {
+		tb := p.Router("orders").Table()
+		return tb.Backend(tb.Owner(balancer.HashString("customer-42")))
+	}
+	cases := map[string]struct {
+		modify func(*Config)
+		setup  func(*Proxy)
+		reason string
+	}{
+		"overloaded": {
+			modify: func(c *Config) { c.ReplicaSets[0].Limits.MaxInflightPerReplica = 1 },
+			setup:  func(p *Proxy) { owner(p).inflight.Store(1) },
+			reason: "overloaded",
+		},
+		"queue timeout": {
+			modify: func(c *Config) {
+				l := &c.ReplicaSets[0].Limits
+				l.MaxInflightPerReplica, l.MaxQueuedPerReplica, l.MaxQueueWait = 1, 4, time.Millisecond
+			},
+			setup:  func(p *Proxy) { owner(p).inflight.Store(1) },
+			reason: "queue_timeout",
+		},
+		"saturated": {
+			setup:  func(p *Proxy) { owner(p).saturatedUntil.Store(time.Now().Add(time.Hour).UnixNano()) },
+			reason: "replica_saturated",
+		},
+		"set overloaded": {
+			modify: func(c *Config) { c.ReplicaSets[0].Limits.MaxInflight = 1 },
+			setup:  func(p *Proxy) { p.routes.Load().sets[0].st.inflight.Store(1) },
+			reason: "set_overloaded",
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			rig := startMemRigOpts(t, 3, tc.modify, Options{})
+			tc.setup(rig.p)
+			tmpl := newKeyedPost("http://orders.example/ingest", "customer-42", []byte(`{"id":1}`))
+			defer fasthttp.ReleaseRequest(tmpl)
+			var ctx fasthttp.RequestCtx
+			ctx.Init(tmpl, &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 40000}, nil)
+			run := func() {
+				tmpl.CopyTo(&ctx.Request)
+				ctx.Response.Reset()
+				rig.p.handle(&ctx)
+				if ctx.Response.StatusCode() != 503 || !bytes.Contains(ctx.Response.Body(), []byte(`"reason":"`+tc.reason+`"`)) {
+					t.Fatalf("status %d: %s; want 503 with reason %s", ctx.Response.StatusCode(), ctx.Response.Body(), tc.reason)
+				}
+			}
+			for range 20 {
+				run()
+			}
+			if allocs := testing.AllocsPerRun(200, run); allocs != 0 {
+				t.Fatalf("%v allocations per shed request, want 0", allocs)
+			}
+		})
+	}
+}

@@ -56,6 +56,8 @@ type Backend struct {
 	// queue holds the requests waiting for one of the replica's
 	// max_inflight_per_replica slots (shed.go).
 	queue replicaQueue
+	// shedText caches the messages of its shed answers (shed.go).
+	shedText atomic.Pointer[shedTexts]
 
 	ctr     *replicaCounters // shared by every Backend of the replica while it stays on the ring
 	latency prometheus.Observer

@@ -1,11 +1,12 @@
 package proxy
 
 import (
-	"encoding/json"
 	"errors"
+	"math"
 	"math/rand/v2"
 	"net"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -103,8 +104,7 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) {
 		st := rs.st
 		defer st.inflight.Add(-1)
 		if st.inflight.Add(1) > bound {
-			p.shed(ctx, rs, lrSetOverloaded, rs.limits.status, time.Second,
-				"the replica set has "+strconv.FormatInt(bound, 10)+" requests in flight on this proxy (limits.max_inflight): the request was not delivered; retry later", "", 0, 0)
+			p.shed(ctx, rs, lrSetOverloaded, rs.limits.status, time.Second, rs.limits.setMsg, "", 0, 0)
 			return
 		}
 	}
@@ -367,14 +367,11 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, rs *replicaSet, t *balancer.Ta
 	}
 	switch {
 	case shed == lrSaturated:
-		p.shed(ctx, rs, lrSaturated, fasthttp.StatusServiceUnavailable, shedWait,
-			"replica "+last.name+" said it is saturated: the request was not delivered; retry after Retry-After (the key stays with this replica)", last.name, tried, upstream)
+		p.shed(ctx, rs, lrSaturated, fasthttp.StatusServiceUnavailable, shedWait, last.shedMessages(&rs.limits).saturated, last.name, tried, upstream)
 	case shed == lrQueueTimeout:
-		p.shed(ctx, rs, lrQueueTimeout, rs.limits.status, shedWait,
-			"replica "+last.name+" stayed full for limits.max_queue_wait ("+rs.limits.queueWait.String()+") while this request waited in its queue: the request was not delivered; retry later (the key stays with this replica)", last.name, tried, upstream)
+		p.shed(ctx, rs, lrQueueTimeout, rs.limits.status, shedWait, last.shedMessages(&rs.limits).queueTimeout, last.name, tried, upstream)
 	case shed == lrOverloaded:
-		p.shed(ctx, rs, lrOverloaded, rs.limits.status, shedWait,
-			"replica "+last.name+" is overloaded (limits.max_inflight_per_replica "+strconv.FormatInt(rs.limits.perReplica, 10)+" or its connection pool is full): the request was not delivered; retry later (the key stays with this replica)", last.name, tried, upstream)
+		p.shed(ctx, rs, lrOverloaded, rs.limits.status, shedWait, last.shedMessages(&rs.limits).overloaded, last.name, tried, upstream)
 	case lastKind.neverSent():
 		p.answer(ctx, rs, lrUnreachable, fasthttp.StatusServiceUnavailable,
 			"no replica could be reached for this request ("+lastKind.String()+"); it was not delivered: retry", last.name, tried, upstream)
@@ -406,15 +403,6 @@ func codeClass(code int) int {
 		return 5
 	}
 	return code / 100
-}
-
-type errorBody struct {
-	Error      string `json:"error"`
-	ReplicaSet string `json:"replica_set"` // "" when no set matched
-	Replica    string `json:"replica"`     // "" when no replica was involved
-	// Reason says why a request was shed (overloaded, set_overloaded,
-	// replica_saturated, memory); absent otherwise.
-	Reason string `json:"reason,omitempty"`
 }
 
 // respondError answers with a small JSON body. 503s carry Retry-After.
@@ -451,14 +439,37 @@ func writeJSONError(ctx *fasthttp.RequestCtx, status int, msg, set, replica stri
 	writeJSONErrorReason(ctx, status, msg, set, replica, "")
 }
 
+// errorBodyBufs are scratch buffers for JSON error bodies: an answer
+// keyway gives itself (a shed one above all, which comes in floods)
+// allocates nothing for its body.
+var errorBodyBufs = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
+
+// writeJSONErrorReason answers with status and the JSON error body
+//
+//	{"error": msg, "replica_set": set ("" when no set matched),
+//	 "replica": replica ("" when none was involved),
+//	 "reason": reason (why a request was shed; absent otherwise)}
 func writeJSONErrorReason(ctx *fasthttp.RequestCtx, status int, msg, set, replica, reason string) {
-	body, _ := json.Marshal(errorBody{Error: msg, ReplicaSet: set, Replica: replica, Reason: reason})
 	ctx.Response.SetStatusCode(status)
 	ctx.Response.Header.SetContentTypeBytes(strJSON)
 	if status == fasthttp.StatusServiceUnavailable {
 		ctx.Response.Header.SetBytesKV(hdrRetryAfter, strRetryAfter1)
 	}
-	ctx.Response.SetBody(append(body, '\n'))
+	buf := errorBodyBufs.Get().(*[]byte)
+	b := append((*buf)[:0], `{"error":`...)
+	b, _ = appendJSONString(b, msg, math.MaxInt)
+	b = append(b, `,"replica_set":`...)
+	b, _ = appendJSONString(b, set, math.MaxInt)
+	b = append(b, `,"replica":`...)
+	b, _ = appendJSONString(b, replica, math.MaxInt)
+	if reason != "" {
+		b = append(b, `,"reason":`...)
+		b, _ = appendJSONString(b, reason, math.MaxInt)
+	}
+	b = append(b, "}\n"...)
+	ctx.Response.SetBody(b)
+	*buf = b
+	errorBodyBufs.Put(buf)
 }
 
 func (p *Proxy) respondNoSet(ctx *fasthttp.RequestCtx) {

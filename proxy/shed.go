@@ -51,6 +51,7 @@ type limits struct {
 	maxHold    time.Duration
 	queue      int           // max_queued_per_replica; 0: no queue
 	queueWait  time.Duration // max_queue_wait
+	setMsg     string        // the message of a set_overloaded answer
 }
 
 func newLimits(sc SetConfig) limits {
@@ -65,6 +66,7 @@ func newLimits(sc SetConfig) limits {
 	if l.perReplica == 0 {
 		l.perReplica = int64(sc.MaxConnsPerReplica)
 	}
+	l.setMsg = "the replica set has " + strconv.FormatInt(l.set, 10) + " requests in flight on this proxy (limits.max_inflight): the request was not delivered; retry later"
 	if l.status == 0 {
 		l.status = fasthttp.StatusServiceUnavailable
 	}
@@ -235,3 +237,26 @@ func shedIndex(r localReason) int {
 }
 
 var shedKindReasons = [shedKinds]localReason{lrOverloaded, lrSaturated, lrQueueTimeout}
+
+// shedTexts are the messages of a replica's shed answers, made once per
+// replica and limits rather than per shed request.
+type shedTexts struct {
+	bound                               int64
+	wait                                time.Duration
+	overloaded, queueTimeout, saturated string
+}
+
+// shedMessages returns b's shed messages for the limits l.
+func (b *Backend) shedMessages(l *limits) *shedTexts {
+	if m := b.shedText.Load(); m != nil && m.bound == l.perReplica && m.wait == l.queueWait {
+		return m
+	}
+	m := &shedTexts{
+		bound: l.perReplica, wait: l.queueWait,
+		overloaded:   "replica " + b.name + " is overloaded (limits.max_inflight_per_replica " + strconv.FormatInt(l.perReplica, 10) + " or its connection pool is full): the request was not delivered; retry later (the key stays with this replica)",
+		queueTimeout: "replica " + b.name + " stayed full for limits.max_queue_wait (" + l.queueWait.String() + ") while this request waited in its queue: the request was not delivered; retry later (the key stays with this replica)",
+		saturated:    "replica " + b.name + " said it is saturated: the request was not delivered; retry after Retry-After (the key stays with this replica)",
+	}
+	b.shedText.Store(m)
+	return m
+}
