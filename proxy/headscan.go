@@ -43,7 +43,7 @@ type headScan struct {
 	http11 bool // the request line ends in HTTP/1.1
 	cl     bool // a Content-Length field
 	prevTE bool // the line before was a Transfer-Encoding field (folding it is not followed)
-	teBad  bool // a Transfer-Encoding value too long for teBuf, or folded
+	teBad  bool // Transfer-Encoding values too long for teBuf, or folded: none kept
 	te     uint8
 	name   uint8 // hsName: bytes of want matched so far
 	want   uint8 // hsName: the field name matched (nameTE, nameCL)
@@ -148,10 +148,12 @@ func (s *headScan) scan(b []byte) {
 		case hsBOL:
 			c := b[0]
 			if s.prevTE {
-				// A continuation line folds into the field before
-				// (obs-fold): keyway does not follow that into a
-				// Transfer-Encoding value.
-				s.teBad = s.teBad || c == ' ' || c == '\t'
+				if c == ' ' || c == '\t' {
+					// A continuation line folds into the field
+					// before (obs-fold): keyway does not follow that
+					// into a Transfer-Encoding value.
+					s.dropTE()
+				}
 				s.prevTE = false
 			}
 			switch {
@@ -188,6 +190,7 @@ func (s *headScan) scan(b []byte) {
 				k++
 			}
 			b = b[k:]
+			s.cr = false // the last byte taken, if any, was the name's
 			switch {
 			case j < len(want) && len(b) == 0:
 				s.name = uint8(j) // the name goes on in the next read
@@ -235,12 +238,18 @@ func (s *headScan) keepTail(b []byte) {
 
 // keepTE appends b to the Transfer-Encoding values kept.
 func (s *headScan) keepTE(b []byte) {
-	if int(s.teLen)+len(b) > len(s.teBuf) {
-		s.teBad = true
-		return
+	switch {
+	case s.teBad:
+	case int(s.teLen)+len(b) > len(s.teBuf):
+		s.dropTE()
+	default:
+		s.teLen += uint8(copy(s.teBuf[s.teLen:], b))
 	}
-	s.teLen += uint8(copy(s.teBuf[s.teLen:], b))
 }
+
+// dropTE gives up on the Transfer-Encoding values: they cannot be kept
+// whole.
+func (s *headScan) dropTE() { s.teBad, s.teLen = true, 0 }
 
 // headScanOf returns the scan of a client connection, or nil for one
 // keyway does not scan (ciphertext beneath TLS, a connection keyway did

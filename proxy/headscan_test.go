@@ -2,7 +2,9 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"crypto/tls"
+	"fmt"
 	"io"
 	"net"
 	"slices"
@@ -39,6 +41,9 @@ func TestHeadScan(t *testing.T) {
 		{name: "request line only", raw: "GET /" + strings.Repeat("a", 100), st: hsReqLine},
 		{name: "in a field", raw: "GET /a HTTP/1.1\r\nX-A: bbb", st: hsLine, http11: true},
 		{name: "bare CR line", raw: "GET /a HTTP/1.1\r\n\rX: y\r\n\r\n", st: hsDone, http11: true},
+		{name: "bare LF after a name's first byte", raw: "GET /a HTTP/1.1\r\nC\n\r\n", st: hsBare, http11: true},
+		{name: "bare LF after a name", raw: "GET /a HTTP/1.1\r\ncontent-length:\n\r\n", st: hsBare, http11: true, cl: true},
+		{name: "bare LF after a TE value", raw: "GET /a HTTP/1.1\r\nTransfer-Encoding:x\n\r\n", st: hsBare, http11: true, te: "x"},
 		{name: "TE", raw: "POST /a HTTP/1.1\r\nTransfer-Encoding:  gzip, chunked \r\nHost: a\r\n\r\n", st: hsDone, http11: true, te: "  gzip, chunked "},
 		{name: "TE case", raw: "POST /a HTTP/1.1\r\ntRANSFER-eNCODING: gzip\r\n\r\n", st: hsDone, http11: true, te: " gzip"},
 		{name: "TE two fields", raw: "POST /a HTTP/1.1\r\nTransfer-Encoding: gzip\r\nX: y\r\nTransfer-Encoding: chunked\r\n\r\n", st: hsDone, http11: true, te: " gzip, chunked"},
@@ -92,6 +97,64 @@ func TestHeadScan(t *testing.T) {
 			}
 		})
 	}
+}
+
+// FuzzHeadScan: where a read ends never changes what the scan finds, and
+// the scan sees a head end where fasthttp does, with the same kind of
+// line ending: a head fasthttp ends with CRLF CRLF is never taken for a
+// bare-LF one (keyway would refuse it), nor the other way round.
+func FuzzHeadScan(f *testing.F) {
+	for _, s := range []string{
+		"GET /a HTTP/1.1\r\nHost: a\r\n\r\n",
+		"GET /a HTTP/1.1\nHost: a\n\n",
+		"\r\nPOST /a HTTP/1.0\r\nTransfer-Encoding: gzip,\r\n chunked\r\ncontent-length: 1\r\n\r\nx",
+		"POST /a HTTP/1.1\r\nTransfer-Encoding: a\r\nTransfer-Encoding: chunked\r\n\r\n",
+	} {
+		f.Add([]byte(s), uint16(7))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte, cut uint16) {
+		var whole, split headScan
+		whole.scan(raw)
+		i := 0
+		if len(raw) > 0 {
+			i = int(cut) % len(raw)
+		}
+		split.scan(raw[:i])
+		split.scan(raw[i:])
+		// A byte-at-a-time scan of the first part too.
+		var bytewise headScan
+		for _, c := range raw[:i] {
+			bytewise.scan([]byte{c})
+		}
+		bytewise.scan(raw[i:])
+		if w, s, b := whole.view(), split.view(), bytewise.view(); s != w || b != w {
+			t.Fatalf("%q split at %d: %s and %s, whole %s", raw, i, s, b, w)
+		}
+		var h fasthttp.RequestHeader
+		br := bufio.NewReader(bytes.NewReader(raw))
+		if err := h.Read(br); err != nil {
+			return
+		}
+		head := raw[:len(raw)-br.Buffered()]
+		crlf := bytes.HasSuffix(head, []byte("\r\n\r\n"))
+		switch {
+		case crlf && whole.st != hsDone:
+			t.Fatalf("fasthttp read the head %q ending in CRLF CRLF, the scan ended in state %d", head, whole.st)
+		case !crlf && whole.st != hsBare:
+			t.Fatalf("fasthttp read the head %q ending in a bare LF, the scan ended in state %d", head, whole.st)
+		}
+	})
+}
+
+// view is what a scan found: not the bytes its buffers hold beyond their
+// lengths, nor a name match's progress once it is over.
+func (s *headScan) view() string {
+	name, want := 0, 0
+	if s.st == hsName {
+		name, want = int(s.name), int(s.want)
+	}
+	return fmt.Sprintf("st %d cr %v seen %v http11 %v cl %v prevTE %v teBad %v te %d name %d want %d tail %q teBuf %q",
+		s.st, s.cr, s.seen, s.http11, s.cl, s.prevTE, s.teBad, s.te, name, want, s.tail[:s.tailN], s.teBuf[:s.teLen])
 }
 
 // TestTransferCodingAnswer: the answer to each Transfer-Encoding fasthttp
