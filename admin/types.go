@@ -137,9 +137,10 @@ type ReplicaTraffic struct {
 	Responses5xxTotal uint64 `json:"responses_5xx_total"`
 	// TransportErrorsTotal counts failed exchanges with it, and
 	// TransportErrors splits them by kind (dial, stale_conn, reused_closed,
-	// no_free_conns, timeout, reset, other, tls_handshake; only kinds seen), as
-	// keyway_upstream_errors_total does. A failed exchange is not an answer:
-	// the request went to the next candidate or keyway answered it.
+	// no_free_conns, timeout, reset, other, tls_handshake, reply_too_large;
+	// only kinds seen), as keyway_upstream_errors_total does. A failed
+	// exchange is not an answer: the request went to the next candidate or
+	// keyway answered it.
 	TransportErrorsTotal uint64            `json:"transport_errors_total"`
 	TransportErrors      map[string]uint64 `json:"transport_errors,omitempty"`
 	// ErrorsTotal is Responses5xxTotal + TransportErrorsTotal.

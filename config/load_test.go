@@ -83,6 +83,7 @@ replica_sets:
     timeouts: {connect: 250ms, request: 5s, idle: 30s}
     retries: {attempts: 3, idempotency_header: X-Idem}
     max_body_bytes: 1MB
+    max_response_body_bytes: 2MB
     max_conns_per_replica: 64
     static:
       - {name: orders-0, addr: "10.0.0.1:9000", weight: 2, zone: a}
@@ -138,6 +139,7 @@ func fullConfig() Config {
 			{Name: "orders-0", Addr: "10.0.0.1:9000", Weight: 2, Zone: "a"},
 			{Name: "orders-1", Addr: "10.0.0.2:9000", Weight: 1},
 		},
+		MaxResponseBodyBytes: 2000 * 1000,
 	}}
 	c.Admin.Listen = ""
 	c.Log.Level, c.Log.Format, c.Log.AccessLog = "debug", "console", true
@@ -366,6 +368,10 @@ func TestLoadProblems(t *testing.T) {
 		"byte size out of range": {
 			yaml: okSets + "    max_body_bytes: 2GiB\n",
 			want: []string{`f.yaml:4: replica_sets[0].max_body_bytes: must be between 1B and 1GiB…`},
+		},
+		"reply bound out of range": {
+			yaml: okSets + "    max_response_body_bytes: 0\n",
+			want: []string{`f.yaml:4: replica_sets[0].max_response_body_bytes: must be between 1KiB and 1GiB, got 0B (replies are read whole before they are relayed: set it above the largest reply a replica sends)`},
 		},
 		"string for an int": {
 			yaml: okSets + "    replicas: three\n",

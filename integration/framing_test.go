@@ -2,11 +2,17 @@ package integration
 
 import (
 	"bufio"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"keyway/internal/poll"
 )
 
 // Malformed and ambiguous requests to the real binary are answered at
@@ -29,6 +35,14 @@ func TestMalformedRequestsAnsweredAtOnce(t *testing.T) {
 		{"http/2.0", "GET /orders HTTP/2.0\r\nHost: orders.example\r\nX-Key: outer\r\n\r\n", 505},
 		{"no host", "GET /orders HTTP/1.0\r\nX-Key: outer\r\n\r\n", 400},
 		{"garbage", "HELLO\r\n\r\n", 400},
+		// fasthttp alone would wait for a CRLF CRLF until read_timeout.
+		{"head ended by bare LFs", "GET /orders HTTP/1.1\nHost: orders.example\nX-Key: outer\n\n", 400},
+		{"unknown transfer coding", "POST /orders HTTP/1.1\r\nHost: orders.example\r\nX-Key: outer\r\n" +
+			"Transfer-Encoding: gzip, chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n", 501},
+		{"chunked not final", "POST /orders HTTP/1.1\r\nHost: orders.example\r\nX-Key: outer\r\n" +
+			"Transfer-Encoding: chunked, gzip\r\n\r\n3\r\nabc\r\n0\r\n\r\n", 400},
+		{"request line too long", "GET /" + strings.Repeat("a", 40<<10) + " HTTP/1.1\r\nHost: orders.example\r\n\r\n", 414},
+		{"headers too large", "GET /orders HTTP/1.1\r\nHost: orders.example\r\nX-Big: " + strings.Repeat("a", 40<<10) + "\r\n\r\n", 431},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -58,5 +72,81 @@ func TestMalformedRequestsAnsweredAtOnce(t *testing.T) {
 	}
 	for key, n := range Stats(t, reps[0].Addr) {
 		t.Errorf("the replica received %d requests with key %q", n, key)
+	}
+}
+
+// A replica's reply over its set's max_response_body_bytes never reaches
+// the client: the binary answers 502 naming the key, counts kind
+// reply_too_large, and a reload raising the bound lets the same reply
+// through.
+func TestReplyOverMaxResponseBodyBytes(t *testing.T) {
+	skipShort(t)
+	big := strings.Repeat("b", 4<<10)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/big" {
+			_, _ = io.WriteString(w, big)
+			return
+		}
+		_, _ = io.WriteString(w, "ok")
+	})}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "keyway.yaml")
+	config := func(bound string) string {
+		return fmt.Sprintf(`listen: "127.0.0.1:0"
+admin: {listen: "127.0.0.1:0"}
+log: {level: info, format: json}
+replica_sets:
+  - name: orders
+    replicas: 1
+    max_response_body_bytes: %s
+    static: [{name: r0, addr: %q}]
+`, bound, ln.Addr().String())
+	}
+	writeAtomic(t, cfgPath, config("2KiB"))
+	p := Start(t, "proxy", "proxy", "-c", cfgPath)
+	proxy := p.WaitLine(t, logField("proxy listening", "addr"), 20*time.Second)[1]
+	admin := p.WaitLine(t, logField("admin listening", "addr"), 20*time.Second)[1]
+
+	get := func(path string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest("GET", "http://"+proxy+path, nil)
+		req.Header.Set("X-Key", "k1")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := get("/small"); code != 200 || body != "ok" {
+		t.Fatalf("/small: %d %q", code, body)
+	}
+	code, body := get("/big")
+	if code != 502 || !strings.Contains(body, "max_response_body_bytes (2KiB)") || strings.Contains(body, "bbbb") {
+		t.Fatalf("/big over 2KiB: %d %.200q, want keyway's 502 naming max_response_body_bytes", code, body)
+	}
+	kind := map[string]string{"set": "orders", "replica": "r0", "kind": "reply_too_large"}
+	if got := Metric(admin, "keyway_upstream_errors_total", kind); got != 1 {
+		t.Fatalf("keyway_upstream_errors_total{kind=reply_too_large} = %v, want 1", got)
+	}
+
+	writeAtomic(t, cfgPath, config("8KiB"))
+	reloads := func() float64 {
+		return Metric(admin, "keyway_config_reloads_total", map[string]string{"result": "success"})
+	}
+	before := reloads()
+	if err := syscall.Kill(p.Pid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, 10*time.Second, "the reload", func() bool { return reloads() == before+1 })
+	if code, body := get("/big"); code != 200 || body != big {
+		t.Fatalf("/big after raising max_response_body_bytes to 8KiB: %d, %d bytes", code, len(body))
 	}
 }

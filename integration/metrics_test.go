@@ -296,7 +296,7 @@ keyway_shed_total{reason="queue_timeout",replica="orders-1",set="orders"} 0
 keyway_shed_total{reason="replica_saturated",replica="orders-0",set="orders"} 0
 keyway_shed_total{reason="replica_saturated",replica="orders-1",set="orders"} 0
 keyway_shed_total{reason="set_overloaded",replica="none",set="orders"} 0
-# HELP keyway_upstream_errors_total Failed exchanges with a replica, by kind: dial, stale_conn, no_free_conns, timeout, reset, other, reused_closed, tls_handshake.
+# HELP keyway_upstream_errors_total Failed exchanges with a replica, by kind: dial, stale_conn, no_free_conns, timeout, reset, other, reused_closed, tls_handshake, reply_too_large.
 # TYPE keyway_upstream_errors_total counter
 keyway_upstream_errors_total{kind="dial",replica="orders-0",set="orders"} 0
 keyway_upstream_errors_total{kind="dial",replica="orders-1",set="orders"} 0
@@ -304,6 +304,8 @@ keyway_upstream_errors_total{kind="no_free_conns",replica="orders-0",set="orders
 keyway_upstream_errors_total{kind="no_free_conns",replica="orders-1",set="orders"} 0
 keyway_upstream_errors_total{kind="other",replica="orders-0",set="orders"} 0
 keyway_upstream_errors_total{kind="other",replica="orders-1",set="orders"} 0
+keyway_upstream_errors_total{kind="reply_too_large",replica="orders-0",set="orders"} 0
+keyway_upstream_errors_total{kind="reply_too_large",replica="orders-1",set="orders"} 0
 keyway_upstream_errors_total{kind="reset",replica="orders-0",set="orders"} 0
 keyway_upstream_errors_total{kind="reset",replica="orders-1",set="orders"} 0
 keyway_upstream_errors_total{kind="reused_closed",replica="orders-0",set="orders"} 0

@@ -374,6 +374,8 @@ func parseErrorReason(status int) string {
 	switch status {
 	case fasthttp.StatusRequestHeaderFieldsTooLarge:
 		return "headers_too_large"
+	case fasthttp.StatusRequestURITooLong:
+		return "uri_too_long"
 	case fasthttp.StatusRequestEntityTooLarge:
 		return "body_too_large"
 	case fasthttp.StatusRequestTimeout:

@@ -212,7 +212,7 @@ func newHostClient(rep balancer.Replica, sc *SetConfig, dial dialFunc, pool *ato
 		MaxIdemponentCallAttempts:     1, // keyway owns every retry
 		RetryIfErr:                    func(*fasthttp.Request, int, error) (bool, bool) { return false, false },
 		ConnPoolStrategy:              fasthttp.LIFO,
-		MaxResponseBodySize:           0,
+		MaxResponseBodySize:           int(sc.MaxResponseBodyBytes), // beyond: ErrBodyTooLarge, the connection closed
 		ReadBufferSize:                16 << 10,
 	}
 }
@@ -233,18 +233,26 @@ const (
 	// replica.
 	errReusedClosed
 	errTLS // the TLS handshake failed (HandshakeError): never reached the replica
+	// The reply's body exceeds the set's max_response_body_bytes: the
+	// replica answered, keyway relays nothing of it. No evidence against
+	// the replica (its answer may be right, the bound too low), and not
+	// retried: another replica would answer alike.
+	errReplyTooLarge
 	errKinds
 )
 
-var errKindNames = [errKinds]string{"dial", "stale_conn", "no_free_conns", "timeout", "reset", "other", "reused_closed", "tls_handshake"}
+var errKindNames = [errKinds]string{"dial", "stale_conn", "no_free_conns", "timeout", "reset", "other", "reused_closed", "tls_handshake", "reply_too_large"}
 
 func (k errKind) String() string { return errKindNames[k] }
 
 // evidence reports whether a failure of this kind says something about the
 // replica, for passive health checks (Observer): keyway's own outcomes (no
-// free pooled connection) and dead pooled connections (stale, or closed
-// by the replica as the request went out) do not.
-func (k errKind) evidence() bool { return k != errStale && k != errNoFreeConns && k != errReusedClosed }
+// free pooled connection, a reply over its own bound) and dead pooled
+// connections (stale, or closed by the replica as the request went out)
+// do not.
+func (k errKind) evidence() bool {
+	return k != errStale && k != errNoFreeConns && k != errReusedClosed && k != errReplyTooLarge
+}
 
 // neverSent reports whether the request provably did not reach the replica.
 func (k errKind) neverSent() bool {
@@ -289,6 +297,8 @@ func classify(err error) errKind {
 		return errTimeout
 	case errors.Is(err, fasthttp.ErrConnectionClosed):
 		return errReset
+	case errors.Is(err, fasthttp.ErrBodyTooLarge):
+		return errReplyTooLarge
 	}
 	var ne net.Error
 	if errors.As(err, &ne) && ne.Timeout() {

@@ -42,7 +42,8 @@ type ServerConfig struct {
 	// IdleTimeout closes a keep-alive connection idle this long. Default
 	// 120s; at least 100ms.
 	IdleTimeout time.Duration `yaml:"idle_timeout"`
-	// MaxHeaderBytes caps a request's headers (431 beyond). Default 16KiB;
+	// MaxHeaderBytes caps a request's head, request line and headers (431
+	// beyond; 414 when the request line alone is longer). Default 16KiB;
 	// allowed 1KiB..1MiB.
 	MaxHeaderBytes ByteSize `yaml:"max_header_bytes"`
 	// MaxConns caps concurrent client connections; over it new connections
@@ -101,6 +102,13 @@ type SetConfig struct {
 	// MaxBodyBytes caps a request body (413 beyond). Default 8MiB; allowed
 	// 1B..1GiB.
 	MaxBodyBytes ByteSize `yaml:"max_body_bytes"`
+	// MaxResponseBodyBytes caps a reply body from one of the set's
+	// replicas: keyway reads a reply whole before relaying it, so a larger
+	// one is not relayed but answered 502 (upstream kind
+	// reply_too_large), and the replica's connection is closed. Default
+	// 64MiB; allowed 1KiB..1GiB (no "unbounded": a replica must not be
+	// able to make keyway hold any amount of memory).
+	MaxResponseBodyBytes ByteSize `yaml:"max_response_body_bytes"`
 	// MaxConnsPerReplica caps the keep-alive pool to each replica. Default
 	// 1024; allowed 1..100000.
 	MaxConnsPerReplica int `yaml:"max_conns_per_replica"`
@@ -258,6 +266,7 @@ func DefaultSetConfig() SetConfig {
 			MaxPressureHold: 5 * time.Second,
 			MaxQueueWait:    100 * time.Millisecond,
 		},
+		MaxResponseBodyBytes: 64 << 20,
 	}
 }
 
@@ -368,6 +377,9 @@ func (s SetConfig) Validate() error {
 	}
 	if s.MaxBodyBytes < 1 || s.MaxBodyBytes > 1<<30 {
 		errs = append(errs, fmt.Errorf("max_body_bytes: must be between 1B and 1GiB, got %s", s.MaxBodyBytes))
+	}
+	if s.MaxResponseBodyBytes < 1<<10 || s.MaxResponseBodyBytes > 1<<30 {
+		errs = append(errs, fmt.Errorf("max_response_body_bytes: must be between 1KiB and 1GiB, got %s (replies are read whole before they are relayed: set it above the largest reply a replica sends)", s.MaxResponseBodyBytes))
 	}
 	if s.MaxConnsPerReplica < 1 || s.MaxConnsPerReplica > 100000 {
 		errs = append(errs, fmt.Errorf("max_conns_per_replica: must be between 1 and 100000, got %d", s.MaxConnsPerReplica))

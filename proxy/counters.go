@@ -69,7 +69,7 @@ func newCounters() *counters {
 			"Requests answered, by replica set, replica (\"none\" when keyway answered itself) and status class (1xx..5xx).",
 			[]string{"set", "replica", "code"}, nil),
 		upErrorsDesc: prometheus.NewDesc("keyway_upstream_errors_total",
-			"Failed exchanges with a replica, by kind: dial, stale_conn, no_free_conns, timeout, reset, other, reused_closed, tls_handshake.",
+			"Failed exchanges with a replica, by kind: dial, stale_conn, no_free_conns, timeout, reset, other, reused_closed, tls_handshake, reply_too_large.",
 			[]string{"set", "replica", "kind"}, nil),
 		shedDesc: prometheus.NewDesc("keyway_shed_total",
 			"Requests shed, by replica set, replica (\"none\" for the set's own bounds) and reason: overloaded, replica_saturated, queue_timeout (a replica's), set_overloaded, memory (the set's and the process's).",

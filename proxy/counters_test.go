@@ -49,8 +49,8 @@ func TestTrafficExposition(t *testing.T) {
 			fmt.Fprintf(&want, "keyway_requests_total{code=%q,replica=%q,set=%q} %d\n", c, sr[1], sr[0], nonZero[sr[0]+"/"+sr[1]+"/"+c])
 		}
 	}
-	want.WriteString("# HELP keyway_upstream_errors_total Failed exchanges with a replica, by kind: dial, stale_conn, no_free_conns, timeout, reset, other, reused_closed, tls_handshake.\n# TYPE keyway_upstream_errors_total counter\n")
-	kinds := []string{"dial", "stale_conn", "no_free_conns", "timeout", "reset", "other", "reused_closed", "tls_handshake"}
+	want.WriteString("# HELP keyway_upstream_errors_total Failed exchanges with a replica, by kind: dial, stale_conn, no_free_conns, timeout, reset, other, reused_closed, tls_handshake, reply_too_large.\n# TYPE keyway_upstream_errors_total counter\n")
+	kinds := []string{"dial", "stale_conn", "no_free_conns", "timeout", "reset", "other", "reused_closed", "tls_handshake", "reply_too_large"}
 	slices.Sort(kinds)
 	for _, r := range []string{"dead", "r0", "r1"} {
 		for _, k := range kinds {

@@ -41,7 +41,9 @@
 //	400  no key (fallback reject, naming the sources) or a key in a non-canonical form
 //	404  no replica set matches
 //	413  body over max_body_bytes      431  headers over max_header_bytes
-//	502  the replica failed after the request was sent
+//	414  request line alone over max_header_bytes
+//	501  CONNECT, or a transfer coding keyway does not implement
+//	502  the replica failed after the request was sent, or its reply body exceeds max_response_body_bytes
 //	503  nothing in rotation (or failover strict), or no candidate reachable; with Retry-After
 //	504  the replica did not answer within timeouts.request
 //

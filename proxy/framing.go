@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"errors"
+	"strconv"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -23,6 +24,8 @@ const (
 	vLengthConflict
 	vHeaderName
 	vNoHost
+	vBareLF
+	vNotChunked
 )
 
 var verdicts = [...]struct {
@@ -35,13 +38,19 @@ var verdicts = [...]struct {
 	vLengthConflict: {fasthttp.StatusBadRequest, "request has both Transfer-Encoding and Content-Length"},
 	vHeaderName:     {fasthttp.StatusBadRequest, "request has a header name with a character outside RFC 9110's token characters"},
 	vNoHost:         {fasthttp.StatusBadRequest, "request has no Host header"},
+	vBareLF:         {fasthttp.StatusBadRequest, errBareLF.Error()},
+	vNotChunked:     {fasthttp.StatusBadRequest, msgNotChunked},
 }
+
+const msgNotChunked = "request has a Transfer-Encoding whose final coding is not chunked: its body's length cannot be determined (RFC 9112 section 6.3); send Transfer-Encoding: chunked or Content-Length"
 
 var (
 	strMethodConnect    = []byte("CONNECT")
 	strHTTP1Prefix      = []byte("HTTP/1.")
 	hdrContentLength    = []byte("content-length")
 	hdrTransferEncoding = []byte("Transfer-Encoding")
+	hdrTransferEncLower = []byte("transfer-encoding")
+	strChunked          = []byte("chunked")
 )
 
 // tokenChars are the bytes allowed in a header name (RFC 9110 §5.6.2).
@@ -61,6 +70,14 @@ var tokenChars = func() (t [256]bool) {
 // checkFraming returns keyway's answer to a request whose head it must
 // not forward, or the zero verdict.
 func checkFraming(h *fasthttp.RequestHeader) verdict {
+	// fasthttp takes a bare-LF empty line as the head's end only when a
+	// CRLF CRLF follows somewhere in what it has buffered (a body, the
+	// next request); without one it waits (see headScan). Refuse such a
+	// head always, so that the answer does not depend on what came after
+	// it in the same read.
+	if bareEnd(h.RawHeaders()) {
+		return vBareLF
+	}
 	// fasthttp takes any HTTP/<digit>.<digit>; RFC 9112 §2.3: a 1.x
 	// request with a higher minor version is served as 1.1, another major
 	// version is refused with 505.
@@ -89,6 +106,17 @@ func checkFraming(h *fasthttp.RequestHeader) verdict {
 		}
 	}
 	return vOK
+}
+
+// bareEnd reports whether a raw header block (its fields and the empty
+// line that ends it) ends with an empty line after a bare LF, or with a
+// bare LF as the empty line.
+func bareEnd(raw []byte) bool {
+	n := len(raw)
+	if n < 2 || raw[n-1] != '\n' {
+		return false
+	}
+	return raw[n-2] == '\n' || n >= 4 && raw[n-2] == '\r' && raw[n-3] == '\n' && raw[n-4] != '\r'
 }
 
 // rawHasHeader reports whether the raw header block (name: value lines,
@@ -136,6 +164,150 @@ func refused(h *fasthttp.RequestHeader) verdict {
 		return verdict(m[0] - '0')
 	}
 	return vOK
+}
+
+// refusedRequest is refused, and refuses a head the scan saw end in a
+// bare LF, and "Transfer-Encoding: identity"
+// too: fasthttp reads it as no coding at all (the body framed by
+// Content-Length, or empty) and drops the field, but RFC 9112 has no
+// identity coding: chunked is not the final coding, so the body's length
+// cannot be determined (section 6.3), and with Content-Length it is the
+// Transfer-Encoding and Content-Length conflict that other readers frame
+// differently. The request's head scan knows whether it had a
+// Transfer-Encoding field; for a head it did not follow, the raw fields
+// are searched.
+func refusedRequest(ctx *fasthttp.RequestCtx) verdict {
+	h := &ctx.Request.Header
+	if v := refused(h); v != vOK {
+		return v
+	}
+	s := headScanOf(ctx.Conn())
+	if s != nil && s.st == hsBare {
+		// A head fasthttp took although it ended in a bare LF, which
+		// checkFraming cannot see: a request line ended by a bare LF and
+		// then an empty line "\r\n" (fasthttp's empty header block).
+		return vBareLF
+	}
+	cl := h.ContentLength()
+	if cl == -1 {
+		return vOK // chunked: read as such
+	}
+	var te bool
+	if s != nil && s.st == hsDone {
+		te = s.te > 0
+	} else {
+		te = rawHasHeader(h.RawHeaders(), hdrTransferEncLower)
+	}
+	switch {
+	case !te:
+		return vOK
+	case cl >= 0:
+		return vLengthConflict
+	}
+	return vNotChunked
+}
+
+// headTooLarge answers a head that filled server.max_header_bytes: 414
+// when its request line alone did (RFC 9112 section 3: a request-target
+// longer than the server wishes to parse), else 431. A head the scan did
+// not follow gets 431.
+func (p *Proxy) headTooLarge(ctx *fasthttp.RequestCtx) (int, string) {
+	if s := headScanOf(ctx.Conn()); s != nil && s.inRequestLine() {
+		return fasthttp.StatusRequestURITooLong, "request line exceeds server.max_header_bytes (" + p.cfg.Server.MaxHeaderBytes.String() + "): the request target is too long"
+	}
+	return fasthttp.StatusRequestHeaderFieldsTooLarge, "request headers exceed server.max_header_bytes (" + p.cfg.Server.MaxHeaderBytes.String() + ")"
+}
+
+// transferCodingAnswer answers a request whose Transfer-Encoding fasthttp
+// refused (it reads one field, "chunked" or "identity", in HTTP/1.1 only),
+// from what the head scan s kept of it:
+//
+//   - in a request other than HTTP/1.1: 400, the framing is faulty (RFC
+//     9112 section 6.1: "MUST treat the message as if the framing is
+//     faulty");
+//   - with Content-Length: 400, as keyway answers that conflict whatever
+//     the coding (section 6.3: "ought to be handled as an error");
+//   - chunked not the final coding ("gzip", "chunked, gzip"): 400, the
+//     body's length cannot be determined (section 6.3: "MUST respond with
+//     the 400 (Bad Request) status code and then close the connection");
+//   - chunked more than once ("chunked, chunked", or in two fields): 400
+//     (section 6.1: a sender "MUST NOT apply the chunked transfer coding
+//     more than once");
+//   - chunked final, once, after codings keyway does not implement
+//     ("gzip, chunked"; or chunked with parameters): 501 (section 6.1: "A
+//     server that receives a request message with a transfer coding it
+//     does not understand SHOULD respond with 501 (Not Implemented)").
+//
+// Fields are combined into one list (RFC 9110 section 5.3). A head the
+// scan did not follow to its end, a folded field or one too long to keep
+// get 400.
+func transferCodingAnswer(s *headScan) (int, string) {
+	const generic = "request has a Transfer-Encoding keyway cannot read: send a single Transfer-Encoding: chunked, or Content-Length"
+	switch {
+	case s == nil || s.st != hsDone || s.te == 0 || s.teBad:
+		return fasthttp.StatusBadRequest, generic
+	case !s.http11:
+		return fasthttp.StatusBadRequest, "request has a Transfer-Encoding but is not HTTP/1.1: its framing is faulty (RFC 9112 section 6.1); send Content-Length"
+	case s.cl:
+		return fasthttp.StatusBadRequest, verdicts[vLengthConflict].msg
+	}
+	n, chunked := 0, 0
+	var other []byte // the first coding keyway does not implement
+	lastChunked := false
+	for elem := range bytes.SplitSeq(s.teBuf[:s.teLen], []byte{','}) {
+		elem = bytes.Trim(elem, " \t\r")
+		if len(elem) == 0 {
+			continue // empty list elements are ignored (RFC 9110 section 5.6.1)
+		}
+		n++
+		name, params, hasParams := bytes.Cut(elem, []byte{';'})
+		name = bytes.TrimRight(name, " \t")
+		if !isToken(name) || hasParams && !validParams(params) {
+			return fasthttp.StatusBadRequest, generic
+		}
+		lastChunked = bytes.EqualFold(name, strChunked)
+		if lastChunked {
+			chunked++
+		}
+		if (!lastChunked || hasParams) && other == nil {
+			other = elem
+		}
+	}
+	switch {
+	case n == 0 || !lastChunked:
+		return fasthttp.StatusBadRequest, msgNotChunked
+	case chunked > 1:
+		return fasthttp.StatusBadRequest, "request applies the chunked transfer coding more than once (RFC 9112 section 6.1)"
+	case other != nil:
+		return fasthttp.StatusNotImplemented, "request has a transfer coding keyway does not implement, " + strconv.Quote(string(other)) + ": only chunked is"
+	}
+	return fasthttp.StatusBadRequest, generic
+}
+
+// isToken reports whether b is an RFC 9110 token.
+func isToken(b []byte) bool {
+	if len(b) == 0 {
+		return false
+	}
+	for _, c := range b {
+		if !tokenChars[c] {
+			return false
+		}
+	}
+	return true
+}
+
+// validParams reports whether b is a transfer coding's parameters after
+// its first semicolon: token=token pairs separated by semicolons (a quoted
+// value is not accepted: no transfer coding keyway knows has one).
+func validParams(b []byte) bool {
+	for p := range bytes.SplitSeq(b, []byte{';'}) {
+		k, v, ok := bytes.Cut(p, []byte{'='})
+		if !ok || !isToken(bytes.Trim(k, " \t")) || !isToken(bytes.Trim(v, " \t")) {
+			return false
+		}
+	}
+	return true
 }
 
 // refuseFraming answers a request checkFraming refused and closes its

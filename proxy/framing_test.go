@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"keyway/internal/poll"
 )
 
 // byteReplica is a raw-TCP replica that records exactly the bytes it
@@ -156,13 +158,38 @@ func TestRequestFraming(t *testing.T) {
 		{"chunked LF only", "POST /a HTTP/1.1\r\n" + h + "Transfer-Encoding: chunked\r\n\r\n3\nabc\n0\n\n", []int{400}, false},
 		{"chunked ext", "POST /a HTTP/1.1\r\n" + h + "Transfer-Encoding: chunked\r\n\r\n3;x=y\r\nabc\r\n0\r\n\r\n", []int{200}, true},
 		{"chunked trailer", "POST /a HTTP/1.1\r\n" + h + "Transfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\nX-T: 1\r\n\r\n", []int{200}, true},
+		// RFC 9112 section 6.3: chunked not the final coding (or no
+		// chunked at all) in a request: 400.
 		{"TE gzip", "POST /a HTTP/1.1\r\n" + h + "Transfer-Encoding: gzip\r\n\r\nabc", []int{400}, false},
-		{"TE gzip chunked", "POST /a HTTP/1.1\r\n" + h + "Transfer-Encoding: gzip, chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n", []int{400}, false},
+		{"TE chunked gzip", "POST /a HTTP/1.1\r\n" + h + "Transfer-Encoding: chunked, gzip\r\n\r\n3\r\nabc\r\n0\r\n\r\n", []int{400}, false},
+		{"TE empty", "POST /a HTTP/1.1\r\n" + h + "Transfer-Encoding: \r\n\r\nabc", []int{400}, false},
+		// Section 6.1: chunked final after a coding keyway does not
+		// implement: 501.
+		{"TE gzip chunked", "POST /a HTTP/1.1\r\n" + h + "Transfer-Encoding: gzip, chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n", []int{501}, false},
+		{"TE deflate chunked no space", "POST /a HTTP/1.1\r\n" + h + "Transfer-Encoding: deflate,chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n", []int{501}, false},
+		{"TE custom chunked", "POST /a HTTP/1.1\r\n" + h + "Transfer-Encoding: x-custom;level=9 , CHUNKED\r\n\r\n3\r\nabc\r\n0\r\n\r\n", []int{501}, false},
+		{"TE empty elements", "POST /a HTTP/1.1\r\n" + h + "Transfer-Encoding: , gzip,, chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n", []int{501}, false},
+		{"TE gzip then chunked fields", "POST /a HTTP/1.1\r\n" + h + "Transfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n", []int{501}, false},
+		{"TE identity chunked", "POST /a HTTP/1.1\r\n" + h + "Transfer-Encoding: identity, chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n", []int{501}, false},
+		{"TE chunked with parameter", "POST /a HTTP/1.1\r\n" + h + "Transfer-Encoding: chunked;x=1\r\n\r\n3\r\nabc\r\n0\r\n\r\n", []int{501}, false},
+		// A coding keyway cannot even read, or framing it must refuse
+		// whatever the codings: 400.
+		{"TE bad token", "POST /a HTTP/1.1\r\n" + h + "Transfer-Encoding: gz@ip, chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n", []int{400}, false},
+		{"TE quoted parameter", "POST /a HTTP/1.1\r\n" + h + "Transfer-Encoding: gzip;q=\"1\", chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n", []int{400}, false},
+		{"TE gzip chunked and CL", "POST /a HTTP/1.1\r\n" + h + "Content-Length: 3\r\nTransfer-Encoding: gzip, chunked\r\n\r\nabc", []int{400}, false},
+		{"TE gzip chunked then CL", "POST /a HTTP/1.1\r\n" + h + "Transfer-Encoding: gzip, chunked\r\ncontent-length: 3\r\n\r\nabc", []int{400}, false},
+		{"TE gzip chunked in HTTP/1.0", "POST /a HTTP/1.0\r\n" + h + "Transfer-Encoding: gzip, chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n", []int{400}, false},
+		{"TE gzip chunked folded", "POST /a HTTP/1.1\r\n" + h + "Transfer-Encoding: gzip,\r\n chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n", []int{400}, false},
 		{"TE chunked chunked", "POST /a HTTP/1.1\r\n" + h + "Transfer-Encoding: chunked, chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n", []int{400}, false},
+		{"TE gzip chunked chunked", "POST /a HTTP/1.1\r\n" + h + "Transfer-Encoding: gzip, chunked, chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n", []int{400}, false},
 		{"TE twice", "POST /a HTTP/1.1\r\n" + h + "Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n", []int{400}, false},
 		{"TE Chunked case", "POST /a HTTP/1.1\r\n" + h + "Transfer-Encoding: Chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n", []int{200}, true},
-		{"TE identity", "POST /a HTTP/1.1\r\n" + h + "Transfer-Encoding: identity\r\nContent-Length: 3\r\n\r\nabc", []int{200}, true},
+		// fasthttp reads identity as no coding; RFC 9112 has none such.
+		{"TE identity and CL", "POST /a HTTP/1.1\r\n" + h + "Transfer-Encoding: identity\r\nContent-Length: 3\r\n\r\nabc", []int{400}, false},
+		{"TE identity", "POST /a HTTP/1.1\r\n" + h + "Transfer-Encoding: Identity\r\n\r\nabc", []int{400}, false},
 		{"TE in HTTP/1.0", "POST /a HTTP/1.0\r\n" + h + "Transfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n", []int{400}, false},
+		// A known gap: fasthttp reads Transfer-Encoding in HTTP/1.1 only.
+		{"TE in HTTP/1.2", "POST /a HTTP/1.2\r\n" + h + "Transfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n", []int{400}, false},
 		{"TE space before colon", "POST /a HTTP/1.1\r\n" + h + "Transfer-Encoding : chunked\r\nContent-Length: 3\r\n\r\nabc", []int{400}, false},
 		{"obs-fold", "GET /a HTTP/1.1\r\n" + h + "X-A: b\r\n c\r\n\r\n", []int{200}, true},
 		{"space before colon", "GET /a HTTP/1.1\r\n" + h + "X-A : b\r\n\r\n", []int{400}, false},
@@ -177,8 +204,29 @@ func TestRequestFraming(t *testing.T) {
 		{"high byte in value", "GET /a HTTP/1.1\r\n" + h + "X-A: b\xffc\r\n\r\n", []int{200}, true},
 		{"NUL in path", "GET /a\x00b HTTP/1.1\r\n" + h + "\r\n", []int{400}, false},
 		{"space first header", "GET /a HTTP/1.1\r\n X-A: b\r\n" + h + "\r\n", []int{400}, false},
-		{"long request line", "GET /" + strings.Repeat("a", 20000) + " HTTP/1.1\r\n" + h + "\r\n", []int{431}, false},
+		// RFC 9112 section 3: a request-target too long to parse is 414.
+		{"long request line", "GET /" + strings.Repeat("a", 20000) + " HTTP/1.1\r\n" + h + "\r\n", []int{414}, false},
+		{"long request line after empty lines", "\r\n\n\r\nGET /" + strings.Repeat("a", 20000) + " HTTP/1.1\r\n" + h + "\r\n", []int{414}, false},
+		{"long request line no end", "GET /" + strings.Repeat("a", 20000), []int{414}, false},
 		{"long headers", "GET /a HTTP/1.1\r\n" + h + "X-A: " + strings.Repeat("a", 20000) + "\r\n\r\n", []int{431}, false},
+		{"long request line then headers", "GET /" + strings.Repeat("a", 16000) + " HTTP/1.1\r\n" + h + "X-A: " + strings.Repeat("a", 1000) + "\r\n\r\n", []int{431}, false},
+		{"many headers", "GET /a HTTP/1.1\r\n" + h + strings.Repeat("X-A: b\r\n", 3000) + "\r\n", []int{431}, false},
+		// RFC 9112 section 2.2 lets a recipient take a bare LF as a line
+		// end; fasthttp does, but ends a head at a bare-LF empty line
+		// only once a CRLF CRLF follows it somewhere. keyway refuses such
+		// a head at once, whatever follows it.
+		{"bare LF head", "GET /a HTTP/1.1\nHost: orders.example\nX-Key: k1\n\n", []int{400}, false},
+		{"bare LF head no fields", "GET /a HTTP/1.1\n\n", []int{400}, false},
+		{"bare LF request line, CRLF empty line", "GET http://orders.example/a HTTP/1.0\n\r\n", []int{400}, false},
+		{"bare LF empty line after CRLF lines", "GET /a HTTP/1.1\r\n" + h + "\n", []int{400}, false},
+		{"CRLF empty line after a bare LF line", "GET /a HTTP/1.1\r\nHost: orders.example\r\nX-Key: k1\n\r\n", []int{400}, false},
+		{"bare LF head with body", "POST /a HTTP/1.1\nHost: orders.example\nX-Key: k1\nContent-Length: 5\n\nab", []int{400}, false},
+		{"bare LF head, CRLF CRLF in body", "POST /a HTTP/1.1\nHost: orders.example\nX-Key: k1\nContent-Length: 6\n\nab\r\n\r\n", []int{400}, false},
+		{"bare LF head, then a request", "GET /a HTTP/1.1\nHost: orders.example\nX-Key: k1\n\nGET /b HTTP/1.1\r\n" + h + "\r\n", []int{400}, false},
+		{"bare LF lines, CRLF end", "GET /a HTTP/1.1\nHost: orders.example\nX-Key: k1\r\n\r\n", []int{200}, true},
+		{"leading bare LF", "\nGET /a HTTP/1.1\r\n" + h + "\r\n", []int{200}, true},
+		{"body with bare LFs", "POST /a HTTP/1.1\r\n" + h + "Content-Length: 4\r\n\r\n\n\n\n\n", []int{200}, true},
+		{"pipelined body with bare LFs", "POST /a HTTP/1.1\r\n" + h + "Content-Length: 4\r\n\r\n\n\n\n\nPOST /b HTTP/1.1\r\n" + h + "Content-Length: 2\r\n\r\n\n\n", []int{200, 200}, true},
 		{"big body", "POST /a HTTP/1.1\r\n" + h + "Content-Length: 2000\r\n\r\n" + strings.Repeat("a", 2000), []int{413}, false},
 		{"big chunked body", "POST /a HTTP/1.1\r\n" + h + "Transfer-Encoding: chunked\r\n\r\n7d0\r\n" + strings.Repeat("a", 2000) + "\r\n0\r\n\r\n", []int{413}, false},
 		{"no host 1.1", "GET /a HTTP/1.1\r\nX-Key: k1\r\n\r\n", []int{400}, false},
@@ -270,6 +318,12 @@ func TestReplyFraming(t *testing.T) {
 		{"space before colon", "HTTP/1.1 200 OK\r\nX-A : b\r\nContent-Length: 2\r\n\r\nok", 200},
 		{"headers too large", "HTTP/1.1 200 OK\r\nX-A: " + strings.Repeat("a", 20<<10) + "\r\nContent-Length: 2\r\n\r\nok", 502},
 		{"obs-fold", "HTTP/1.1 200 OK\r\nX-A: a\r\n b\r\nContent-Length: 2\r\n\r\nok", 200},
+		// max_response_body_bytes is 1KiB here.
+		{"body at max_response_body_bytes", "HTTP/1.1 200 OK\r\nContent-Length: 1024\r\n\r\n" + strings.Repeat("a", 1024), 200},
+		{"body over max_response_body_bytes", "HTTP/1.1 200 OK\r\nContent-Length: 1025\r\n\r\n" + strings.Repeat("a", 1025), 502},
+		{"chunked body over max_response_body_bytes", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n200\r\n" + strings.Repeat("a", 512) + "\r\n201\r\n" + strings.Repeat("a", 513) + "\r\n0\r\n\r\n", 502},
+		{"body to close over max_response_body_bytes", "HTTP/1.1 200 OK\r\n\r\n" + strings.Repeat("a", 2000), 502},
+		{"error reply over max_response_body_bytes", "HTTP/1.1 500 Oops\r\nContent-Length: 2000\r\n\r\n" + strings.Repeat("a", 2000), 502},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -277,7 +331,7 @@ func TestReplyFraming(t *testing.T) {
 				_, _ = io.WriteString(conn, c.raw)
 				return false
 			})
-			_, addr := startProxy(t, nil, rep)
+			_, addr := startProxy(t, func(cfg *Config) { cfg.ReplicaSets[0].MaxResponseBodyBytes = 1 << 10 }, rep)
 			rc := dialRaw(t, addr)
 			rc.send(t, "GET /a HTTP/1.1\r\nHost: orders.example\r\nX-Key: k1\r\n\r\n")
 			r := rc.read(t)
@@ -310,5 +364,90 @@ func TestReplyExtraBytes(t *testing.T) {
 		if r.status != 200 && r.status != 502 {
 			t.Fatalf("request %d: %v", i, r)
 		}
+	}
+}
+
+// TestReplyTooLarge: a reply whose body exceeds the set's
+// max_response_body_bytes is never relayed, not even its head: keyway
+// answers 502 naming the key, closes the connection the reply came on,
+// tries no other replica (another would answer alike), counts the failure
+// as kind reply_too_large and none of it against the replica. Reloading
+// the key renews the replicas' pools, and the new bound applies.
+func TestReplyTooLarge(t *testing.T) {
+	big := strings.Repeat("b", 2000)
+	respond := func(req *fasthttp.Request, c net.Conn) bool {
+		var err error
+		switch string(req.URI().Path()) {
+		case "/cl":
+			_, err = io.WriteString(c, "HTTP/1.1 200 OK\r\nX-Replica: yes\r\nContent-Length: 2000\r\n\r\n"+big)
+		case "/chunked":
+			_, err = io.WriteString(c, "HTTP/1.1 200 OK\r\nX-Replica: yes\r\nTransfer-Encoding: chunked\r\n\r\n7d0\r\n"+big+"\r\n0\r\n\r\n")
+		default:
+			_, err = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+		}
+		return err == nil
+	}
+	r0, r1 := startRawReplica(t, "r0", respond), startRawReplica(t, "r1", respond)
+	obs := &recordingObserver{}
+	bound := func(n ByteSize) func(*Config) {
+		return func(c *Config) { c.ReplicaSets[0].MaxResponseBodyBytes = n }
+	}
+	p, addr := startProxyOpts(t, Options{Observer: obs}, bound(1<<10), r0, r1)
+	backend := func(name string) *Backend {
+		tbl := p.Router("orders").Table()
+		for i := 0; i < tbl.Len(); i++ {
+			if b := tbl.Backend(i); b.Name() == name {
+				return b
+			}
+		}
+		t.Fatalf("no backend %s", name)
+		return nil
+	}
+	c := newClient(addr)
+	for _, path := range []string{"/cl", "/chunked"} {
+		owner := ownerOf(p, "orders", "k1")
+		b := backend(owner)
+		c.do(t, "GET", "/warm", "", "X-Key", "k1") // a pooled connection to the owner
+		if n := b.hc.ConnsCount(); n != 1 {
+			t.Fatalf("%d connections to %s, want 1", n, owner)
+		}
+		before := r0.count.Load() + r1.count.Load()
+		// GET is replayable: a failure of another kind would be tried on
+		// the next candidate.
+		r := c.do(t, "GET", path, "", "X-Key", "k1")
+		if r.status != 502 || r.header["X-Replica"] != "" {
+			t.Fatalf("%s: %v, want keyway's 502", path, r)
+		}
+		if e := r.errorJSON(t)["error"]; !strings.Contains(e, "max_response_body_bytes (1KiB)") {
+			t.Fatalf("%s: error %q does not name max_response_body_bytes", path, e)
+		}
+		if n := r0.count.Load() + r1.count.Load() - before; n != 1 {
+			t.Fatalf("%s: the replicas got %d requests, want 1 (no retry)", path, n)
+		}
+		if n := b.ctr.upErrs[errReplyTooLarge].Load(); n < 1 {
+			t.Fatalf("%s: %d reply_too_large errors counted", path, n)
+		}
+		poll.Until(t, 5*time.Second, "the connection the reply came on to close", func() bool { return b.hc.ConnsCount() == 0 })
+	}
+	obs.mu.Lock()
+	for _, o := range obs.obs {
+		if o.err != nil {
+			t.Errorf("passive health saw %v from %s: a reply over keyway's bound is no evidence against the replica", o.err, o.replica)
+		}
+	}
+	obs.mu.Unlock()
+
+	cfg := testConfig(r0, r1)
+	bound(4 << 10)(&cfg)
+	mustReload(t, p, cfg)
+	for _, path := range []string{"/cl", "/chunked"} {
+		if r := c.do(t, "GET", path, "", "X-Key", "k1"); r.status != 200 || r.body != big {
+			t.Fatalf("%s after raising max_response_body_bytes: %d, %d bytes", path, r.status, len(r.body))
+		}
+	}
+	bound(1 << 10)(&cfg)
+	mustReload(t, p, cfg)
+	if r := c.do(t, "GET", "/cl", "", "X-Key", "k1"); r.status != 502 {
+		t.Fatalf("after lowering max_response_body_bytes again: %v", r)
 	}
 }

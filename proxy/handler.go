@@ -62,7 +62,7 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) {
 		}
 	}()
 
-	if v := refused(&ctx.Request.Header); v != vOK {
+	if v := refusedRequest(ctx); v != vOK {
 		p.refuseFraming(ctx, v)
 		return
 	}
@@ -350,7 +350,7 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, rs *replicaSet, t *balancer.Ta
 				break
 			}
 		}
-		if !lastKind.neverSent() && !replayable {
+		if lastKind == errReplyTooLarge || !lastKind.neverSent() && !replayable {
 			break
 		}
 		if !time.Now().Before(deadline) {
@@ -378,6 +378,9 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, rs *replicaSet, t *balancer.Ta
 	case lastKind == errTimeout:
 		p.answer(ctx, rs, lrTimeout, fasthttp.StatusGatewayTimeout,
 			"the replica did not answer within "+rs.timeout.String()+"; the request may or may not have been processed", last.name, tried, upstream)
+	case lastKind == errReplyTooLarge:
+		p.answer(ctx, rs, lrUpstream, fasthttp.StatusBadGateway,
+			"the replica's reply body exceeds max_response_body_bytes ("+ByteSize(rs.cfg.MaxResponseBodyBytes).String()+") of this replica set: the replica answered, its reply is not relayed", last.name, tried, upstream)
 	case lastKind == errReusedClosed:
 		p.answer(ctx, rs, lrUpstream, fasthttp.StatusBadGateway,
 			"the replica closed a reused connection as the request was sent ("+lastKind.String()+"); the request may or may not have been processed", last.name, tried, upstream)
@@ -485,8 +488,12 @@ func (p *Proxy) handleParseError(ctx *fasthttp.RequestCtx, err error) {
 	var small *fasthttp.ErrSmallBuffer
 	status, msg := fasthttp.StatusBadRequest, "malformed request"
 	switch {
+	case errors.Is(err, errBareLF):
+		msg = errBareLF.Error()
+	case errors.Is(err, fasthttp.ErrUnsupportedTransferEncoding):
+		status, msg = transferCodingAnswer(headScanOf(ctx.Conn()))
 	case errors.As(err, &small):
-		status, msg = fasthttp.StatusRequestHeaderFieldsTooLarge, "request headers exceed server.max_header_bytes ("+p.cfg.Server.MaxHeaderBytes.String()+")"
+		status, msg = p.headTooLarge(ctx)
 	case errors.Is(err, fasthttp.ErrBodyTooLarge):
 		// The headers were read: name the set whose limit applies. The
 		// server-wide limit is the largest max_body_bytes of all sets.

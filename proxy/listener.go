@@ -5,6 +5,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"keyway/tlsconfig"
 )
 
 // frontListener is the listener the front end serves. It tells Run when
@@ -18,15 +20,19 @@ import (
 // marked connection instead half-closes (FIN after the answer) and reads
 // and discards what the client still sends, for a bounded time and size,
 // before it really closes.
+//
+// It also follows each request head a connection reads (headScan), unless
+// the connections carry TLS: then tlsHeadListener does, above TLS.
 type frontListener struct {
 	net.Listener
 	p         *Proxy
+	scan      bool // follow request heads (plain HTTP)
 	once      sync.Once
 	accepting chan struct{} // closed when Serve first calls Accept
 }
 
-func newFrontListener(ln net.Listener, p *Proxy) *frontListener {
-	return &frontListener{Listener: ln, p: p, accepting: make(chan struct{})}
+func newFrontListener(ln net.Listener, p *Proxy, scan bool) *frontListener {
+	return &frontListener{Listener: ln, p: p, scan: scan, accepting: make(chan struct{})}
 }
 
 func (l *frontListener) Accept() (net.Conn, error) {
@@ -36,9 +42,60 @@ func (l *frontListener) Accept() (net.Conn, error) {
 		return nil, err
 	}
 	if tc, ok := c.(*net.TCPConn); ok {
-		return &lingerConn{TCPConn: tc, p: l.p}, nil
+		return &lingerConn{TCPConn: tc, p: l.p, scan: l.scan}, nil
+	}
+	if l.scan {
+		return &headConn{Conn: c}, nil
 	}
 	return c, nil
+}
+
+// tlsHeadListener follows the request heads of TLS connections, whose
+// plaintext only the TLS connection sees.
+type tlsHeadListener struct{ net.Listener }
+
+func (l tlsHeadListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	if tc, ok := c.(*tlsconfig.Conn); ok {
+		return &tlsHeadConn{Conn: tc}, nil
+	}
+	return &headConn{Conn: c}, nil
+}
+
+// headConn is a client connection whose request heads are followed. It
+// must not be copied.
+type headConn struct {
+	net.Conn
+	head headScan
+}
+
+func (c *headConn) Read(b []byte) (int, error) {
+	if c.head.st == hsBare {
+		return 0, errBareLF
+	}
+	n, err := c.Conn.Read(b)
+	c.head.scan(b[:n])
+	return n, err
+}
+
+// tlsHeadConn is headConn for a TLS connection: it keeps the methods
+// fasthttp looks for to know a connection is TLS (Handshake,
+// ConnectionState), and NetConn for markLinger. It must not be copied.
+type tlsHeadConn struct {
+	*tlsconfig.Conn
+	head headScan
+}
+
+func (c *tlsHeadConn) Read(b []byte) (int, error) {
+	if c.head.st == hsBare {
+		return 0, errBareLF
+	}
+	n, err := c.Conn.Read(b)
+	c.head.scan(b[:n])
+	return n, err
 }
 
 const (
@@ -53,6 +110,20 @@ type lingerConn struct {
 	*net.TCPConn
 	p      *Proxy
 	linger atomic.Bool
+	scan   bool // follow request heads in head (not beneath TLS)
+	head   headScan
+}
+
+func (c *lingerConn) Read(b []byte) (int, error) {
+	if !c.scan {
+		return c.TCPConn.Read(b)
+	}
+	if c.head.st == hsBare {
+		return 0, errBareLF
+	}
+	n, err := c.TCPConn.Read(b)
+	c.head.scan(b[:n])
+	return n, err
 }
 
 // markLinger asks for a lingering close of the connection that carried ctx

@@ -270,6 +270,7 @@ func New(cfg Config, opts Options) (*Proxy, error) {
 		Handler:        p.handle,
 		ErrorHandler:   p.handleParseError,
 		HeaderReceived: p.headerReceived,
+		ConnState:      connState,
 		Name:           "",
 		Concurrency:    cfg.Server.MaxConns,
 		ReadBufferSize: int(cfg.Server.MaxHeaderBytes),
@@ -597,12 +598,13 @@ func (p *Proxy) Run(ctx context.Context) error {
 	// fasthttp's Shutdown only sees listeners Serve has registered, which
 	// it does just before its first Accept: a Shutdown before that would
 	// return at once and leave Serve running. Wait for the first Accept.
-	ln := newFrontListener(p.ln, p)
+	ln := newFrontListener(p.ln, p, p.tls == nil)
 	var serve net.Listener = ln
 	if p.tls != nil {
 		// TLS over the lingering TCP connections: a lingering close
-		// drains the raw connection after TLS's close_notify.
-		serve = p.tls.Listener(ln)
+		// drains the raw connection after TLS's close_notify. Request
+		// heads are followed above TLS.
+		serve = tlsHeadListener{p.tls.Listener(ln)}
 	}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- p.server.Serve(serve) }()

@@ -35,8 +35,9 @@ type ReloadInfo struct {
 // already routed finish with the generation they matched, new ones use
 // the new one. A set that stays (same name) keeps its routing state: the
 // replicas gossip reported, health exclusions, keep-alive pools (renewed
-// only when timeouts.connect, timeouts.idle, timeouts.request or
-// max_conns_per_replica change, or the tls section or the contents of its
+// only when timeouts.connect, timeouts.idle, timeouts.request,
+// max_conns_per_replica or max_response_body_bytes change, or the tls
+// section or the contents of its
 // files, which every reload reads again: then new requests use new pools
 // and the old pools' idle connections close), so its keys stay where they are
 // unless its hash changes. A new set starts empty of gossip replicas
@@ -81,7 +82,7 @@ func (p *Proxy) Reload(cfg Config) (ReloadInfo, error) {
 		}
 		renew := prev.cfg.Timeouts.Connect != rs.cfg.Timeouts.Connect || prev.cfg.Timeouts.Idle != rs.cfg.Timeouts.Idle ||
 			prev.cfg.Timeouts.Request != rs.cfg.Timeouts.Request || prev.cfg.MaxConnsPerReplica != rs.cfg.MaxConnsPerReplica ||
-			!sameTLS
+			prev.cfg.MaxResponseBodyBytes != rs.cfg.MaxResponseBodyBytes || !sameTLS
 		reconf := renew || routerConfig(prev.cfg, 0) != routerConfig(rs.cfg, 0)
 		if int64(rs.cfg.Replicas) != st.declared.Load() {
 			st.declared.Store(int64(rs.cfg.Replicas))

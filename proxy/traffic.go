@@ -50,9 +50,9 @@ type ReplicaTraffic struct {
 	Responses5xxTotal uint64
 	// TransportErrorsTotal counts failed exchanges with it; TransportErrors
 	// splits them by kind (dial, stale_conn, no_free_conns, timeout, reset,
-	// other, tls_handshake; only kinds seen), as keyway_upstream_errors_total does. A
-	// failed exchange is not an answer: the request went to the next
-	// candidate or keyway answered it.
+	// other, tls_handshake, reply_too_large; only kinds seen), as
+	// keyway_upstream_errors_total does. A failed exchange is not an
+	// answer: the request went to the next candidate or keyway answered it.
 	TransportErrorsTotal uint64
 	TransportErrors      map[string]uint64
 	// ErrorsTotal is Responses5xxTotal + TransportErrorsTotal.

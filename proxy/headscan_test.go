@@ -1,0 +1,344 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"keyway/internal/testcerts"
+)
+
+// TestHeadScan feeds request heads to a headScan whole, split in two at
+// every byte, and a byte at a time: where a read ends must not change what
+// the scan finds.
+func TestHeadScan(t *testing.T) {
+	cases := []struct {
+		name   string
+		raw    string
+		st     uint8
+		http11 bool
+		te     string // the Transfer-Encoding values kept, comma-joined, trimmed of CR
+		cl     bool
+		teBad  bool
+	}{
+		{name: "CRLF head", raw: "GET /a HTTP/1.1\r\nHost: a\r\nX-Key: k\r\n\r\nbody\n\n", st: hsDone, http11: true},
+		{name: "no fields", raw: "GET /a HTTP/1.1\r\n\r\n", st: hsDone, http11: true},
+		{name: "HTTP/1.0", raw: "GET /a HTTP/1.0\r\nHost: a\r\n\r\n", st: hsDone},
+		{name: "leading empty lines", raw: "\r\n\n\r\nGET /a HTTP/1.1\r\nHost: a\r\n\r\n", st: hsDone, http11: true},
+		{name: "bare LF head", raw: "GET /a HTTP/1.1\nHost: a\n\n", st: hsBare, http11: true},
+		{name: "bare LF empty line after CRLF", raw: "GET /a HTTP/1.1\r\nHost: a\r\n\nrest", st: hsBare, http11: true},
+		{name: "CRLF empty line after bare LF", raw: "GET /a HTTP/1.1\r\nHost: a\n\r\n", st: hsBare, http11: true},
+		{name: "bare LF lines, CRLF end", raw: "GET /a HTTP/1.1\nHost: a\r\n\r\n", st: hsDone, http11: true},
+		{name: "request line only", raw: "GET /" + strings.Repeat("a", 100), st: hsReqLine},
+		{name: "in a field", raw: "GET /a HTTP/1.1\r\nX-A: bbb", st: hsLine, http11: true},
+		{name: "bare CR line", raw: "GET /a HTTP/1.1\r\n\rX: y\r\n\r\n", st: hsDone, http11: true},
+		{name: "bare LF after a name's first byte", raw: "GET /a HTTP/1.1\r\nC\n\r\n", st: hsBare, http11: true},
+		{name: "bare LF after a name", raw: "GET /a HTTP/1.1\r\ncontent-length:\n\r\n", st: hsBare, http11: true, cl: true},
+		{name: "bare LF after a TE value", raw: "GET /a HTTP/1.1\r\nTransfer-Encoding:x\n\r\n", st: hsBare, http11: true, te: "x"},
+		{name: "TE", raw: "POST /a HTTP/1.1\r\nTransfer-Encoding:  gzip, chunked \r\nHost: a\r\n\r\n", st: hsDone, http11: true, te: "  gzip, chunked "},
+		{name: "TE case", raw: "POST /a HTTP/1.1\r\ntRANSFER-eNCODING: gzip\r\n\r\n", st: hsDone, http11: true, te: " gzip"},
+		{name: "TE two fields", raw: "POST /a HTTP/1.1\r\nTransfer-Encoding: gzip\r\nX: y\r\nTransfer-Encoding: chunked\r\n\r\n", st: hsDone, http11: true, te: " gzip, chunked"},
+		{name: "TE folded", raw: "POST /a HTTP/1.1\r\nTransfer-Encoding: gzip,\r\n chunked\r\n\r\n", st: hsDone, http11: true, te: " gzip,", teBad: true},
+		{name: "TE too long", raw: "POST /a HTTP/1.1\r\nTransfer-Encoding: " + strings.Repeat("g", 100) + "\r\n\r\n", st: hsDone, http11: true, teBad: true},
+		{name: "not TE", raw: "POST /a HTTP/1.1\r\nTE: trailers\r\nTraceparent: x\r\nTransfer-Encodings: x\r\nTransfer-Encoding : x\r\n\r\n", st: hsDone, http11: true},
+		{name: "CL", raw: "POST /a HTTP/1.1\r\nContent-Type: x\r\nconnection: close\r\nContent-length: 3\r\n\r\nabc", st: hsDone, http11: true, cl: true},
+		{name: "not CL", raw: "POST /a HTTP/1.1\r\nContent-Type: x\r\nContent-Lengths: 3\r\nC\r\n\r\n", st: hsDone, http11: true},
+		{name: "fields after the head are body", raw: "POST /a HTTP/1.1\r\nHost: a\r\n\r\nTransfer-Encoding: gzip\r\nContent-Length: 3\n\n", st: hsDone, http11: true},
+	}
+	type result struct {
+		st            uint8
+		http11, cl    bool
+		teBad         bool
+		te            string
+		seen, teCount bool
+	}
+	get := func(s *headScan) result {
+		te := ""
+		if !s.teBad {
+			te = strings.ReplaceAll(string(s.teBuf[:s.teLen]), "\r", "")
+		}
+		return result{s.st, s.http11, s.cl, s.teBad, te, s.seen, s.te > 0}
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var whole headScan
+			whole.scan([]byte(c.raw))
+			te := c.te
+			if c.teBad {
+				te = ""
+			}
+			want := result{c.st, c.http11, c.cl, c.teBad, te, true, c.te != "" || c.teBad}
+			if got := get(&whole); got != want {
+				t.Fatalf("whole: %+v, want %+v", got, want)
+			}
+			for i := 1; i < len(c.raw); i++ {
+				var s headScan
+				s.scan([]byte(c.raw[:i]))
+				s.scan([]byte(c.raw[i:]))
+				if got := get(&s); got != want {
+					t.Fatalf("split at %d (%q | %q): %+v, want %+v", i, c.raw[:i], c.raw[i:], got, want)
+				}
+			}
+			var s headScan
+			for i := range len(c.raw) {
+				s.scan([]byte{c.raw[i]})
+			}
+			if got := get(&s); got != want {
+				t.Fatalf("a byte at a time: %+v, want %+v", got, want)
+			}
+		})
+	}
+}
+
+// FuzzHeadScan: where a read ends never changes what the scan finds, and
+// the scan sees a head end where fasthttp does, with the same kind of
+// line ending: a head fasthttp ends with CRLF CRLF is never taken for a
+// bare-LF one (keyway would refuse it), nor the other way round.
+func FuzzHeadScan(f *testing.F) {
+	for _, s := range []string{
+		"GET /a HTTP/1.1\r\nHost: a\r\n\r\n",
+		"GET /a HTTP/1.1\nHost: a\n\n",
+		"\r\nPOST /a HTTP/1.0\r\nTransfer-Encoding: gzip,\r\n chunked\r\ncontent-length: 1\r\n\r\nx",
+		"POST /a HTTP/1.1\r\nTransfer-Encoding: a\r\nTransfer-Encoding: chunked\r\n\r\n",
+	} {
+		f.Add([]byte(s), uint16(7))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte, cut uint16) {
+		var whole, split headScan
+		whole.scan(raw)
+		i := 0
+		if len(raw) > 0 {
+			i = int(cut) % len(raw)
+		}
+		split.scan(raw[:i])
+		split.scan(raw[i:])
+		// A byte-at-a-time scan of the first part too.
+		var bytewise headScan
+		for _, c := range raw[:i] {
+			bytewise.scan([]byte{c})
+		}
+		bytewise.scan(raw[i:])
+		if w, s, b := whole.view(), split.view(), bytewise.view(); s != w || b != w {
+			t.Fatalf("%q split at %d: %s and %s, whole %s", raw, i, s, b, w)
+		}
+		var h fasthttp.RequestHeader
+		br := bufio.NewReader(bytes.NewReader(raw))
+		if err := h.Read(br); err != nil {
+			return
+		}
+		head := raw[:len(raw)-br.Buffered()]
+		crlf := bytes.HasSuffix(head, []byte("\r\n\r\n"))
+		switch {
+		case crlf && whole.st != hsDone:
+			t.Fatalf("fasthttp read the head %q ending in CRLF CRLF, the scan ended in state %d", head, whole.st)
+		case !crlf && whole.st != hsBare:
+			t.Fatalf("fasthttp read the head %q ending in a bare LF, the scan ended in state %d", head, whole.st)
+		}
+	})
+}
+
+// view is what a scan found: not the bytes its buffers hold beyond their
+// lengths, nor a name match's progress once it is over.
+func (s *headScan) view() string {
+	name, want := 0, 0
+	if s.st == hsName {
+		name, want = int(s.name), int(s.want)
+	}
+	return fmt.Sprintf("st %d cr %v seen %v http11 %v cl %v prevTE %v teBad %v te %d name %d want %d tail %q teBuf %q",
+		s.st, s.cr, s.seen, s.http11, s.cl, s.prevTE, s.teBad, s.te, name, want, s.tail[:s.tailN], s.teBuf[:s.teLen])
+}
+
+// TestTransferCodingAnswer: the answer to each Transfer-Encoding fasthttp
+// refuses, by the RFC 9112 rule that decides it.
+func TestTransferCodingAnswer(t *testing.T) {
+	cases := []struct {
+		te   string
+		want int
+	}{
+		{"gzip", 400},             // section 6.3: chunked not final
+		{"chunked, gzip", 400},    // section 6.3
+		{"", 400},                 // section 6.3: no coding at all
+		{" , ,", 400},             // section 6.3: empty list
+		{"identity", 400},         // section 6.3
+		{"chunked, chunked", 400}, // section 6.1: chunked twice
+		{"gzip,chunked,chunked", 400},
+		{"gzip, chunked", 501}, // section 6.1: a coding keyway does not implement
+		{"GZIP , Chunked", 501},
+		{"x-a;b=c;d = e, chunked", 501},
+		{"chunked;x=1", 501},
+		{"gzip;x, chunked", 400}, // a parameter without value: not a transfer-coding
+		{"gzip;x=\"1\", chunked", 400},
+		{"gz ip, chunked", 400},
+		{"gzip, chunked;", 400},
+	}
+	for _, c := range cases {
+		s := headScan{st: hsDone, http11: true, te: 1}
+		s.keepTE([]byte(c.te))
+		if got, msg := transferCodingAnswer(&s); got != c.want {
+			t.Errorf("%q: %d (%s), want %d", c.te, got, msg, c.want)
+		}
+	}
+	s := headScan{st: hsDone, http11: true, te: 1}
+	s.keepTE([]byte("gzip, chunked"))
+	for name, mod := range map[string]func(*headScan){
+		"HTTP/1.0":        func(s *headScan) { s.http11 = false },
+		"Content-Length":  func(s *headScan) { s.cl = true },
+		"folded":          func(s *headScan) { s.teBad = true },
+		"head incomplete": func(s *headScan) { s.st = hsLine },
+		"not scanned":     func(s *headScan) { s.st = hsOff },
+	} {
+		s := s
+		mod(&s)
+		if got, msg := transferCodingAnswer(&s); got != 400 {
+			t.Errorf("gzip, chunked, %s: %d (%s), want 400", name, got, msg)
+		}
+	}
+	if got, _ := transferCodingAnswer(nil); got != 400 {
+		t.Errorf("no scan: %d, want 400", got)
+	}
+}
+
+// TestHeadScanReads serves one connection whose reads end where the test
+// says (net.Pipe delivers each write as it is): the answer must not depend
+// on them, and a head that began in an earlier read than its own
+// (pipelined) is not scanned, so its body is never taken for a head.
+func TestHeadScanReads(t *testing.T) {
+	var p *Proxy
+	rep := startByteReplica(t)
+	p, _ = startProxy(t, func(c *Config) {
+		c.Server.ReadTimeout = 30 * time.Second
+		sc := &c.ReplicaSets[0]
+		sc.Static = []StaticReplica{{Name: "r", Addr: rep.addr(), Weight: 1}}
+		sc.Replicas = 1
+	})
+	h := "Host: orders.example\r\nX-Key: k1\r\n"
+	cases := []struct {
+		name   string
+		writes []string
+		want   []int
+	}{
+		{"CRLF CRLF split", []string{"GET /a HTTP/1.1\r\n" + h + "\r", "\n"}, []int{200}},
+		{"CRLF CRLF split 2", []string{"GET /a HTTP/1.1\r\n" + h, "\r\n"}, []int{200}},
+		{"bare LF split", []string{"GET /a HTTP/1.1\nHost: orders.example\n", "X-Key: k1\n", "\n"}, []int{400}},
+		{"bare LF after CRLF split", []string{"GET /a HTTP/1.1\r\n" + h, "\n"}, []int{400}},
+		{"body with bare LFs, slow", []string{"POST /a HTTP/1.1\r\n" + h + "Content-Length: 7\r\n\r\nab", "x\n\n", "cd"}, []int{200}},
+		{"body with bare LFs, head split", []string{"POST /a HTTP/1.1\r\n" + h + "Content-Length: 7\r\n", "\r\nab", "x\n\n", "cd"}, []int{200}},
+		{"keep-alive, bare LF second", []string{"GET /a HTTP/1.1\r\n" + h + "\r\n", "GET /b HTTP/1.1\nHost: orders.example\n\n"}, []int{200, 400}},
+		{"keep-alive, body with bare LFs second", []string{"GET /a HTTP/1.1\r\n" + h + "\r\n", "POST /b HTTP/1.1\r\n" + h + "Content-Length: 7\r\n\r\nab", "x\n\n", "cd"}, []int{200, 200}},
+		// The second head and the body's start come with the first
+		// request: a scan starting at the next read would take "x" for
+		// a request line and the LFs for its bare-LF end.
+		{"pipelined, body with bare LFs, slow", []string{"GET /a HTTP/1.1\r\n" + h + "\r\nPOST /b HTTP/1.1\r\n" + h + "Content-Length: 7\r\n\r\nab", "x\n\n", "cd"}, []int{200, 200}},
+		{"pipelined, head split", []string{"GET /a HTTP/1.1\r\n" + h + "\r\nPOST /b HTTP/1.1\r\n", h + "Content-Length: 4\r\n\r\n\n\n", "xy"}, []int{200, 200}},
+		{"request line split, too long", []string{"GET /" + strings.Repeat("a", 10000), strings.Repeat("a", 10000)}, []int{414}},
+		{"TE split", []string{"POST /a HTTP/1.1\r\n" + h + "Transfer-Enc", "oding: gzip, chu", "nked\r\n\r\n"}, []int{501}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			client, server := net.Pipe()
+			defer client.Close()
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				_ = p.server.ServeConn(&headConn{Conn: server})
+			}()
+			_ = client.SetDeadline(time.Now().Add(5 * time.Second))
+			statuses := make(chan []int, 1)
+			go func() {
+				var got []int
+				br := bufio.NewReader(client)
+				for range c.want {
+					var resp fasthttp.Response
+					if err := resp.Read(br); err != nil {
+						break
+					}
+					got = append(got, resp.StatusCode())
+				}
+				statuses <- got
+			}()
+			for _, w := range c.writes {
+				if _, err := io.WriteString(client, w); err != nil {
+					break // the proxy answered and closed
+				}
+			}
+			got := <-statuses
+			if !slices.Equal(got, c.want) {
+				t.Fatalf("statuses %v, want %v", got, c.want)
+			}
+			if last := c.want[len(c.want)-1]; last >= 400 {
+				select {
+				case <-done:
+				case <-time.After(5 * time.Second):
+					t.Fatal("the connection was not closed after a refused request")
+				}
+			}
+		})
+	}
+}
+
+// TestTLSHeadScan: over TLS the heads are followed above TLS, and the
+// connection is still TLS to fasthttp (X-Forwarded-Proto: https).
+func TestTLSHeadScan(t *testing.T) {
+	ca := testcerts.New(t)
+	r := startReplica(t, "r0")
+	_, addr := startProxy(t, func(c *Config) {
+		withTLS(t, ca)(c)
+		c.Server.ReadTimeout = 30 * time.Second
+	}, r)
+	h := "Host: orders.example\r\nX-Key: k1\r\n"
+	for _, c := range []struct {
+		raw  string
+		want int
+	}{
+		{"GET /a HTTP/1.1\r\n" + h + "\r\n", 200},
+		{"GET /a HTTP/1.1\nHost: orders.example\nX-Key: k1\n\n", 400},
+		{"POST /a HTTP/1.1\r\n" + h + "Transfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n", 501},
+		{"GET /" + strings.Repeat("a", 20<<10) + " HTTP/1.1\r\n" + h + "\r\n", 414},
+	} {
+		conn, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: ca.Pool(), ServerName: "orders.example"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := io.WriteString(conn, c.raw); err != nil {
+			t.Fatal(err)
+		}
+		var resp fasthttp.Response
+		err = resp.Read(bufio.NewReader(conn))
+		conn.Close()
+		if err != nil || resp.StatusCode() != c.want {
+			t.Fatalf("%.60q: %d %v, want %d", c.raw, resp.StatusCode(), err, c.want)
+		}
+		if c.want == 200 {
+			if got := string(r.last.Load().Header.Peek("X-Forwarded-Proto")); got != "https" {
+				t.Fatalf("X-Forwarded-Proto %q, want https", got)
+			}
+		}
+	}
+}
+
+// BenchmarkHeadScan is the scan's cost for a typical keyed POST head: what
+// each well-formed request pays for headScan on the front end.
+func BenchmarkHeadScan(b *testing.B) {
+	head := []byte("POST /ingest HTTP/1.1\r\nHost: orders.example\r\nContent-Type: application/json\r\nContent-Length: 48\r\n" +
+		"X-Key: customer-42\r\nTraceparent: 00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01\r\nUser-Agent: producer/1.0\r\n\r\n")
+	b.SetBytes(int64(len(head)))
+	b.ReportAllocs()
+	var s headScan
+	for b.Loop() {
+		s.reset()
+		s.scan(head)
+	}
+	if s.st != hsDone || !s.cl {
+		b.Fatalf("scan ended in state %d", s.st)
+	}
+}
