@@ -58,8 +58,9 @@ func newMemGuard(c ServerConfig) *memGuard {
 // The heap metric counts dead objects until a collection frees them, and
 // nothing else starts one while a shedding proxy allocates little (the
 // runtime forces one only every 2 minutes): without a collection here,
-// the guard went on shedding every request for up to 2 minutes after the
-// requests that filled the heap had ended; and between collections
+// the guard went on shedding every request for 4 minutes after the
+// requests that filled the heap had ended (pooled buffers need two
+// collections); and between collections
 // garbage alone may cross the bound (GOGC=100 lets the heap grow to twice
 // what is live). So above the bound the guard collects first and decides
 // on what is left.
