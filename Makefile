@@ -28,15 +28,12 @@ bench:           ## hot-path micro-benchmarks
 FUZZTIME ?= 5m
 FUZZMINIMIZE ?= 5s
 FUZZ_TARGETS := \
-	./proxy:FuzzFrontEnd ./proxy:FuzzReplicaResponse ./proxy:FuzzAppendJSONString \
+	./proxy:FuzzFrontEnd ./proxy:FuzzReplicaResponse ./proxy:FuzzHeadScan ./proxy:FuzzAppendJSONString \
 	./config:FuzzLoadBytes ./config:FuzzDiff \
 	./balancer:FuzzHashPathSegment ./balancer:FuzzHashQuery ./balancer:FuzzKeySources \
 	./membership:FuzzDecodeMeta ./membership:FuzzMetaRoundTrip ./membership:FuzzUserMessage
 fuzz:            ## every fuzz target for FUZZTIME each (make fuzz FUZZTIME=1m); a crasher lands in testdata/fuzz/
-	@set -e; for t in $(FUZZ_TARGETS); do \
-		echo "== $${t#*:} ($${t%%:*}, $(FUZZTIME))"; \
-		go test -run '^$$' -fuzz "^$${t#*:}\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZE) $${t%%:*}; \
-	done
+	FUZZTIME=$(FUZZTIME) FUZZMINIMIZE=$(FUZZMINIMIZE) scripts/fuzz.sh $(FUZZ_TARGETS)
 demo:
 	go run ./cmd/keyway demo
 build:           ## bin/keyway, one static binary, stamped with VERSION, COMMIT and DATE
