@@ -265,8 +265,9 @@ func (k errKind) neverSent() bool {
 // before the first response byte is errTLS (tlsRefused), whatever error
 // fasthttp made of them. It returns the error to report: err, or for
 // errTLS the HandshakeError behind it.
-// errBadStatus is a replica reply whose status is not three digits.
-var errBadStatus = errors.New("malformed status code in the replica's reply")
+// errBadStatus is a replica reply whose status is no final status a
+// client could take: 101, one not three digits, or 600-999.
+var errBadStatus = errors.New("the replica's reply has no final status code from 200 to 599")
 
 func classifyAttempt(err error, resp *fasthttp.Response) (errKind, error) {
 	k := classify(err)

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -301,6 +302,12 @@ func TestReplyFraming(t *testing.T) {
 		{"status code 2 digits", "HTTP/1.1 20 OK\r\nContent-Length: 2\r\n\r\nok", 502},
 		{"status code 1000", "HTTP/1.1 1000 OK\r\nContent-Length: 2\r\n\r\nok", 502},
 		{"version 2", "HTTP/2.0 200 OK\r\nContent-Length: 2\r\n\r\nok", 502},
+		// Interim replies are read past; the final one is relayed.
+		{"103 then 200", "HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\nHTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", 200},
+		{"101 unasked", "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n", 502},
+		{"status 600", "HTTP/1.1 600 Odd\r\nContent-Length: 2\r\n\r\nok", 502},
+		{"status 999", "HTTP/1.1 999 Odd\r\nContent-Length: 2\r\n\r\nok", 502},
+		{"status 599", "HTTP/1.1 599 Odd\r\nContent-Length: 2\r\n\r\nok", 599},
 		{"CL twice differ", "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nok!", 502},
 		{"CL negative", "HTTP/1.1 200 OK\r\nContent-Length: -2\r\n\r\nok", 502},
 		// RFC 9112 §6.3: Transfer-Encoding overrides; the relay has one
@@ -449,5 +456,35 @@ func TestReplyTooLarge(t *testing.T) {
 	mustReload(t, p, cfg)
 	if r := c.do(t, "GET", "/cl", "", "X-Key", "k1"); r.status != 502 {
 		t.Fatalf("after lowering max_response_body_bytes again: %v", r)
+	}
+}
+
+// TestReplySwitchedProtocols: a replica that answers 101 unasked has left
+// its connection in another protocol. The request gets a 502 and the
+// next one goes over a new connection, not into the switched one (here
+// the switched connection would answer "smuggled").
+func TestReplySwitchedProtocols(t *testing.T) {
+	var n atomic.Int32
+	rep := startRawReplica(t, "r", func(req *fasthttp.Request, conn net.Conn) bool {
+		if n.Add(1) == 1 {
+			_, _ = io.WriteString(conn, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n")
+			// What the connection reads next is no longer HTTP to it.
+			_, _ = io.Copy(io.Discard, io.LimitReader(conn, 1))
+			_, _ = io.WriteString(conn, "HTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\nsmuggled")
+			return false
+		}
+		_, _ = io.WriteString(conn, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+		return true
+	})
+	_, addr := startProxy(t, nil, rep)
+	c := newClient(addr)
+	if r := c.do(t, "GET", "/a", "", "X-Key", "k1"); r.status != 502 {
+		t.Fatalf("101 relayed as %v, want 502", r)
+	}
+	for i := range 3 {
+		r := c.do(t, "GET", "/a", "", "X-Key", "k1")
+		if r.status != 200 || r.body != "ok" {
+			t.Fatalf("request %d after the 101: %v, want 200 ok over a new connection", i, r)
+		}
 	}
 }

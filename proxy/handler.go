@@ -271,17 +271,30 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, rs *replicaSet, t *balancer.Ta
 			// just returned to it.
 			b.hc.CloseIdleConnections()
 		}
-		if err == nil && !validReply(&ctx.Response.Header) {
-			err = errMalformedReply
+		if err == nil {
+			if code := ctx.Response.StatusCode(); code < 200 || code > 599 {
+				// fasthttp consumes interim replies (1xx but 101) and
+				// reads "001" as 1. What is left is no final answer a
+				// client could take: 101 (keyway forwards no Upgrade, so
+				// a replica has switched protocols unasked), a status
+				// fasthttp could not read as three digits, or 600-999,
+				// which RFC 9110 does not define.
+				err = errBadStatus
+			} else if !validReply(&ctx.Response.Header) {
+				err = errMalformedReply
+			}
+			if err != nil {
+				// fasthttp read the reply whole and pooled its connection;
+				// a replica that answers this way may have left the
+				// connection in any state (a switched protocol, a body
+				// framed some other way). Close the idle connections
+				// rather than send the next request into it.
+				b.hc.CloseIdleConnections()
+			}
 		}
 		end := time.Now()
 		d := end.Sub(t0)
 		upstream += d
-		if code := ctx.Response.StatusCode(); err == nil && (code < 100 || code > 999) {
-			// fasthttp reads "001" as 1; relayed, no client could read
-			// the status line: the reply is malformed, as a 502 says.
-			err = errBadStatus
-		}
 		if err == nil {
 			code := ctx.Response.StatusCode()
 			if hold, ok := rs.limits.saturatedFor(&ctx.Response.Header); ok {
