@@ -169,6 +169,7 @@ func fieldDocs() map[string]string {
 		"server.idle_timeout":            "closes a client keep-alive connection idle this long; at least 100ms",
 		"server.max_header_bytes":        "caps a request's head, request line and headers: 414 when the request line alone is longer, 431 beyond; 1KiB to 1MiB",
 		"server.max_conns":               "caps concurrent client connections (503 beyond); 1 to 1000000",
+		"server.runtime_deep_sleep":      "let the Go runtime's monitor thread sleep deeply while keyway is idle; false (the default) keeps it awake, which saves a thread wake-up per request at moderate rates for 100 wake-ups a second when wholly idle; read at start only",
 		"server.reduce_memory":           "free the buffers of idle keep-alive client connections: 22 KiB → 10 KiB per idle connection, for one tiny allocation per request; for many idle connections",
 		"server.shutdown_timeout":        "how long a graceful shutdown waits for in-flight requests; at least 100ms",
 		"server.max_heap_bytes":          "memory guard: while the live heap (sampled every 20ms) is above this, new requests get 503 (reason memory); 0 is off, else at least 16MiB",

@@ -273,6 +273,8 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
+	// Before anything is opened or started: this may exec.
+	keepSysmonAwake(cfg.Server.RuntimeDeepSleep, stderr)
 	node, err := server.NewProxy(cfg, server.Options{
 		Stdout: stdout, Stderr: stderr, Version: versionString(),
 		File: cf.File, Load: func() (config.Config, error) { return loadConfig(cf) },
