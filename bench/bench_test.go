@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -88,6 +89,34 @@ func TestSmoke(t *testing.T) {
 		if len(s.Latency) != 1 || s.Latency[0].P50 == nil || !(s.Latency[0].P50.Median > 0) || s.Latency[0].Errors != 0 {
 			t.Errorf("%s latency = %+v, want one rate with p50 > 0 and no errors", name, s.Latency)
 		}
+	}
+	// CPU per request at the fixed rate: measured for keyway, absent for
+	// direct (no proxy process), in the runs and in the summaries.
+	for _, run := range got.Runs {
+		if len(run.Latency) != 1 {
+			continue
+		}
+		l := run.Latency[0]
+		if !(l.AchievedRate > 0) || l.Answered != l.Requests {
+			t.Errorf("%s at %d/s: sent %v/s, %d of %d requests answered; want > 0 and all", run.Target, l.Rate, l.AchievedRate, l.Answered, l.Requests)
+		}
+		t.Logf("%s at %d/s: sent %.0f/s, send lag p99 %.2f ms", run.Target, l.Rate, l.AchievedRate, l.SendLagP99)
+		switch run.Target {
+		case "keyway":
+			if l.CPUPerReqUS == nil || !(*l.CPUPerReqUS > 0) || l.CPUUtil == nil || !(*l.CPUUtil > 0) || l.CPUSeconds == nil {
+				t.Errorf("keyway latency run: proxy CPU %v s, %v cores, %v µs/req; want all > 0", l.CPUSeconds, l.CPUUtil, l.CPUPerReqUS)
+			}
+		case "direct":
+			if l.CPUPerReqUS != nil || l.CPUUtil != nil || l.CPUSeconds != nil {
+				t.Errorf("direct latency run has proxy CPU figures: %v s, %v cores, %v µs/req", l.CPUSeconds, l.CPUUtil, l.CPUPerReqUS)
+			}
+		}
+	}
+	if l := sum["keyway"].Latency; len(l) != 1 || l[0].CPUPerReqUS == nil || !(l[0].CPUPerReqUS.Median > 0) {
+		t.Errorf("keyway latency summary lacks proxy CPU per request: %+v", l)
+	}
+	if l := sum["direct"].Latency; len(l) == 1 && (l[0].CPUPerReqUS != nil || l[0].CPUUtil != nil) {
+		t.Errorf("direct latency summary has proxy CPU figures: %+v, %+v", l[0].CPUPerReqUS, l[0].CPUUtil)
 	}
 	kw := sum["keyway"]
 	if kw.SplitKeyShare != 0 || kw.KeysSeen == 0 {
@@ -269,5 +298,147 @@ func TestParsePerfStat(t *testing.T) {
 	}
 	if _, err := parsePerfStat("Error: No permissions to trace\n"); err == nil {
 		t.Error("parsePerfStat without counts: no error")
+	}
+}
+
+// latAt is a latency run at rate with the given proxy CPU per request (nil
+// for direct) and achieved rate.
+func latAt(rate int, cpu *float64, achieved float64) latencyRun {
+	l := latencyRun{Rate: rate, P50: 0.5, P99: 1, Requests: 1000, Answered: 1000, AchievedRate: achieved, SendLagP99: 0.2}
+	if cpu != nil {
+		// As setCPU would over 1 s: 1000 answers at cpu µs each.
+		l.CPUSeconds, l.CPUUtil, l.CPUPerReqUS = f64(*cpu*1e-3), f64(*cpu*1e-3), f64(*cpu)
+	}
+	return l
+}
+
+func f64(v float64) *float64 { return &v }
+
+// TestLatencyCPUSummaryAndRatios checks the proxy CPU per request at each
+// fixed rate: its summary per target (median and range over rounds, none
+// for direct), its per-round ratio rows, and the flag on a round whose
+// load side did not hold the rate.
+func TestLatencyCPUSummaryAndRatios(t *testing.T) {
+	rep := &Report{Config: Config{Rates: []int{1000, 3000}, Rounds: 3}}
+	// keyway ÷ haproxy at 1000/s: 20/10, 30/10, 12/12 → median 2; at
+	// 3000/s: 9/10, 8/10, 10/5 → median 0.9. haproxy's round 3 at 3000/s
+	// was sent at 2900/s, under 97%.
+	kw1, kw3 := []float64{20, 30, 12}, []float64{9, 8, 10}
+	hp1, hp3 := []float64{10, 10, 12}, []float64{10, 10, 5}
+	for round := 1; round <= 3; round++ {
+		i := round - 1
+		hpSent := 3000.0
+		if round == 3 {
+			hpSent = 2900
+		}
+		rep.Runs = append(rep.Runs,
+			TargetRun{Round: round, Target: "direct", Latency: []latencyRun{latAt(1000, nil, 1000), latAt(3000, nil, 3000)}},
+			TargetRun{Round: round, Target: "keyway", Latency: []latencyRun{latAt(1000, &kw1[i], 1000), latAt(3000, &kw3[i], 2991)}},
+			TargetRun{Round: round, Target: "haproxy", Latency: []latencyRun{latAt(1000, &hp1[i], 1000), latAt(3000, &hp3[i], hpSent)}},
+		)
+	}
+	rep.summarise()
+
+	sums := map[string]TargetSummary{}
+	for _, s := range rep.Summary {
+		sums[s.Target] = s
+	}
+	kw := sums["keyway"].Latency
+	if len(kw) != 2 {
+		t.Fatalf("keyway has %d latency summaries, want 2", len(kw))
+	}
+	if s := kw[0].CPUPerReqUS; s == nil || *s != (Stat{Median: 20, Min: 12, Max: 30, N: 3}) {
+		t.Errorf("keyway CPU µs/req at 1000/s = %+v, want median 20 of 12..30", s)
+	}
+	if s := kw[1].CPUUtil; s == nil || math.Abs(s.Median-0.009) > 1e-12 {
+		t.Errorf("keyway CPU util at 3000/s = %+v, want 0.009 (9 µs × 1000 requests in 1 s)", s)
+	}
+	if len(kw[1].UnderRate) != 0 {
+		t.Errorf("keyway at 3000/s sent 2991/s, flagged under rate in rounds %v", kw[1].UnderRate)
+	}
+	if hp := sums["haproxy"].Latency; len(hp) != 2 || !slices.Equal(hp[1].UnderRate, []int{3}) || len(hp[0].UnderRate) != 0 {
+		t.Errorf("haproxy under-rate rounds = %+v, want [3] at 3000/s only", hp)
+	}
+	for _, l := range sums["direct"].Latency {
+		if l.CPUPerReqUS != nil || l.CPUUtil != nil {
+			t.Errorf("direct at %d/s has proxy CPU figures %+v, %+v", l.Rate, l.CPUPerReqUS, l.CPUUtil)
+		}
+	}
+
+	row := func(metric string) RatioRow {
+		for _, r := range rep.Ratios {
+			if r.Metric == metric {
+				return r
+			}
+		}
+		t.Fatalf("no ratio row %q in %+v", metric, rep.Ratios)
+		return RatioRow{}
+	}
+	r1 := row("proxy CPU µs per request at 1000/s")
+	if s := r1.Vs["haproxy"]; r1.Better != "lower" || s == nil || s.Median != 2 || s.Min != 1 || s.Max != 3 || s.N != 3 {
+		t.Errorf("CPU ratio at 1000/s = %+v (better %s), want median 2 of 1..3, lower", s, r1.Better)
+	}
+	if _, ok := r1.Vs["direct"]; ok || r1.Note != "" {
+		t.Errorf("CPU ratio at 1000/s: vs direct %v, note %q; want neither", r1.Vs["direct"], r1.Note)
+	}
+	r3 := row("proxy CPU µs per request at 3000/s")
+	if s := r3.Vs["haproxy"]; s == nil || math.Abs(s.Median-0.9) > 1e-12 || s.N != 3 {
+		t.Errorf("CPU ratio at 3000/s = %+v, want median 0.9 over 3 rounds", s)
+	}
+	if !strings.Contains(r3.Note, "haproxy: 1 of 3 ratio(s) include a run whose load side sent under 97% of 3000/s") {
+		t.Errorf("CPU ratio at 3000/s note = %q, want the under-rate round counted", r3.Note)
+	}
+	if p99 := row("p99 latency at 3000/s"); !strings.Contains(p99.Note, "under 97%") {
+		t.Errorf("p99 ratio at 3000/s note = %q, want the under-rate round counted", p99.Note)
+	}
+	row("proxy CPU µs per request, saturated (throughput run)")
+
+	md := rep.Markdown()
+	for _, want := range []string{
+		"| target | p50 | p99 | p99.9 | max | added p50 | added p99 | proxy CPU µs/req | errors |",
+		"| keyway | 0.500 (0.500–0.500) | 1.000 (1.000–1.000) | 0.000 (0.000–0.000) | 0.00 (0.00–0.00) | 0.000 (0.000–0.000) | 0.000 (0.000–0.000) | 20.0 (12.0–30.0) | 0 |",
+		"| direct | 0.500 (0.500–0.500) | 1.000 (1.000–1.000) | 0.000 (0.000–0.000) | 0.00 (0.00–0.00) | — | — | — | 0 |",
+		"| haproxy | 0.500 (0.500–0.500) | 1.000 (1.000–1.000) | 0.000 (0.000–0.000) | 0.00 (0.00–0.00) | 0.000 (0.000–0.000) | 0.000 (0.000–0.000) | 10.0 (5.0–10.0) **(under rate)** | 0 |",
+		"**Under rate: haproxy at 3000/s**, round(s) 3: the load generator sent less than 97% of the requested rate (sent 3000 (2900–3000) req/s",
+		"| proxy CPU µs per request at 3000/s | lower | — | 0.90 (0.80–2.00) |",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("markdown lacks %q:\n%s", want, md)
+		}
+	}
+	if strings.Count(md, "**Under rate:") != 1 {
+		t.Errorf("markdown has %d under-rate notes, want 1:\n%s", strings.Count(md, "**Under rate:"), md)
+	}
+}
+
+func TestUnderRate(t *testing.T) {
+	for _, c := range []struct {
+		rate     int
+		achieved float64
+		want     bool
+	}{
+		{3000, 2910, false}, // exactly 97%
+		{3000, 2909, true},
+		{3000, 3001, false},
+		{1000, 500, true},
+		{1000, 0, false}, // not recorded (an older report)
+	} {
+		l := latencyRun{Rate: c.rate, AchievedRate: c.achieved}
+		if got := l.underRate(); got != c.want {
+			t.Errorf("%v/s sent at %v/s: underRate = %v, want %v", c.rate, c.achieved, got, c.want)
+		}
+	}
+}
+
+func TestLatencySetCPU(t *testing.T) {
+	l := latencyRun{Answered: 2000}
+	l.setCPU(0.05, 2)
+	if l.CPUSeconds == nil || *l.CPUSeconds != 0.05 || l.CPUUtil == nil || *l.CPUUtil != 0.025 || l.CPUPerReqUS == nil || math.Abs(*l.CPUPerReqUS-25) > 1e-9 {
+		t.Errorf("setCPU(0.05 s, 2 s) over 2000 answers = %v s, %v cores, %v µs/req; want 0.05, 0.025, 25", l.CPUSeconds, l.CPUUtil, l.CPUPerReqUS)
+	}
+	none := latencyRun{}
+	none.setCPU(0.05, 2)
+	if none.CPUPerReqUS != nil {
+		t.Errorf("setCPU with no answered request gives %v µs/req, want none", *none.CPUPerReqUS)
 	}
 }

@@ -458,13 +458,25 @@ func (h *Harness) measurePlain(ctx context.Context, t *target, round int, run *T
 		}
 	}
 	for _, rate := range h.cfg.Rates {
-		lr, err := runLatency(ctx, rt.addr, &h.cfg, rate, min(h.cfg.Warmup, time.Second), h.cfg.LatencyDuration, uint64(seed+rate))
+		pid := 0
+		if rt.p != nil {
+			pid = rt.p.pid()
+		}
+		lr, err := runLatency(ctx, rt.addr, &h.cfg, rate, min(h.cfg.Warmup, time.Second), h.cfg.LatencyDuration, uint64(seed+rate), pid)
 		if err != nil {
 			fail(fmt.Sprintf("latency at %d/s", rate), err)
 			continue
 		}
 		run.Latency = append(run.Latency, lr)
-		h.logf("%s round %d: %d/s p50 %.3f p99 %.3f p99.9 %.3f max %.3f ms, errors %d", t.name, round+1, rate, lr.P50, lr.P99, lr.P999, lr.Max, lr.Errors)
+		cpu := ""
+		if lr.CPUPerReqUS != nil && lr.CPUUtil != nil {
+			cpu = fmt.Sprintf(", proxy CPU %.0f%%, %.1f µs/req", 100**lr.CPUUtil, *lr.CPUPerReqUS)
+		}
+		held := ""
+		if lr.UnderRate {
+			held = " (UNDER RATE)"
+		}
+		h.logf("%s round %d: %d/s p50 %.3f p99 %.3f p99.9 %.3f max %.3f ms, errors %d%s; sent %.0f/s%s, send lag p99 %.1f ms", t.name, round+1, rate, lr.P50, lr.P99, lr.P999, lr.Max, lr.Errors, cpu, lr.AchievedRate, held, lr.SendLagP99)
 	}
 	// The plain baseline of the handshake run, last because it leaves
 	// thousands of closed connections behind.

@@ -205,8 +205,10 @@ func newHTTPClient(conns int, spec loadSpec) *http.Client {
 type attackResult struct {
 	requests  int64
 	errors    int64
+	answered  int64 // requests that got an HTTP answer, whatever its status
 	firstErr  string
 	latencies []time.Duration // of successful (2xx) requests, sorted
+	sendLags  []time.Duration // with keep at a fixed rate: how late each request was sent, sorted
 	seconds   float64
 }
 
@@ -223,14 +225,27 @@ func attack(ctx context.Context, client *http.Client, tr vegeta.Targeter, rate, 
 	}
 	a := vegeta.NewAttacker(opts...)
 	var out attackResult
+	var interval time.Duration
 	if keep && rate > 0 {
-		out.latencies = make([]time.Duration, 0, int(float64(rate)*d.Seconds()*1.05)+16)
+		n := int(float64(rate)*d.Seconds()*1.05) + 16
+		out.latencies = make([]time.Duration, 0, n)
+		out.sendLags = make([]time.Duration, 0, n)
+		// vegeta's constant pacer sends request seq (from 0) at
+		// (seq+1) intervals after the attack began.
+		interval = time.Second / time.Duration(rate)
 	}
 	start := time.Now()
 	stop := context.AfterFunc(ctx, func() { a.Stop() })
 	defer stop()
 	for res := range a.Attack(tr, pacer, d, "") {
 		out.requests++
+		if res.Code != 0 {
+			out.answered++
+		}
+		if interval > 0 {
+			due := start.Add(time.Duration(res.Seq+1) * interval)
+			out.sendLags = append(out.sendLags, max(res.Timestamp.Sub(due), 0))
+		}
 		if res.Error != "" || res.Code < 200 || res.Code > 299 {
 			out.errors++
 			if out.firstErr == "" {
@@ -244,6 +259,7 @@ func attack(ctx context.Context, client *http.Client, tr vegeta.Targeter, rate, 
 	}
 	out.seconds = time.Since(start).Seconds()
 	slices.Sort(out.latencies)
+	slices.Sort(out.sendLags)
 	return out
 }
 
@@ -269,8 +285,8 @@ func runVegetaMax(ctx context.Context, addr string, cfg *Config, spec loadSpec, 
 // latencyRun is one open-loop run at a fixed rate.
 type latencyRun struct {
 	Rate     int     `json:"rate"`
-	Requests int64   `json:"requests"`
-	Errors   int64   `json:"errors"`
+	Requests int64   `json:"requests"` // sent
+	Errors   int64   `json:"errors"`   // transport errors and non-2xx answers
 	FirstErr string  `json:"first_error,omitempty"`
 	P50      float64 `json:"p50_ms"`
 	P99      float64 `json:"p99_ms"`
@@ -279,31 +295,97 @@ type latencyRun struct {
 	// Over direct in the same round (nil without a direct run).
 	AddedP50 *float64 `json:"added_p50_ms,omitempty"`
 	AddedP99 *float64 `json:"added_p99_ms,omitempty"`
+	// Answered counts the requests that got an HTTP answer, whatever its
+	// status (Requests minus transport errors): every one of them cost
+	// the proxy a full request, so it is what CPU per request divides by.
+	Answered int64 `json:"answered"`
+	// AchievedRate is the requests vegeta sent ÷ the run's duration.
+	// UnderRate is set when it is below heldShare of Rate: the load side
+	// could not hold the rate, so the run's figures are from a lower rate
+	// than its label.
+	AchievedRate float64 `json:"achieved_rate"`
+	UnderRate    bool    `json:"under_rate,omitempty"`
+	// SendLagP99 is the p99 of how late vegeta sent each request against
+	// its schedule, ms. vegeta catches up after a stall by sending the
+	// backlog at once, so the achieved rate can hold while the load came
+	// in bursts; a lag of many ms shows that.
+	SendLagP99 float64 `json:"send_lag_p99_ms"`
+	// Proxy side, from /proc over the measured part only (not the
+	// warm-up); nil for direct, which has no proxy process.
+	CPUSeconds  *float64 `json:"proxy_cpu_seconds,omitempty"`
+	CPUUtil     *float64 `json:"proxy_cpu_util,omitempty"` // CPU seconds ÷ wall seconds of the attack (1 = one core busy)
+	CPUPerReqUS *float64 `json:"proxy_cpu_us_per_request,omitempty"`
 
 	samples []time.Duration // sorted; pooled across rounds for the plot
 }
 
+// heldShare is the share of the requested rate the load side must send
+// for a latency run to count as at that rate.
+const heldShare = 0.97
+
+// underRate reports whether the load side sent less than heldShare of
+// the requested rate. A run without an achieved rate (from a report
+// written before it was recorded) is not flagged.
+func (l *latencyRun) underRate() bool {
+	return l.AchievedRate > 0 && l.AchievedRate < heldShare*float64(l.Rate)
+}
+
+// setCPU records the proxy's CPU time over the measured attack of wall
+// seconds, and what follows from it.
+func (l *latencyRun) setCPU(seconds, wall float64) {
+	l.CPUSeconds = &seconds
+	if wall > 0 {
+		u := seconds / wall
+		l.CPUUtil = &u
+	}
+	if l.Answered > 0 {
+		us := seconds / float64(l.Answered) * 1e6
+		l.CPUPerReqUS = &us
+	}
+}
+
 // runLatency warms the connections up for warm at the rate, then measures
-// d of open-loop load.
-func runLatency(ctx context.Context, addr string, cfg *Config, rate int, warm, d time.Duration, seed uint64) (latencyRun, error) {
+// d of open-loop load. pid is the proxy's process (0 for direct): its
+// tree's CPU time is read before and after the measured attack.
+func runLatency(ctx context.Context, addr string, cfg *Config, rate int, warm, d time.Duration, seed uint64, pid int) (latencyRun, error) {
 	client := newHTTPClient(64, loadSpec{})
 	defer client.CloseIdleConnections()
 	tr := keyTargeter(loadSpec{}.url(addr), cfg.Keys, cfg.Body, seed)
 	if warm > 0 {
 		attack(ctx, client, tr, rate, 16, warm, false)
 	}
+	var cpu0 float64
+	if pid > 0 {
+		var err error
+		if cpu0, err = treeCPU(pid); err != nil {
+			return latencyRun{}, fmt.Errorf("proxy stats: %w", err)
+		}
+	}
 	res := attack(ctx, client, tr, rate, 16, d, true)
+	var cpu1 float64
+	if pid > 0 {
+		var err error
+		if cpu1, err = treeCPU(pid); err != nil {
+			return latencyRun{}, fmt.Errorf("proxy stats: %w", err)
+		}
+	}
 	if err := ctx.Err(); err != nil {
 		return latencyRun{}, err
 	}
 	if len(res.latencies) == 0 {
 		return latencyRun{}, errors.New("no successful request: " + res.firstErr)
 	}
-	lr := latencyRun{Rate: rate, Requests: res.requests, Errors: res.errors, FirstErr: res.firstErr, samples: res.latencies}
+	lr := latencyRun{Rate: rate, Requests: res.requests, Errors: res.errors, FirstErr: res.firstErr, Answered: res.answered, samples: res.latencies}
 	lr.P50 = ms(percentile(res.latencies, 50))
 	lr.P99 = ms(percentile(res.latencies, 99))
 	lr.P999 = ms(percentile(res.latencies, 99.9))
 	lr.Max = ms(res.latencies[len(res.latencies)-1])
+	lr.AchievedRate = float64(res.requests) / d.Seconds()
+	lr.UnderRate = lr.underRate()
+	lr.SendLagP99 = ms(percentile(res.sendLags, 99))
+	if pid > 0 {
+		lr.setCPU(cpu1-cpu0, res.seconds)
+	}
 	return lr, nil
 }
 

@@ -2,8 +2,8 @@
 // replicas on loopback, puts keyway (the real binary), HAProxy, nginx and
 // Caddy in front of them in turn, each configured for one core and
 // consistent hashing on X-Key, and measures throughput, CPU per request,
-// latency at fixed rates, key affinity, balance and memory, interleaving
-// the targets over several rounds.
+// latency and proxy CPU per request at fixed rates, key affinity, balance
+// and memory, interleaving the targets over several rounds.
 //
 //	go run ./bench                              # every installed target, defaults below
 //	go run ./bench -rounds 1 -duration 5s -targets direct,keyway
@@ -46,7 +46,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.DurationVar(&cfg.Duration, "duration", 10*time.Second, "length of each throughput (wrk) run")
 	fs.DurationVar(&cfg.Warmup, "warmup", 2*time.Second, "unmeasured load before each throughput run (and up to 1s before each latency run)")
 	fs.IntVar(&cfg.Connections, "connections", 64, "client connections of the throughput runs")
-	fs.StringVar(&rates, "rates", "1000,2000", "fixed request rates of the open-loop latency runs, comma-separated; empty: none")
+	fs.StringVar(&rates, "rates", "1000,3000", "fixed request rates of the open-loop latency runs (latency and proxy CPU per request at that rate), comma-separated; empty: none")
 	fs.DurationVar(&cfg.LatencyDuration, "latency-duration", 10*time.Second, "length of each latency run")
 	fs.IntVar(&cfg.Replicas, "replicas", 3, "replicas behind each proxy")
 	fs.IntVar(&cfg.Body, "body", 1024, "request body size in bytes")

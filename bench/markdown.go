@@ -61,7 +61,8 @@ func (r *Report) Markdown() string {
 	}
 	for _, rate := range c.Rates {
 		fmt.Fprintf(&b, "\n### Latency at %d req/s, open loop (vegeta, %v per run), ms\n\n", rate, c.LatencyDuration)
-		b.WriteString("| target | p50 | p99 | p99.9 | max | added p50 | added p99 | errors |\n|---|---|---|---|---|---|---|---|\n")
+		b.WriteString("| target | p50 | p99 | p99.9 | max | added p50 | added p99 | proxy CPU µs/req | errors |\n|---|---|---|---|---|---|---|---|---|\n")
+		var under []string
 		for _, s := range r.Summary {
 			for _, l := range s.Latency {
 				if l.Rate != rate {
@@ -71,9 +72,17 @@ func (r *Report) Markdown() string {
 				if l.Errors > 0 {
 					errs = "**" + errs + " (flagged)**"
 				}
-				fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", s.Target, fs(l.P50, "%.3f"), fs(l.P99, "%.3f"),
-					fs(l.P999, "%.3f"), fs(l.Max, "%.2f"), fs(l.AddedP50, "%.3f"), fs(l.AddedP99, "%.3f"), errs)
+				cpu := fs(l.CPUPerReqUS, "%.1f")
+				if len(l.UnderRate) > 0 {
+					cpu += " **(under rate)**"
+					under = append(under, underRateNote(s.Target, l))
+				}
+				fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", s.Target, fs(l.P50, "%.3f"), fs(l.P99, "%.3f"),
+					fs(l.P999, "%.3f"), fs(l.Max, "%.2f"), fs(l.AddedP50, "%.3f"), fs(l.AddedP99, "%.3f"), cpu, errs)
 			}
+		}
+		for _, n := range under {
+			fmt.Fprintf(&b, "\n%s\n", n)
 		}
 	}
 	fmt.Fprintf(&b, "\n### Routing and memory\n\n")
@@ -133,6 +142,18 @@ func (r *Report) Markdown() string {
 	}
 	r.notesAndFailures(&b)
 	return b.String()
+}
+
+// underRateNote says which rounds of a target's latency runs at one rate
+// were not at that rate, so that their figures are not read as such.
+func underRateNote(target string, l LatencySummary) string {
+	rounds := make([]string, len(l.UnderRate))
+	for i, r := range l.UnderRate {
+		rounds[i] = fmt.Sprint(r)
+	}
+	return fmt.Sprintf("**Under rate: %s at %d/s**, round(s) %s: the load generator sent less than %.0f%% of the requested rate (sent %s req/s over the rounds, send lag p99 %s ms). "+
+		"Its CPU per request and latencies there are from a lower rate than the table's, and the ratios that use them say so.",
+		target, l.Rate, strings.Join(rounds, ", "), 100*heldShare, fs(l.AchievedRate, "%.0f"), fs(l.SendLagP99, "%.1f"))
 }
 
 // notesAndFailures renders the run's notes and every target's failures.

@@ -148,15 +148,24 @@ type TLSSummary struct {
 
 // LatencySummary is one target at one fixed rate over all rounds.
 type LatencySummary struct {
-	Rate     int          `json:"rate"`
-	P50      *Stat        `json:"p50_ms,omitempty"`
-	P99      *Stat        `json:"p99_ms,omitempty"`
-	P999     *Stat        `json:"p99_9_ms,omitempty"`
-	Max      *Stat        `json:"max_ms,omitempty"`
-	AddedP50 *Stat        `json:"added_p50_ms,omitempty"`
-	AddedP99 *Stat        `json:"added_p99_ms,omitempty"`
-	Errors   int64        `json:"errors"`
-	Curve    []CurvePoint `json:"curve,omitempty"` // at each percentile, the median over rounds
+	Rate     int   `json:"rate"`
+	P50      *Stat `json:"p50_ms,omitempty"`
+	P99      *Stat `json:"p99_ms,omitempty"`
+	P999     *Stat `json:"p99_9_ms,omitempty"`
+	Max      *Stat `json:"max_ms,omitempty"`
+	AddedP50 *Stat `json:"added_p50_ms,omitempty"`
+	AddedP99 *Stat `json:"added_p99_ms,omitempty"`
+	Errors   int64 `json:"errors"`
+	// The proxy's CPU over the measured part of each run (absent for
+	// direct): µs per answered request and cores busy.
+	CPUPerReqUS *Stat `json:"proxy_cpu_us_per_request,omitempty"`
+	CPUUtil     *Stat `json:"proxy_cpu_util,omitempty"`
+	// AchievedRate is what the load side sent, req/s; UnderRate lists the
+	// rounds in which that was below heldShare of Rate.
+	AchievedRate *Stat        `json:"achieved_rate,omitempty"`
+	UnderRate    []int        `json:"under_rate_rounds,omitempty"`
+	SendLagP99   *Stat        `json:"send_lag_p99_ms,omitempty"`
+	Curve        []CurvePoint `json:"curve,omitempty"` // at each percentile, the median over rounds
 }
 
 // CurvePoint is one point of the latency percentile curve.
@@ -264,7 +273,7 @@ func summariseTarget(name string, runs []TargetRun, rates []int) TargetSummary {
 	s.Balance, s.IdleBytes, s.IdleRSSMiB, s.IdleBaseMiB = newStat(bal), newStat(idle), newStat(idleWith), newStat(idleBase)
 	for _, rate := range rates {
 		ls := LatencySummary{Rate: rate}
-		var p50, p99, p999, mx, a50, a99 []float64
+		var p50, p99, p999, mx, a50, a99, cpu, util, achieved, lag []float64
 		var curves [][]CurvePoint
 		for _, run := range runs {
 			for _, l := range run.Latency {
@@ -274,6 +283,18 @@ func summariseTarget(name string, runs []TargetRun, rates []int) TargetSummary {
 				p50, p99, p999, mx = append(p50, l.P50), append(p99, l.P99), append(p999, l.P999), append(mx, l.Max)
 				if l.AddedP50 != nil && name != "direct" {
 					a50, a99 = append(a50, *l.AddedP50), append(a99, *l.AddedP99)
+				}
+				if l.CPUPerReqUS != nil {
+					cpu = append(cpu, *l.CPUPerReqUS)
+				}
+				if l.CPUUtil != nil {
+					util = append(util, *l.CPUUtil)
+				}
+				if l.AchievedRate > 0 {
+					achieved, lag = append(achieved, l.AchievedRate), append(lag, l.SendLagP99)
+				}
+				if l.underRate() {
+					ls.UnderRate = append(ls.UnderRate, run.Round)
 				}
 				ls.Errors += l.Errors
 				if len(l.samples) > 0 {
@@ -286,6 +307,7 @@ func summariseTarget(name string, runs []TargetRun, rates []int) TargetSummary {
 		}
 		ls.P50, ls.P99, ls.P999, ls.Max = newStat(p50), newStat(p99), newStat(p999), newStat(mx)
 		ls.AddedP50, ls.AddedP99 = newStat(a50), newStat(a99)
+		ls.CPUPerReqUS, ls.CPUUtil, ls.AchievedRate, ls.SendLagP99 = newStat(cpu), newStat(util), newStat(achieved), newStat(lag)
 		ls.Curve = medianCurve(curves)
 		s.Latency = append(s.Latency, ls)
 	}
@@ -375,6 +397,9 @@ type ratioMetric struct {
 	name, better, note string
 	value              func(TargetRun) (float64, bool)
 	proxiesOnly        bool // meaningless against direct
+	// rate is the fixed rate of a latency run's metric (0: none): a round
+	// where either side's load generator did not hold it is noted.
+	rate int
 }
 
 func (r *Report) ratioMetrics() []ratioMetric {
@@ -385,16 +410,17 @@ func (r *Report) ratioMetrics() []ratioMetric {
 		{name: "throughput per proxy core, req per CPU-second", better: "higher", proxiesOnly: true, value: func(run TargetRun) (float64, bool) {
 			return tput(run, func(t *throughputRun) float64 { return t.RPSPerCore })
 		}},
-		{name: "proxy CPU µs per request", better: "lower", proxiesOnly: true, value: func(run TargetRun) (float64, bool) {
+		{name: "proxy CPU µs per request, saturated (throughput run)", better: "lower", proxiesOnly: true, value: func(run TargetRun) (float64, bool) {
 			return tput(run, func(t *throughputRun) float64 { return t.CPUPerReqUS })
 		}},
 	}
 	for _, rate := range r.Config.Rates {
 		ms = append(ms,
-			ratioMetric{name: fmt.Sprintf("p50 latency at %d/s", rate), better: "lower", value: lat(rate, func(l latencyRun) *float64 { return &l.P50 })},
-			ratioMetric{name: fmt.Sprintf("p99 latency at %d/s", rate), better: "lower", value: lat(rate, func(l latencyRun) *float64 { return &l.P99 })},
-			ratioMetric{name: fmt.Sprintf("added p50 over direct at %d/s", rate), better: "lower", proxiesOnly: true, value: lat(rate, func(l latencyRun) *float64 { return l.AddedP50 })},
-			ratioMetric{name: fmt.Sprintf("added p99 over direct at %d/s", rate), better: "lower", proxiesOnly: true, value: lat(rate, func(l latencyRun) *float64 { return l.AddedP99 })},
+			ratioMetric{name: fmt.Sprintf("proxy CPU µs per request at %d/s", rate), better: "lower", proxiesOnly: true, rate: rate, value: lat(rate, func(l latencyRun) *float64 { return l.CPUPerReqUS })},
+			ratioMetric{name: fmt.Sprintf("p50 latency at %d/s", rate), better: "lower", rate: rate, value: lat(rate, func(l latencyRun) *float64 { return &l.P50 })},
+			ratioMetric{name: fmt.Sprintf("p99 latency at %d/s", rate), better: "lower", rate: rate, value: lat(rate, func(l latencyRun) *float64 { return &l.P99 })},
+			ratioMetric{name: fmt.Sprintf("added p50 over direct at %d/s", rate), better: "lower", proxiesOnly: true, rate: rate, value: lat(rate, func(l latencyRun) *float64 { return l.AddedP50 })},
+			ratioMetric{name: fmt.Sprintf("added p99 over direct at %d/s", rate), better: "lower", proxiesOnly: true, rate: rate, value: lat(rate, func(l latencyRun) *float64 { return l.AddedP99 })},
 		)
 	}
 	ms = append(ms,
@@ -473,6 +499,17 @@ func tput(run TargetRun, f func(*throughputRun) float64) (float64, bool) {
 	return f(run.Throughput), true
 }
 
+// underRateAt reports whether run has a latency run at rate whose load
+// generator did not hold the rate.
+func underRateAt(run TargetRun, rate int) bool {
+	for _, l := range run.Latency {
+		if l.Rate == rate && l.underRate() {
+			return true
+		}
+	}
+	return false
+}
+
 func lat(rate int, f func(latencyRun) *float64) func(TargetRun) (float64, bool) {
 	return func(run TargetRun) (float64, bool) {
 		for _, l := range run.Latency {
@@ -508,7 +545,7 @@ func (r *Report) ratios(order []string) []RatioRow {
 				continue
 			}
 			var xs []float64
-			dropped := 0
+			dropped, under := 0, 0
 			for round, k := range runs["keyway"] {
 				o, ok := runs[other][round]
 				if !ok {
@@ -524,12 +561,18 @@ func (r *Report) ratios(order []string) []RatioRow {
 					continue
 				}
 				xs = append(xs, kv/ov)
+				if m.rate > 0 && (underRateAt(k, m.rate) || underRateAt(o, m.rate)) {
+					under++
+				}
 			}
 			if st := newStat(xs); st != nil {
 				row.Vs[other] = st
 			}
 			if dropped > 0 {
 				row.Note = strings.TrimSpace(row.Note + fmt.Sprintf(" %s: %d round(s) without a ratio (keyway's value < 0 or the other's ≤ 0).", other, dropped))
+			}
+			if under > 0 {
+				row.Note = strings.TrimSpace(row.Note + fmt.Sprintf(" %s: %d of %d ratio(s) include a run whose load side sent under %.0f%% of %d/s.", other, under, len(xs), 100*heldShare, m.rate))
 			}
 		}
 		rows = append(rows, row)
