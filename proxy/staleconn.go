@@ -7,7 +7,6 @@ import (
 	"net"
 	"sync/atomic"
 	"syscall"
-	"time"
 
 	"github.com/valyala/fasthttp"
 )
@@ -45,18 +44,6 @@ var errStaleConn = errors.New("proxy: pooled connection already closed by the re
 // connection until after it has written the next request — so every
 // connection idle for longer than timeouts.request went unchecked.
 //
-// The peek is skipped when the connection's last response byte arrived
-// less than staleCheckAfter (5 ms) ago: a connection back in the pool for
-// less than that was alive moments ago. No replica idles a connection
-// out that fast (keep-alive timeouts are seconds), and one ending it on
-// purpose says Connection: close, which fasthttp obeys; what is left is
-// a replica crashing within those 5 ms, which races the peek anyway (a
-// close landing between peek and write is not seen either) and which
-// the lost-connection tracking below reports (reused_closed). Under load
-// nearly every reuse is such a quick one: at saturation on one core the
-// peek ran on 28% of reuses with a 1 ms window, 5% with 5 ms, 1% with
-// 20 ms, so 5 ms saves 0.95 of the 7 system calls of a request.
-//
 // The peek cannot close the race in which the replica closes the
 // connection while the request is on its way (keeping timeouts.idle below
 // the replica's keep-alive timeout narrows it). For that race the wrapper
@@ -76,11 +63,6 @@ type staleCheckConn struct {
 	// was made, cur the pool's generation now (nil: no generations).
 	gen uint64
 	cur *atomic.Uint64
-
-	// lastByte is when the last read that returned bytes ended (monoNow),
-	// fresh how recent that must be for a reuse to skip the peek.
-	lastByte int64
-	fresh    int64
 
 	readSeen bool // a read since the last write: the next write reuses the connection
 	reused   bool // the current exchange runs on a reused connection
@@ -126,7 +108,7 @@ func newStaleCheckConn(c net.Conn, gen uint64, cur *atomic.Uint64) net.Conn {
 	if err != nil {
 		return c
 	}
-	s := &staleCheckConn{Conn: c, raw: raw, gen: gen, cur: cur, isTLS: isTLS, fresh: int64(staleCheckAfter)}
+	s := &staleCheckConn{Conn: c, raw: raw, gen: gen, cur: cur, isTLS: isTLS}
 	s.peek = s.peekFD
 	s.addr = connAddr{Addr: c.RemoteAddr(), c: s}
 	return s
@@ -140,7 +122,6 @@ func (c *staleCheckConn) Read(b []byte) (int, error) {
 	n, err := c.Conn.Read(b)
 	if n > 0 {
 		c.answered = true
-		c.lastByte = monoNow()
 	} else if err != nil && !c.answered {
 		if c.reused && connLost(err) {
 			c.lost = true
@@ -159,11 +140,9 @@ func (c *staleCheckConn) Write(b []byte) (int, error) {
 		if c.cur != nil && c.cur.Load() != c.gen {
 			return 0, errStaleConn // made for an earlier incarnation of the replica
 		}
-		if monoNow()-c.lastByte >= c.fresh {
-			c.closed = false
-			if err := c.raw.Control(c.peek); err == nil && c.closed {
-				return 0, errStaleConn
-			}
+		c.closed = false
+		if err := c.raw.Control(c.peek); err == nil && c.closed {
+			return 0, errStaleConn
 		}
 	}
 	n, err := c.Conn.Write(b)
@@ -172,18 +151,6 @@ func (c *staleCheckConn) Write(b []byte) (int, error) {
 	}
 	return n, err
 }
-
-// staleCheckAfter: a pooled connection whose last response byte arrived
-// less than this ago is reused without the stale-connection peek. A
-// variable for the tests whose replicas close a connection at once to
-// stand for one that idled out (peekEveryReuse).
-var staleCheckAfter = 5 * time.Millisecond
-
-// monoBase anchors monoNow.
-var monoBase = time.Now()
-
-// monoNow is a monotonic clock in nanoseconds (since monoBase).
-func monoNow() int64 { return int64(time.Since(monoBase)) }
 
 // peekFD runs inside RawConn.Control: it never blocks.
 func (c *staleCheckConn) peekFD(fd uintptr) {

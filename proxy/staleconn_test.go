@@ -23,7 +23,6 @@ import (
 // not cost a POST its answer: keyway notices the dead connection before
 // writing and sends the request on a fresh one.
 func TestStalePooledConnectionIsNotA502(t *testing.T) {
-	peekEveryReuse(t) // its replica closes at once, standing for one that idled out
 	// A raw replica: answers one request per connection with keep-alive
 	// headers, then closes the connection and says so.
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -78,7 +77,6 @@ func TestStalePooledConnectionIsNotA502(t *testing.T) {
 // than move to the stand-in because the next pooled connection was dead
 // too.
 func TestAllPooledConnectionsStaleKeepsTheOwner(t *testing.T) {
-	peekEveryReuse(t) // its replica closes at once, standing for one that idled out
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -235,7 +233,6 @@ func exchange(t *testing.T, w, server net.Conn) {
 // timeouts.request carries a read deadline in the past when it is reused.
 // The stale check must still look at it (RawConn.Read would refuse to).
 func TestStaleCheckIgnoresPassedReadDeadline(t *testing.T) {
-	peekEveryReuse(t) // its replica closes at once, standing for one that idled out
 	c, s := tcpPair(t)
 	w := newStaleCheckConn(c, 0, nil)
 	exchange(t, w, s)
@@ -349,7 +346,6 @@ func TestStaleCheckRefusesAnEarlierIncarnation(t *testing.T) {
 // counted against the replica). The stale check must catch it and send
 // the request on a fresh connection.
 func TestStalePooledConnectionAfterIdleLongerThanRequestTimeout(t *testing.T) {
-	peekEveryReuse(t) // its replica closes at once, standing for one that idled out
 	var mu sync.Mutex
 	var served []net.Conn
 	r0 := startRawReplica(t, "r0", func(_ *fasthttp.Request, c net.Conn) bool {
@@ -531,7 +527,6 @@ func TestReusedConnectionClosedByReplica(t *testing.T) {
 // connection (a 408 before it closes, say) would be read as the next
 // request's answer. The connection is not reused.
 func TestStaleCheckRefusesUnaskedBytes(t *testing.T) {
-	peekEveryReuse(t) // its replica closes at once, standing for one that idled out
 	c, s := tcpPair(t)
 	w := newStaleCheckConn(c, 0, nil)
 	exchange(t, w, s)
@@ -541,84 +536,5 @@ func TestStaleCheckRefusesUnaskedBytes(t *testing.T) {
 	poll.Until(t, 5*time.Second, "the replica's bytes to arrive", func() bool { _, ok := peerSpoke(c); return ok })
 	if _, err := w.Write([]byte("q")); !errors.Is(err, errStaleConn) {
 		t.Fatalf("write on a pooled connection with unasked bytes: %v, want errStaleConn", err)
-	}
-}
-
-// peekEveryReuse makes every reuse of a connection dialled during the
-// test look older than staleCheckAfter, so each one is peeked at: for
-// tests whose replicas close a connection at once to stand for one that
-// idled out. Not for parallel tests.
-func peekEveryReuse(t *testing.T) {
-	old := staleCheckAfter
-	staleCheckAfter = 0
-	t.Cleanup(func() { staleCheckAfter = old })
-}
-
-// TestStaleCheckSkippedWhileFresh: a connection whose last response byte
-// arrived within staleCheckAfter is reused without the peek (one system
-// call fewer per request under load); one older than that is peeked at,
-// and a closed one refused.
-func TestStaleCheckSkippedWhileFresh(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		c, err := ln.Accept()
-		if err == nil {
-			accepted <- c
-		}
-	}()
-	c, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	srv := <-accepted
-	defer srv.Close()
-	w := newStaleCheckConn(c, 0, nil).(*staleCheckConn)
-	peeks := 0
-	peek := w.peek
-	w.peek = func(fd uintptr) { peeks++; peek(fd) }
-	exchange := func() {
-		t.Helper()
-		if _, err := w.Write([]byte("q")); err != nil {
-			t.Fatalf("write: %v", err)
-		}
-		buf := make([]byte, 1)
-		if _, err := io.ReadFull(srv, buf); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := srv.Write([]byte("a")); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := io.ReadFull(w, buf); err != nil {
-			t.Fatalf("read: %v", err)
-		}
-	}
-	exchange() // a new connection: nothing to check
-	w.fresh = int64(time.Hour)
-	exchange()
-	exchange()
-	if peeks != 0 {
-		t.Fatalf("%d peeks on reuses within the fresh window, want 0", peeks)
-	}
-	w.fresh = 0
-	exchange()
-	if peeks != 1 {
-		t.Fatalf("%d peeks on a reuse past the fresh window, want 1", peeks)
-	}
-	// A closed connection past the window is refused; within it, the
-	// write goes out (the race the window gives up, documented).
-	srv.Close()
-	poll.Until(t, 5*time.Second, "the replica's FIN has arrived", func() bool {
-		w.closed = false
-		_ = w.raw.Control(peek)
-		return w.closed
-	})
-	if _, err := w.Write([]byte("q")); !errors.Is(err, errStaleConn) {
-		t.Fatalf("write on a closed connection past the fresh window: %v, want errStaleConn", err)
 	}
 }
