@@ -456,6 +456,18 @@ func (h *Harness) measurePlain(ctx context.Context, t *target, round int, run *T
 			run.Syscalls = per
 			h.logf("%s round %d: %.2f system calls per request", t.name, round+1, per["all"])
 		}
+		for _, rate := range h.cfg.Rates {
+			per, err := h.countSyscallsAtRate(ctx, rt, rate, min(h.cfg.LatencyDuration, 5*time.Second), uint64(seed+19+rate))
+			if err != nil {
+				fail(fmt.Sprintf("syscall count at %d/s", rate), err)
+				continue
+			}
+			if run.SyscallsAtRate == nil {
+				run.SyscallsAtRate = map[int]map[string]float64{}
+			}
+			run.SyscallsAtRate[rate] = per
+			h.logf("%s round %d: %.2f system calls, %.2f context switches per request at %d/s", t.name, round+1, per["all"], per["context-switches"], rate)
+		}
 	}
 	for _, rate := range h.cfg.Rates {
 		pid := 0

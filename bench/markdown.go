@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -181,10 +182,30 @@ func (r *Report) notesAndFailures(b *strings.Builder) {
 // syscallTable renders system calls per request, one column per call that
 // some target makes at least once per 20 requests.
 func (r *Report) syscallTable(b *strings.Builder) {
+	r.syscallRows(b, "System calls per request (perf stat, extra run in the last round)",
+		func(s TargetSummary) map[string]float64 { return s.Syscalls })
+	var rates []int
+	for _, s := range r.Summary {
+		for rate := range s.SyscallsAtRate {
+			if !slices.Contains(rates, rate) {
+				rates = append(rates, rate)
+			}
+		}
+	}
+	slices.Sort(rates)
+	for _, rate := range rates {
+		r.syscallRows(b, fmt.Sprintf("System calls per request at %d/s (perf stat, extra open-loop run in the last round)", rate),
+			func(s TargetSummary) map[string]float64 { return s.SyscallsAtRate[rate] })
+	}
+}
+
+// syscallRows renders one table of system calls (and context switches)
+// per request, a column for each name some target makes at least 0.05 of.
+func (r *Report) syscallRows(b *strings.Builder, title string, get func(TargetSummary) map[string]float64) {
 	var cols []string
-	for _, name := range append([]string{"all"}, countedSyscalls...) {
+	for _, name := range append(append([]string{"all"}, countedSyscalls...), "context-switches") {
 		for _, s := range r.Summary {
-			if s.Syscalls[name] >= 0.05 {
+			if get(s)[name] >= 0.05 {
 				cols = append(cols, name)
 				break
 			}
@@ -193,18 +214,19 @@ func (r *Report) syscallTable(b *strings.Builder) {
 	if len(cols) == 0 {
 		return
 	}
-	b.WriteString("\n### System calls per request (perf stat, extra run in the last round)\n\n| target |")
+	fmt.Fprintf(b, "\n### %s\n\n| target |", title)
 	for _, c := range cols {
 		fmt.Fprintf(b, " %s |", c)
 	}
 	b.WriteString("\n|---|" + strings.Repeat("---|", len(cols)) + "\n")
 	for _, s := range r.Summary {
-		if s.Syscalls == nil {
+		m := get(s)
+		if m == nil {
 			continue
 		}
 		fmt.Fprintf(b, "| %s |", s.Target)
 		for _, c := range cols {
-			fmt.Fprintf(b, " %.2f |", s.Syscalls[c])
+			fmt.Fprintf(b, " %.2f |", m[c])
 		}
 		b.WriteString("\n")
 	}

@@ -46,8 +46,12 @@ type TargetRun struct {
 	Latency    []latencyRun   `json:"latency,omitempty"`
 	Idle       *idleRun       `json:"idle,omitempty"`
 	// System calls per request by name ("all": every call), from perf
-	// stat during an extra run in the last round (-syscalls).
+	// stat during an extra run in the last round (-syscalls), and the
+	// process's context switches ("context-switches").
 	Syscalls map[string]float64 `json:"syscalls_per_request,omitempty"`
+	// The same at each fixed rate of -rates: an extra open-loop run per
+	// rate in the last round (-syscalls).
+	SyscallsAtRate map[int]map[string]float64 `json:"syscalls_per_request_at_rate,omitempty"`
 	// With -tls: NewConn is the plain-HTTP run with a new connection per
 	// request (the baseline of TLS's handshake run), and TLS the same
 	// proxy terminating TLS (proxies only).
@@ -107,8 +111,10 @@ type TargetSummary struct {
 	IdleBaseMiB   *Stat              `json:"idle_rss_before_mib,omitempty"`
 	Latency       []LatencySummary   `json:"latency,omitempty"`
 	Syscalls      map[string]float64 `json:"syscalls_per_request,omitempty"` // last round
-	TLS           *TLSSummary        `json:"tls,omitempty"`
-	Failures      []string           `json:"failures,omitempty"`
+	// SyscallsAtRate: the same at each fixed rate, last round.
+	SyscallsAtRate map[int]map[string]float64 `json:"syscalls_per_request_at_rate,omitempty"`
+	TLS            *TLSSummary                `json:"tls,omitempty"`
+	Failures       []string                   `json:"failures,omitempty"`
 }
 
 // TLSSummary is one proxy's TLS figures over all rounds, with the plain
@@ -253,6 +259,9 @@ func summariseTarget(name string, runs []TargetRun, rates []int) TargetSummary {
 		}
 		if run.Syscalls != nil {
 			s.Syscalls = run.Syscalls
+		}
+		if run.SyscallsAtRate != nil {
+			s.SyscallsAtRate = run.SyscallsAtRate
 		}
 		if run.TLS != nil || run.NewConn != nil {
 			if s.TLS == nil {

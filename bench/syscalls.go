@@ -37,7 +37,7 @@ func startSyscallCounter(dir string, pids []int) (*syscallCounter, error) {
 	if _, err := exec.LookPath("perf"); err != nil {
 		return nil, errors.New("perf not installed")
 	}
-	events := []string{"raw_syscalls:sys_enter"}
+	events := []string{"raw_syscalls:sys_enter", "context-switches"}
 	for _, s := range countedSyscalls {
 		if _, err := os.Stat("/sys/kernel/tracing/events/syscalls/sys_enter_" + s); err == nil {
 			events = append(events, "syscalls:sys_enter_"+s)
@@ -100,6 +100,40 @@ func parsePerfStat(s string) (map[string]int64, error) {
 	return out, nil
 }
 
+// countSyscallsAtRate runs an extra, unrecorded open-loop run of d at
+// rate against rt with perf stat attached to the proxy and returns system
+// calls (and context switches) per request answered.
+func (h *Harness) countSyscallsAtRate(ctx context.Context, rt *running, rate int, d time.Duration, seed uint64) (map[string]float64, error) {
+	dir, err := os.MkdirTemp(h.dir, "perf-")
+	if err != nil {
+		return nil, err
+	}
+	c, err := startSyscallCounter(dir, tree(rt.p.pid()))
+	if err != nil {
+		return nil, err
+	}
+	lr, err := runLatency(ctx, rt.addr, &h.cfg, rate, 0, d, seed, 0)
+	counts, serr := c.stop()
+	if err := errors.Join(err, serr); err != nil {
+		return nil, err
+	}
+	return perRequest(counts, lr.Requests)
+}
+
+// perRequest divides counts by n.
+func perRequest(counts map[string]int64, n int64) (map[string]float64, error) {
+	if n == 0 {
+		return nil, errors.New("no requests")
+	}
+	per := map[string]float64{}
+	for k, v := range counts {
+		if v > 0 {
+			per[k] = float64(v) / float64(n)
+		}
+	}
+	return per, nil
+}
+
 // countSyscalls runs an extra, unrecorded load run of d against rt with perf
 // stat attached to the proxy and returns system calls per request by name.
 func (h *Harness) countSyscalls(ctx context.Context, rt *running, d time.Duration, seed int) (map[string]float64, error) {
@@ -116,14 +150,5 @@ func (h *Harness) countSyscalls(ctx context.Context, rt *running, d time.Duratio
 	if err := errors.Join(err, serr); err != nil {
 		return nil, err
 	}
-	if tr.Requests == 0 {
-		return nil, errors.New("no requests")
-	}
-	per := map[string]float64{}
-	for k, v := range counts {
-		if v > 0 {
-			per[k] = float64(v) / float64(tr.Requests)
-		}
-	}
-	return per, nil
+	return perRequest(counts, tr.Requests)
 }
