@@ -259,18 +259,22 @@ func (k errKind) neverSent() bool {
 	return k == errDial || k == errStale || k == errNoFreeConns || k == errTLS
 }
 
+// errBadStatus is a replica reply whose status is no final status a
+// client could take: 101, one not three digits, or 600-999.
+var errBadStatus = errors.New("the replica's reply has no final status code from 200 to 599")
+
 // classifyAttempt classifies a failed attempt whose response is resp: a
 // reset or close of a reused connection before the first response byte is
 // errReusedClosed (lostReusedConn), and a TLS alert on a fresh connection
 // before the first response byte is errTLS (tlsRefused), whatever error
 // fasthttp made of them. It returns the error to report: err, or for
 // errTLS the HandshakeError behind it.
-// errBadStatus is a replica reply whose status is no final status a
-// client could take: 101, one not three digits, or 600-999.
-var errBadStatus = errors.New("the replica's reply has no final status code from 200 to 599")
-
 func classifyAttempt(err error, resp *fasthttp.Response) (errKind, error) {
 	k := classify(err)
+	if k != errStale && staleAtSend(resp) {
+		// fasthttp reports a failed first read its own way.
+		return errStale, errStaleConn
+	}
 	if k == errReset && lostReusedConn(resp) {
 		return errReusedClosed, err
 	}

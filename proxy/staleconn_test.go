@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"cmp"
 	"errors"
 	"io"
@@ -213,17 +214,26 @@ func tcpPair(t *testing.T) (client, server net.Conn) {
 // fasthttp would put back into its pool.
 func exchange(t *testing.T, w, server net.Conn) {
 	t.Helper()
+	// The server side runs apart: on a reused plain connection the
+	// request leaves only when the client reads (sendAndRead).
+	done := make(chan error, 1)
+	go func() {
+		var b [1]byte
+		if _, err := io.ReadFull(server, b[:]); err != nil {
+			done <- err
+			return
+		}
+		_, err := server.Write([]byte("a"))
+		done <- err
+	}()
 	if _, err := w.Write([]byte("q")); err != nil {
 		t.Fatal(err)
 	}
 	var b [1]byte
-	if _, err := io.ReadFull(server, b[:]); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := server.Write([]byte("a")); err != nil {
-		t.Fatal(err)
-	}
 	if _, err := io.ReadFull(w, b[:]); err != nil {
+		t.Fatal(err)
+	}
+	if err := within(t, done, 5*time.Second, "the server's side of the exchange"); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -241,8 +251,8 @@ func TestStaleCheckIgnoresPassedReadDeadline(t *testing.T) {
 	}
 	s.Close()
 	poll.Until(t, 5*time.Second, "the replica's FIN to arrive", func() bool { return peerClosed(c) })
-	if _, err := w.Write([]byte("q")); !errors.Is(err, errStaleConn) {
-		t.Fatalf("write on a closed pooled connection with a passed read deadline: %v, want errStaleConn", err)
+	if err := sendOn(w); !errors.Is(err, errStaleConn) {
+		t.Fatalf("send on a closed pooled connection with a passed read deadline: %v, want errStaleConn", err)
 	}
 }
 
@@ -274,6 +284,18 @@ func TestReusedConnectionLostBeforeFirstByte(t *testing.T) {
 			if _, err := w.Write([]byte("q")); err != nil {
 				t.Fatal(err)
 			}
+			// The client reads apart: on a reused connection its read is
+			// what sends the request.
+			type result struct {
+				n   int
+				err error
+			}
+			first := make(chan result, 1)
+			go func() {
+				var b [1]byte
+				n, err := w.Read(b[:])
+				first <- result{n, err}
+			}()
 			var b [1]byte
 			if _, err := io.ReadFull(s, b[:]); err != nil { // the replica read the request
 				t.Fatal(err)
@@ -282,8 +304,8 @@ func TestReusedConnectionLostBeforeFirstByte(t *testing.T) {
 				if _, err := s.Write([]byte("H")); err != nil {
 					t.Fatal(err)
 				}
-				if _, err := io.ReadFull(w, b[:]); err != nil {
-					t.Fatal(err)
+				if r := within(t, first, 5*time.Second, "the first answer byte"); r.n != 1 || r.err != nil {
+					t.Fatalf("first read: %d, %v", r.n, r.err)
 				}
 			}
 			if tc.rst {
@@ -292,7 +314,11 @@ func TestReusedConnectionLostBeforeFirstByte(t *testing.T) {
 				}
 			}
 			s.Close()
-			if _, err := w.Read(b[:]); err == nil {
+			if tc.partial {
+				if _, err := w.Read(b[:]); err == nil {
+					t.Fatal("read after the replica closed succeeded")
+				}
+			} else if r := within(t, first, 5*time.Second, "the read to fail"); r.err == nil {
 				t.Fatal("read after the replica closed succeeded")
 			}
 			var resp fasthttp.Response
@@ -312,8 +338,8 @@ func TestReusedConnectionLostBeforeFirstByte(t *testing.T) {
 		}
 		s.Close()
 		poll.Until(t, 5*time.Second, "the replica's RST to arrive", func() bool { return peerClosed(c) })
-		if _, err := w.Write([]byte("q")); err == nil {
-			t.Fatal("write on a reset connection succeeded")
+		if err := sendOn(w); err == nil {
+			t.Fatal("send on a reset connection succeeded")
 		}
 		var resp fasthttp.Response
 		resp.ParseNetConn(w)
@@ -534,7 +560,99 @@ func TestStaleCheckRefusesUnaskedBytes(t *testing.T) {
 		t.Fatal(err)
 	}
 	poll.Until(t, 5*time.Second, "the replica's bytes to arrive", func() bool { _, ok := peerSpoke(c); return ok })
-	if _, err := w.Write([]byte("q")); !errors.Is(err, errStaleConn) {
-		t.Fatalf("write on a pooled connection with unasked bytes: %v, want errStaleConn", err)
+	if err := sendOn(w); !errors.Is(err, errStaleConn) {
+		t.Fatalf("send on a pooled connection with unasked bytes: %v, want errStaleConn", err)
 	}
+}
+
+// sendOn sends a one-byte request on w and reads its answer, as fasthttp
+// does: on a reused plain connection the request is held by Write and
+// sent (after the stale check) by the Read. It returns the first error.
+func sendOn(w net.Conn) error {
+	if _, err := w.Write([]byte("q")); err != nil {
+		return err
+	}
+	var b [1]byte
+	_, err := w.Read(b[:])
+	return err
+}
+
+// TestHeldRequestSentByRead: on a reused plain connection Write holds the
+// request (nothing reaches the replica yet) and the Read sends it from
+// inside the wait for the answer, which then arrives without a read that
+// returns EAGAIN first; a closed connection is refused there (errStaleConn,
+// nothing sent, staleAtSend); a request too large to hold is checked and
+// sent by Write, as before.
+func TestHeldRequestSentByRead(t *testing.T) {
+	c, s := tcpPair(t)
+	w := newStaleCheckConn(c, 0, nil).(*staleCheckConn)
+	exchange(t, w, s) // a fresh connection: sent by Write
+	if _, err := w.Write([]byte("req")); err != nil {
+		t.Fatal(err)
+	}
+	if n := pending(t, s); n != 0 {
+		t.Fatalf("the replica has %d bytes before the Read, want 0 (held)", n)
+	}
+	got := make(chan string, 1)
+	go func() {
+		b := make([]byte, 3)
+		if _, err := io.ReadFull(s, b); err != nil {
+			got <- err.Error()
+			return
+		}
+		s.Write([]byte("ans"))
+		got <- string(b)
+	}()
+	b := make([]byte, 3)
+	if _, err := io.ReadFull(w, b); err != nil || string(b) != "ans" {
+		t.Fatalf("read after a held request: %q, %v", b, err)
+	}
+	if r := <-got; r != "req" {
+		t.Fatalf("the replica read %q, want req", r)
+	}
+	if w.held != nil || w.pending != nil {
+		t.Fatal("the held buffer was not given back")
+	}
+
+	// Too large to hold: Write sends it.
+	big := bytes.Repeat([]byte("x"), maxHeldRequest+1)
+	go func() {
+		b := make([]byte, len(big))
+		io.ReadFull(s, b)
+		s.Write([]byte("k"))
+	}()
+	if _, err := w.Write(big); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(w, b[:1]); err != nil || b[0] != 'k' {
+		t.Fatalf("answer to a large request: %q, %v", b[:1], err)
+	}
+
+	// Closed while idle: refused by the Read, nothing sent.
+	s.Close()
+	poll.Until(t, 5*time.Second, "the replica's FIN to arrive", func() bool { return peerClosed(c) })
+	if _, err := w.Write([]byte("q")); err != nil {
+		t.Fatalf("write held: %v", err)
+	}
+	if _, err := w.Read(b[:1]); !errors.Is(err, errStaleConn) || !w.stale {
+		t.Fatalf("read on a closed connection with a held request: %v (stale %v), want errStaleConn", err, w.stale)
+	}
+}
+
+// pending returns how many bytes wait unread on c's socket.
+func pending(t *testing.T, c net.Conn) int {
+	t.Helper()
+	raw, err := c.(syscall.Conn).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	raw.Control(func(fd uintptr) {
+		var buf [64]byte
+		m, _, err := syscall.Recvfrom(int(fd), buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		if err == nil {
+			n = m
+		}
+	})
+	return n
 }
