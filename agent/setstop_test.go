@@ -418,12 +418,15 @@ func TestSetStopCommandChecks(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = other.Members()
-	poll.Until(t, 10*time.Second, "the command to be counted as rejected", func() bool {
-		return metric(t, a.reg, "keyway_agent_commands_rejected_total", "reason", "not_proxy") == 1
+	// Counted, then logged: wait for both.
+	warned := func() int {
+		return a.logs.FilterMessageSnippet("set stop command rejected").FilterField(zap.String("from", other.Name())).Len()
+	}
+	poll.Until(t, 10*time.Second, "the command to be counted and logged as rejected", func() bool {
+		return metric(t, a.reg, "keyway_agent_commands_rejected_total", "reason", "not_proxy") == 1 && warned() > 0
 	})
-	warned := a.logs.FilterMessageSnippet("set stop command rejected").FilterField(zap.String("from", other.Name()))
-	if warned.Len() != 1 || a.SetStopped() {
-		t.Fatalf("%d rejection warnings, SetStopped %v; want 1, false", warned.Len(), a.SetStopped())
+	if warned() != 1 || a.SetStopped() {
+		t.Fatalf("%d rejection warnings, SetStopped %v; want 1, false", warned(), a.SetStopped())
 	}
 
 	// For another set: ignored. Then the proxy's stop, three times.
