@@ -6,6 +6,7 @@ import (
 	"encoding/xml"
 	"errors"
 	"io"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -440,5 +441,53 @@ func TestLatencySetCPU(t *testing.T) {
 	none.setCPU(0.05, 2)
 	if none.CPUPerReqUS != nil {
 		t.Errorf("setCPU with no answered request gives %v µs/req, want none", *none.CPUPerReqUS)
+	}
+}
+
+// The syscall tables: one at saturation and one per fixed rate, with the
+// context switches perf stat counts alongside (a software event, kept
+// under its own name), per request; a name no target makes at least
+// 0.05 of gets no column.
+func TestSyscallTables(t *testing.T) {
+	counts, err := parsePerfStat("600,,raw_syscalls:sys_enter,1,100.00,,\n" +
+		"300,,syscalls:sys_enter_read,1,100.00,,\n" +
+		"90,,context-switches,1,100.00,,\n" +
+		"0,,syscalls:sys_enter_futex,1,100.00,,\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	per, err := perRequest(counts, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := map[string]float64{"all": 6, "read": 3, "context-switches": 0.9}; !maps.Equal(per, want) {
+		t.Fatalf("perRequest = %v, want %v", per, want)
+	}
+	if _, err := perRequest(counts, 0); err == nil {
+		t.Fatal("perRequest of no requests: no error")
+	}
+	r := &Report{Summary: []TargetSummary{
+		{Target: "keyway", Syscalls: map[string]float64{"all": 6.04, "read": 3}, SyscallsAtRate: map[int]map[string]float64{
+			3000: per, 1000: {"all": 9.6, "epoll_pwait": 3.5, "context-switches": 1.7},
+		}},
+		{Target: "haproxy", Syscalls: map[string]float64{"all": 4.8, "recvfrom": 2, "futex": 0.01}},
+	}}
+	var b strings.Builder
+	r.syscallTable(&b)
+	md := b.String()
+	for _, want := range []string{
+		"### System calls per request (perf stat, extra run in the last round)\n\n| target | all | read | recvfrom |\n|---|---|---|---|\n| keyway | 6.04 | 3.00 | 0.00 |\n| haproxy | 4.80 | 0.00 | 2.00 |\n",
+		"### System calls per request at 1000/s (perf stat, extra open-loop run in the last round)\n\n| target | all | epoll_pwait | context-switches |\n|---|---|---|---|\n| keyway | 9.60 | 3.50 | 1.70 |\n",
+		"### System calls per request at 3000/s (perf stat, extra open-loop run in the last round)\n\n| target | all | read | context-switches |\n|---|---|---|---|\n| keyway | 6.00 | 3.00 | 0.90 |\n",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("syscall tables lack\n%s\nin\n%s", want, md)
+		}
+	}
+	if i, j := strings.Index(md, "at 1000/s"), strings.Index(md, "at 3000/s"); i < 0 || j < i {
+		t.Errorf("the per-rate tables are not in rate order:\n%s", md)
+	}
+	if strings.Contains(md, "futex") {
+		t.Errorf("a column for futex, which no target makes 0.05 of:\n%s", md)
 	}
 }

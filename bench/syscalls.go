@@ -104,6 +104,24 @@ func parsePerfStat(s string) (map[string]int64, error) {
 // rate against rt with perf stat attached to the proxy and returns system
 // calls (and context switches) per request answered.
 func (h *Harness) countSyscallsAtRate(ctx context.Context, rt *running, rate int, d time.Duration, seed uint64) (map[string]float64, error) {
+	return h.countDuring(rt, func() (int64, error) {
+		lr, err := runLatency(ctx, rt.addr, &h.cfg, rate, 0, d, seed, 0)
+		return lr.Requests, err
+	})
+}
+
+// countSyscalls runs an extra, unrecorded load run of d against rt with perf
+// stat attached to the proxy and returns system calls per request by name.
+func (h *Harness) countSyscalls(ctx context.Context, rt *running, d time.Duration, seed int) (map[string]float64, error) {
+	return h.countDuring(rt, func() (int64, error) {
+		tr, err := h.throughput(ctx, rt, loadSpec{}, d, seed)
+		return tr.Requests, err
+	})
+}
+
+// countDuring counts the proxy's system calls with perf stat while load
+// runs, and divides them by the requests load reports.
+func (h *Harness) countDuring(rt *running, load func() (requests int64, err error)) (map[string]float64, error) {
 	dir, err := os.MkdirTemp(h.dir, "perf-")
 	if err != nil {
 		return nil, err
@@ -112,12 +130,12 @@ func (h *Harness) countSyscallsAtRate(ctx context.Context, rt *running, rate int
 	if err != nil {
 		return nil, err
 	}
-	lr, err := runLatency(ctx, rt.addr, &h.cfg, rate, 0, d, seed, 0)
+	n, err := load()
 	counts, serr := c.stop()
 	if err := errors.Join(err, serr); err != nil {
 		return nil, err
 	}
-	return perRequest(counts, lr.Requests)
+	return perRequest(counts, n)
 }
 
 // perRequest divides counts by n.
@@ -132,23 +150,4 @@ func perRequest(counts map[string]int64, n int64) (map[string]float64, error) {
 		}
 	}
 	return per, nil
-}
-
-// countSyscalls runs an extra, unrecorded load run of d against rt with perf
-// stat attached to the proxy and returns system calls per request by name.
-func (h *Harness) countSyscalls(ctx context.Context, rt *running, d time.Duration, seed int) (map[string]float64, error) {
-	dir, err := os.MkdirTemp(h.dir, "perf-")
-	if err != nil {
-		return nil, err
-	}
-	c, err := startSyscallCounter(dir, tree(rt.p.pid()))
-	if err != nil {
-		return nil, err
-	}
-	tr, err := h.throughput(ctx, rt, loadSpec{}, d, seed)
-	counts, serr := c.stop()
-	if err := errors.Join(err, serr); err != nil {
-		return nil, err
-	}
-	return perRequest(counts, tr.Requests)
 }

@@ -172,11 +172,8 @@ func (c *staleCheckConn) Write(b []byte) (int, error) {
 		if !c.isTLS {
 			// Checked and sent by the Read that follows (sendAndRead).
 			c.check = true
-		} else {
-			c.closed = false
-			if err := c.raw.Control(c.peek); err == nil && c.closed {
-				return 0, errStaleConn
-			}
+		} else if c.peekClosed() {
+			return 0, errStaleConn
 		}
 	}
 	if c.check {
@@ -232,8 +229,7 @@ func (c *staleCheckConn) dropHeld() {
 func (c *staleCheckConn) flushHeld() error {
 	if c.check {
 		c.check = false
-		c.closed = false
-		if err := c.raw.Control(c.peek); err == nil && c.closed {
+		if c.peekClosed() {
 			c.dropHeld()
 			c.stale = true
 			return errStaleConn
@@ -331,8 +327,11 @@ func (c *staleCheckConn) sendReadFD(fd uintptr) bool {
 		return false // wait for the answer
 	}
 	m, err := syscall.Read(int(fd), st.b)
+	for err == syscall.EINTR {
+		m, err = syscall.Read(int(fd), st.b)
+	}
 	switch {
-	case err == syscall.EAGAIN || err == syscall.EINTR:
+	case err == syscall.EAGAIN:
 		return false
 	case err != nil:
 		st.err = &net.OpError{Op: "read", Net: "tcp", Addr: c.addr.Addr, Err: os.NewSyscallError("read", err)}
@@ -342,6 +341,14 @@ func (c *staleCheckConn) sendReadFD(fd uintptr) bool {
 		st.n = m
 	}
 	return true
+}
+
+// peekClosed runs the stale check through RawConn.Control, which works
+// whatever the read deadline, and reports a closed connection.
+func (c *staleCheckConn) peekClosed() bool {
+	c.closed = false
+	err := c.raw.Control(c.peek)
+	return err == nil && c.closed
 }
 
 // peekFD runs inside RawConn.Control: it never blocks.

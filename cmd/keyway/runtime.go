@@ -45,7 +45,7 @@ func keepSysmonAwake(deepSleep bool, stderr io.Writer) {
 		env := append(withoutEnv(os.Environ(), "GODEBUG"), "GODEBUG="+godebug+sysmonAwake)
 		err = syscall.Exec(exe, os.Args, env)
 	}
-	fmt.Fprintf(stderr, "keyway: runs with the Go runtime's default idle sleep (server.runtime_deep_sleep: true): cannot re-execute %s with GODEBUG=%s: %v\n", exe, sysmonAwake, err)
+	fmt.Fprintf(stderr, "keyway: cannot re-execute %q with GODEBUG=%s (%v); running with the Go runtime's default idle sleep, as with server.runtime_deep_sleep: true\n", exe, sysmonAwake, err)
 }
 
 // hasGodebug reports whether the GODEBUG value s sets key.
