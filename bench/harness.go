@@ -32,10 +32,15 @@ type Config struct {
 	Rounds          int           `json:"rounds"`
 	Targets         []string      `json:"targets"`
 	IdleConns       int           `json:"idle_conns"` // 0 skips the idle-connection memory test
-	LoadGen         string        `json:"loadgen"`    // auto, wrk or vegeta
-	Pin             bool          `json:"pin"`        // proxy on CPU 0, everything else on CPU 1
-	Syscalls        bool          `json:"syscalls"`   // count system calls per request with perf stat during an extra run in the last round
-	Profile         time.Duration `json:"profile"`    // keyway CPU profile taken during an extra throughput run in the last round; 0: none
+	// IdleHold is how long the idle connections stay open before their
+	// RSS is read: memory per idle connection as it stays, not right
+	// after the burst that opened them (keyway parks connections idle
+	// for server.park_idle_after and gives their memory back after).
+	IdleHold time.Duration `json:"idle_hold"`
+	LoadGen  string        `json:"loadgen"`  // auto, wrk or vegeta
+	Pin      bool          `json:"pin"`      // proxy on CPU 0, everything else on CPU 1
+	Syscalls bool          `json:"syscalls"` // count system calls per request with perf stat during an extra run in the last round
+	Profile  time.Duration `json:"profile"`  // keyway CPU profile taken during an extra throughput run in the last round; 0: none
 	// TLS adds, for every proxy in every round, the same proxy on a fresh
 	// process terminating TLS 1.3: idle memory, keep-alive throughput and a
 	// new connection (full handshake) per request, plus a plain
@@ -201,8 +206,8 @@ func (c *Config) validate() error {
 	if c.Duration < time.Second {
 		errs = append(errs, errors.New("duration must be at least 1s"))
 	}
-	if c.Connections < 1 || c.Replicas < 1 || c.Keys < 1 || c.Rounds < 1 || c.Body < 0 || c.IdleConns < 0 {
-		errs = append(errs, errors.New("connections, replicas, keys and rounds must be at least 1; body and idle-conns at least 0"))
+	if c.Connections < 1 || c.Replicas < 1 || c.Keys < 1 || c.Rounds < 1 || c.Body < 0 || c.IdleConns < 0 || c.IdleHold < 0 {
+		errs = append(errs, errors.New("connections, replicas, keys and rounds must be at least 1; body, idle-conns and idle-hold at least 0"))
 	}
 	for _, r := range c.Rates {
 		if r < 1 {
@@ -642,6 +647,11 @@ func (h *Harness) measureIdle(ctx context.Context, t *target, maxConns int, tf *
 	}
 	defer closeAll(conns)
 	opened := time.Since(start)
+	select {
+	case <-ctx.Done():
+		return idleRun{}, ctx.Err()
+	case <-time.After(h.cfg.IdleHold):
+	}
 	with, err := settledRSS(ctx, rt.p.pid(), 5*time.Second)
 	if err != nil {
 		return idleRun{}, err

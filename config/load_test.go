@@ -69,6 +69,7 @@ server:
   max_conns: 500
   shutdown_timeout: 5s
   reduce_memory: true
+  park_idle_after: 3s
 replica_sets:
   - name: orders
     match: {host: orders.example.com, path_prefix: /ingest/}
@@ -119,7 +120,7 @@ func fullConfig() Config {
 	c.Listen = "127.0.0.1:8081"
 	c.Server = proxy.ServerConfig{
 		ReadTimeout: 10 * time.Second, WriteTimeout: 11 * time.Second, IdleTimeout: 90 * time.Second,
-		MaxHeaderBytes: 32 << 10, MaxConns: 500, ShutdownTimeout: 5 * time.Second, ReduceMemory: true,
+		MaxHeaderBytes: 32 << 10, MaxConns: 500, ShutdownTimeout: 5 * time.Second, ReduceMemory: true, ParkIdleAfter: 3 * time.Second,
 	}
 	c.ReplicaSets = []proxy.SetConfig{{
 		Name:     "orders",
@@ -330,8 +331,8 @@ func TestLoadProblems(t *testing.T) {
 			want: []string{`f.yaml:1: server.maxConns: unknown key "maxConns"; did you mean "max_conns"?`},
 		},
 		"unknown key, one word of a key": {
-			yaml: "server:\n  idle: 3s\n" + okSets,
-			want: []string{`f.yaml:2: server.idle: unknown key "idle"; did you mean "idle_timeout"?`},
+			yaml: "server:\n  header: 3s\n" + okSets,
+			want: []string{`f.yaml:2: server.header: unknown key "header"; did you mean "max_header_bytes"?`},
 		},
 		"unknown key, no close match": {
 			yaml: "admin:\n  password: s3cret\n" + okSets,

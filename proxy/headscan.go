@@ -271,6 +271,9 @@ func headScanOf(c net.Conn) *headScan {
 // connState is fasthttp's ConnState hook: it starts a new scan for each
 // request on a connection (see headScan).
 func connState(c net.Conn, state fasthttp.ConnState) {
+	if lc, ok := c.(*lingerConn); ok && state == fasthttp.StateIdle {
+		lc.ps.idleNext = true // the next read deadline is the idle wait's (park.go)
+	}
 	s := headScanOf(c)
 	if s == nil {
 		return

@@ -38,6 +38,12 @@ func newFrontListener(ln net.Listener, p *Proxy, scan bool) *frontListener {
 func (l *frontListener) Accept() (net.Conn, error) {
 	l.once.Do(func() { close(l.accepting) })
 	c, err := l.Listener.Accept()
+	for err == nil && l.p.parker != nil && l.p.parker.full() {
+		// fasthttp's Concurrency counts the connections it serves; the
+		// parked ones count towards server.max_conns too.
+		refuseConn(c)
+		c, err = l.Listener.Accept()
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -110,8 +116,9 @@ type lingerConn struct {
 	*net.TCPConn
 	p      *Proxy
 	linger atomic.Bool
-	scan   bool // follow request heads in head (not beneath TLS)
+	scan   bool // follow request heads in head (not beneath TLS); only these park
 	head   headScan
+	ps     parkState // parking while idle (park.go)
 }
 
 func (c *lingerConn) Read(b []byte) (int, error) {
@@ -122,8 +129,31 @@ func (c *lingerConn) Read(b []byte) (int, error) {
 		return 0, errBareLF
 	}
 	n, err := c.TCPConn.Read(b)
+	if n > 0 {
+		c.ps.parkAt = false
+	} else if err != nil && c.parkDue(err) {
+		c.ps.parking.Store(true)
+		return 0, errParked
+	}
 	c.head.scan(b[:n])
 	return n, err
+}
+
+// SetReadDeadline is the TCP connection's, but the wait for a keep-alive
+// request ends at server.park_idle_after instead (see park.go).
+func (c *lingerConn) SetReadDeadline(t time.Time) error {
+	if pk := c.p.parker; pk != nil && c.scan {
+		return c.parkingSetReadDeadline(pk, t)
+	}
+	return c.TCPConn.SetReadDeadline(t)
+}
+
+// refuseConn answers a connection over server.max_conns with 503 and
+// closes it, as fasthttp does with one over its Concurrency.
+func refuseConn(c net.Conn) {
+	_ = c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+	_, _ = c.Write(maxConnsAnswer)
+	_ = c.Close()
 }
 
 // markLinger asks for a lingering close of the connection that carried ctx
@@ -138,6 +168,9 @@ func markLinger(c net.Conn) {
 }
 
 func (c *lingerConn) Close() error {
+	if c.ps.parking.CompareAndSwap(true, false) && c.p.parker.park(c) {
+		return nil
+	}
 	if !c.linger.Load() || !c.p.lingering.start() {
 		return c.TCPConn.Close()
 	}

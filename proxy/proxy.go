@@ -128,6 +128,11 @@ type Proxy struct {
 	lingering  lingerTracker // connections draining before close (listener.go)
 	lingerTime time.Duration // bound on one connection's draining
 
+	// parker holds idle keep-alive connections (park.go); nil when
+	// server.park_idle_after is 0 or parking could not start. Set before
+	// Serve starts, read by connections after.
+	parker *parker
+
 	// The access log (accesslog.go): access is nil when it is off.
 	mem *memGuard // the memory guard (memguard.go)
 
@@ -247,6 +252,12 @@ func New(cfg Config, opts Options) (*Proxy, error) {
 		p.clk = wallClock{}
 	}
 	p.traffic = newTrafficSampler(m.counters, p.clk.Now)
+	if pc := (parkConfig{after: cfg.Server.ParkIdleAfter, idle: cfg.Server.IdleTimeout}); pc.on() {
+		p.parker = newParker(p, pc, p.log.Named("park"))
+		if err := p.parker.stats.register(opts.Registerer); err != nil {
+			return nil, err
+		}
+	}
 	if cfg.TLS.Enabled() {
 		p.tls, err = tlsconfig.NewServer(cfg.TLS, tlsconfig.ServerOptions{
 			Listener: "proxy", Path: "tls", Logger: p.log.Named("tls"), Registerer: opts.Registerer, OnEvent: opts.TLSEvents,
@@ -292,6 +303,9 @@ func New(cfg Config, opts Options) (*Proxy, error) {
 		SecureErrorLogMessage:        true,
 		CloseOnShutdown:              true,
 		Logger:                       fasthttpLogger{p.log.Named("fasthttp").Sugar()},
+	}
+	if p.parker != nil {
+		p.server.MaxIdleWorkerDuration = parkWorkerIdle
 	}
 	return p, nil
 }
@@ -569,6 +583,15 @@ func (p *Proxy) Run(ctx context.Context) error {
 	if err := p.Listen(); err != nil {
 		return err
 	}
+	if p.parker != nil {
+		if err := p.parker.start(); err != nil {
+			p.log.Warn("idle connections will not be parked", zap.Error(err))
+			p.parker = nil
+		} else {
+			defer p.parker.wait()
+			defer p.parker.stop()
+		}
+	}
 	p.reloadMu.Lock()
 	p.runCtx = ctx
 	for _, rs := range p.routes.Load().sets {
@@ -626,6 +649,11 @@ func (p *Proxy) Run(ctx context.Context) error {
 	p.log.Info("proxy shutting down", zap.Duration("timeout", p.cfg.Server.ShutdownTimeout))
 	sctx, cancel := context.WithTimeout(context.Background(), p.cfg.Server.ShutdownTimeout)
 	defer cancel()
+	if p.parker != nil {
+		// Parked connections are idle: closed now, as fasthttp closes its
+		// idle ones; from here a connection that would park closes.
+		p.parker.stop()
+	}
 	err := p.server.ShutdownWithContext(sctx)
 	<-serveErr
 	p.lingering.stopAndWait()

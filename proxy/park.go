@@ -1,0 +1,189 @@
+package proxy
+
+import (
+	"errors"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+)
+
+// Parking idle keep-alive client connections.
+//
+// fasthttp serves each client connection on a goroutine of its own, for
+// the connection's whole life. That goroutine also proxies, so its stack
+// grows to 8 KiB, and while the connection is idle the goroutine still
+// uses more than a quarter of it: the garbage collector never shrinks it.
+// With the connection's buffers, an idle keep-alive connection costs
+// about 22 KB of memory, where an event-loop proxy spends 1 KB.
+//
+// A plain-HTTP connection idle for server.park_idle_after is therefore
+// parked: its goroutine ends, fasthttp releases the request context and
+// buffers, and the socket waits in an epoll set of keyway's own (one
+// goroutine, asleep in the runtime's netpoller, watches them all). When
+// the client sends the next request, or closes, the connection is served
+// again on a new goroutine, as if freshly accepted. A parked connection
+// costs its socket and about 1 KB of Go memory. Its idle deadline is kept:
+// server.idle_timeout, counted from its last answer, closes it as before.
+//
+// How a connection parks, without an extra timer or clock read on the
+// request path: fasthttp answers a request (ConnState StateIdle), then
+// sets the read deadline now + idle_timeout for the wait for the next
+// one. lingerConn.SetReadDeadline moves that deadline to now +
+// park_idle_after and remembers the real one. If the wait runs out
+// before the real deadline, Read reports errParked: fasthttp takes it as
+// a keep-alive connection that ended, returns, and closes the connection;
+// lingerConn.Close hands it to the parker instead.
+//
+// Not parked: TLS connections (crypto/tls would send close_notify when
+// fasthttp closes it, and keeps its own buffers), and a connection with a
+// request in progress: only the wait for a request's first byte parks.
+
+// errParked ends fasthttp's wait for the next request of a connection
+// that parks. fasthttp treats any error before a keep-alive request's
+// first byte as the connection ending, answers nothing and closes it.
+var errParked = errors.New("keyway: idle connection parked")
+
+const (
+	// parkSweep is how often the parker closes parked connections whose
+	// idle deadline passed, while any are parked.
+	parkSweep = time.Second
+	// After a burst of connections parked, the memory their goroutines
+	// and buffers held is free but resident: the runtime returns it to
+	// the OS only slowly, and frees goroutine stacks only at a garbage
+	// collection, which an idle proxy seldom runs. Once at least
+	// reclaimMin connections parked since the last time, and none
+	// parked for reclaimQuiet (by then fasthttp's idle workers ended, see
+	// parkWorkerIdle), the parker runs two collections and returns free
+	// memory to the OS (debug.FreeOSMemory), at most once per
+	// reclaimEvery. A collection of keyway's small heap takes about a
+	// millisecond.
+	reclaimMin   = 1024
+	reclaimQuiet = 3 * time.Second
+	reclaimEvery = time.Minute
+	// parkWorkerIdle is fasthttp's MaxIdleWorkerDuration while parking is
+	// on: a goroutine left without a connection ends within twice this,
+	// not fasthttp's usual 10-20 s, so that its stack can be given back.
+	// A new connection then starts a goroutine (about a microsecond)
+	// rather than reusing one.
+	parkWorkerIdle = time.Second
+)
+
+// parkStats are the parker's counters, exported as metrics.
+type parkStats struct {
+	parked atomic.Int64  // parked now
+	parks  atomic.Uint64 // connections parked, in all
+	wakes  atomic.Uint64 // parked connections served again
+	closed atomic.Uint64 // parked connections closed at their idle deadline
+}
+
+func (s *parkStats) register(reg prometheus.Registerer) error {
+	if reg == nil {
+		return nil
+	}
+	cs := []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: "keyway", Name: "parked_connections",
+			Help: "Idle keep-alive client connections parked now (server.park_idle_after): held without a goroutine or buffers.",
+		}, func() float64 { return float64(s.parked.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Namespace: "keyway", Name: "connection_parks_total",
+			Help: "Idle keep-alive client connections parked.",
+		}, func() float64 { return float64(s.parks.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Namespace: "keyway", Name: "connection_unparks_total",
+			Help: "Parked client connections served again because the client sent a request or closed.",
+		}, func() float64 { return float64(s.wakes.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Namespace: "keyway", Name: "parked_connections_expired_total",
+			Help: "Parked client connections closed by server.idle_timeout.",
+		}, func() float64 { return float64(s.closed.Load()) }),
+	}
+	for _, c := range cs {
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// parkConfig is what parking needs from the server settings.
+type parkConfig struct {
+	after time.Duration // server.park_idle_after; 0: off
+	idle  time.Duration // fasthttp's wait for a keep-alive request (server.idle_timeout)
+}
+
+// on reports whether parking can ever happen.
+func (c parkConfig) on() bool { return c.after > 0 && c.after < c.idle }
+
+// parkState is a lingerConn's part in parking. The connection's serving
+// goroutine uses it while it is served, the parker while it is parked;
+// parking (set by Read, taken by Close) is atomic because fasthttp's
+// Shutdown may close an idle connection from another goroutine.
+type parkState struct {
+	idleNext  bool      // fasthttp answered a request: the next read deadline it sets is the idle wait's
+	parkAt    bool      // the read deadline in force is the park deadline, not fasthttp's
+	idleUntil time.Time // the idle deadline fasthttp asked for
+	parking   atomic.Bool
+	fd        int  // the socket, once known (0: not yet)
+	inEpoll   bool // registered with the parker's epoll set (disarmed while served)
+}
+
+// parkingSetReadDeadline is lingerConn.SetReadDeadline with parking on.
+func (c *lingerConn) parkingSetReadDeadline(pk *parker, t time.Time) error {
+	if c.ps.idleNext {
+		c.ps.idleNext = false
+		if !t.IsZero() {
+			// fasthttp set t = now + idle: now + after is t - idle + after,
+			// without reading the clock again.
+			c.ps.idleUntil = t
+			c.ps.parkAt = true
+			return c.TCPConn.SetReadDeadline(t.Add(pk.cfg.after - pk.cfg.idle))
+		}
+	}
+	c.ps.parkAt = false
+	return c.TCPConn.SetReadDeadline(t)
+}
+
+// parkDue reports whether a read that failed with err, having read
+// nothing, ended at the park deadline with the idle deadline still ahead.
+func (c *lingerConn) parkDue(err error) bool {
+	return c.ps.parkAt && errors.Is(err, os.ErrDeadlineExceeded) && time.Now().Before(c.ps.idleUntil)
+}
+
+// maxConnsBody is the answer to a connection beyond server.max_conns
+// while connections are parked (fasthttp counts only the ones it serves,
+// so keyway refuses beyond the sum itself).
+const maxConnsBody = `{"error":"too many client connections: server.max_conns is reached","replica_set":"","replica":"","reason":"max_conns"}` + "\n"
+
+var maxConnsAnswer = []byte("HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\nConnection: close\r\nContent-Length: " +
+	strconv.Itoa(len(maxConnsBody)) + "\r\n\r\n" + maxConnsBody)
+
+// parkerBase is the platform-independent part of the parker.
+type parkerBase struct {
+	p     *Proxy
+	cfg   parkConfig
+	stats parkStats
+	log   *zap.Logger
+
+	mu      sync.Mutex
+	conns   map[int]*lingerConn // parked, by socket
+	stopped bool
+	resumes sync.WaitGroup // goroutines serving woken connections
+
+	// reclaim bookkeeping (the parker's goroutine only, under mu)
+	sinceReclaim int
+	lastPark     time.Time
+	lastReclaim  time.Time
+}
+
+// full reports whether a new connection would take the open ones, served
+// and parked, beyond server.max_conns.
+func (pk *parker) full() bool {
+	n := pk.stats.parked.Load()
+	return n > 0 && int(n)+int(pk.p.server.GetOpenConnectionsCount()) >= pk.p.cfg.Server.MaxConns
+}
