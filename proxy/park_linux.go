@@ -22,10 +22,14 @@ type parker struct {
 	f    *os.File // epfd, registered with the runtime's poller
 	rc   syscall.RawConn
 	done chan struct{} // closed when the loop has ended
+	// deadline is the epoll file's read deadline, under mu: the next
+	// sweep, or zero when nothing is parked.
+	deadline time.Time
+	work     chan *lingerConn // to an idle resumer
 }
 
 func newParker(p *Proxy, cfg parkConfig, log *zap.Logger) *parker {
-	return &parker{parkerBase: parkerBase{p: p, cfg: cfg, log: log, conns: map[int]*lingerConn{}}}
+	return &parker{parkerBase: parkerBase{p: p, cfg: cfg, log: log, conns: map[int]*lingerConn{}}, work: make(chan *lingerConn)}
 }
 
 // start opens the epoll set and starts the parker's goroutine.
@@ -85,9 +89,10 @@ func (pk *parker) park(c *lingerConn) bool {
 		return false
 	}
 	c.ps.inEpoll = true
-	if len(pk.conns) == 0 {
-		// The loop may be waiting with no deadline: wake it for sweeps.
-		_ = pk.f.SetReadDeadline(time.Now().Add(parkSweep))
+	if pk.deadline.IsZero() {
+		// The loop is waiting with no deadline: wake it for sweeps.
+		pk.deadline = time.Now().Add(parkSweep)
+		_ = pk.f.SetReadDeadline(pk.deadline)
 	}
 	pk.conns[c.ps.fd] = c
 	pk.stats.parked.Add(1)
@@ -101,6 +106,7 @@ func (pk *parker) loop() {
 	defer close(pk.done)
 	var evs [128]syscall.EpollEvent
 	var woken []*lingerConn
+	var lastSweep time.Time
 	collect := func(fd uintptr) bool {
 		for {
 			n, err := syscall.EpollWait(int(fd), evs[:], 0)
@@ -135,11 +141,17 @@ func (pk *parker) loop() {
 			pk.mu.Unlock()
 			return
 		}
-		next := time.Time{}
+		// The deadline is moved only when it passed (or is no longer
+		// needed): not a timer update on every wake.
 		if len(pk.conns) > 0 || pk.sinceReclaim >= reclaimMin {
-			next = time.Now().Add(parkSweep)
+			if now := time.Now(); pk.deadline.IsZero() || !now.Before(pk.deadline) {
+				pk.deadline = now.Add(parkSweep)
+				_ = pk.f.SetReadDeadline(pk.deadline)
+			}
+		} else if !pk.deadline.IsZero() {
+			pk.deadline = time.Time{}
+			_ = pk.f.SetReadDeadline(pk.deadline)
 		}
-		_ = pk.f.SetReadDeadline(next)
 		pk.mu.Unlock()
 		err := pk.rc.Read(collect)
 		for i, c := range woken {
@@ -158,14 +170,40 @@ func (pk *parker) loop() {
 			}
 			return
 		}
-		pk.expire(time.Now())
+		// Sweep once per parkSweep, not on every wake.
+		if now := time.Now(); now.Sub(lastSweep) >= parkSweep {
+			lastSweep = now
+			pk.expire(now)
+		}
 	}
 }
 
-// resume serves a woken connection again, as fasthttp serves a new one.
+// resume serves a woken connection again, as fasthttp serves a new one,
+// on an idle resumer goroutine if one waits, else on a new one.
 func (pk *parker) resume(c *lingerConn) {
-	defer pk.resumes.Done()
-	_ = pk.p.server.ServeConn(c)
+	select {
+	case pk.work <- c:
+	default:
+		go pk.resumer(c)
+	}
+}
+
+// resumer serves woken connections until none came for parkWorkerIdle.
+// Reusing these goroutines matters: a new goroutine starts on a 2 KiB
+// stack, and serving a request grows it to 8 KiB, copying it twice.
+func (pk *parker) resumer(c *lingerConn) {
+	t := time.NewTimer(parkWorkerIdle)
+	defer t.Stop()
+	for {
+		_ = pk.p.server.ServeConn(c)
+		pk.resumes.Done()
+		t.Reset(parkWorkerIdle)
+		select {
+		case c = <-pk.work:
+		case <-t.C:
+			return
+		}
+	}
 }
 
 // expire closes the parked connections whose idle deadline passed, and
