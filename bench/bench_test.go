@@ -42,6 +42,8 @@ func TestSmoke(t *testing.T) {
 		Rounds:          1,
 		Targets:         []string{"direct", "keyway"},
 		IdleConns:       200,
+		SparseConns:     20,
+		SparsePeriod:    300 * time.Millisecond,
 		LoadGen:         "vegeta",
 		TLS:             true,
 		Pin:             false, // never pin the test process
@@ -131,6 +133,14 @@ func TestSmoke(t *testing.T) {
 	}
 	if kw.IdleRSSMiB == nil || !(kw.IdleRSSMiB.Median > 1) || kw.IdleBytes == nil || math.IsNaN(kw.IdleBytes.Median) {
 		t.Errorf("keyway idle-connection memory not measured: %+v, %+v", kw.IdleRSSMiB, kw.IdleBytes)
+	}
+	// 20 connections, each sending every 300 ms: about 67 req/s.
+	if kw.SparseCPUPerReqUS == nil || !(kw.SparseCPUPerReqUS.Median > 0) || kw.SparseErrors != 0 ||
+		kw.SparseRate == nil || kw.SparseRate.Median < 30 || kw.SparseRate.Median > 100 {
+		t.Errorf("keyway sparse clients: CPU/request %+v, rate %+v, %d errors; want CPU > 0, about 67 req/s, no error", kw.SparseCPUPerReqUS, kw.SparseRate, kw.SparseErrors)
+	}
+	if sum["direct"].SparseCPUPerReqUS != nil {
+		t.Errorf("direct has a sparse-client figure: %+v", sum["direct"].SparseCPUPerReqUS)
 	}
 	if len(got.Ratios) == 0 || got.Ratios[0].Vs["direct"] == nil {
 		t.Errorf("no keyway/direct throughput ratio: %+v", got.Ratios)

@@ -37,10 +37,14 @@ type Config struct {
 	// after the burst that opened them (keyway parks connections idle
 	// for server.park_idle_after and gives their memory back after).
 	IdleHold time.Duration `json:"idle_hold"`
-	LoadGen  string        `json:"loadgen"`  // auto, wrk or vegeta
-	Pin      bool          `json:"pin"`      // proxy on CPU 0, everything else on CPU 1
-	Syscalls bool          `json:"syscalls"` // count system calls per request with perf stat during an extra run in the last round
-	Profile  time.Duration `json:"profile"`  // keyway CPU profile taken during an extra throughput run in the last round; 0: none
+	// SparseConns keep-alive connections each send one request every
+	// SparsePeriod (sparseRun); 0 skips the run.
+	SparseConns  int           `json:"sparse_conns"`
+	SparsePeriod time.Duration `json:"sparse_period"`
+	LoadGen      string        `json:"loadgen"`  // auto, wrk or vegeta
+	Pin          bool          `json:"pin"`      // proxy on CPU 0, everything else on CPU 1
+	Syscalls     bool          `json:"syscalls"` // count system calls per request with perf stat during an extra run in the last round
+	Profile      time.Duration `json:"profile"`  // keyway CPU profile taken during an extra throughput run in the last round; 0: none
 	// TLS adds, for every proxy in every round, the same proxy on a fresh
 	// process terminating TLS 1.3: idle memory, keep-alive throughput and a
 	// new connection (full handshake) per request, plus a plain
@@ -206,8 +210,8 @@ func (c *Config) validate() error {
 	if c.Duration < time.Second {
 		errs = append(errs, errors.New("duration must be at least 1s"))
 	}
-	if c.Connections < 1 || c.Replicas < 1 || c.Keys < 1 || c.Rounds < 1 || c.Body < 0 || c.IdleConns < 0 || c.IdleHold < 0 {
-		errs = append(errs, errors.New("connections, replicas, keys and rounds must be at least 1; body, idle-conns and idle-hold at least 0"))
+	if c.Connections < 1 || c.Replicas < 1 || c.Keys < 1 || c.Rounds < 1 || c.Body < 0 || c.IdleConns < 0 || c.IdleHold < 0 || c.SparseConns < 0 || (c.SparseConns > 0 && c.SparsePeriod <= 0) {
+		errs = append(errs, errors.New("connections, replicas, keys and rounds must be at least 1; body, idle-conns, idle-hold and sparse-conns at least 0; sparse-period above 0"))
 	}
 	for _, r := range c.Rates {
 		if r < 1 {
@@ -494,6 +498,15 @@ func (h *Harness) measurePlain(ctx context.Context, t *target, round int, run *T
 			held = " (UNDER RATE)"
 		}
 		h.logf("%s round %d: %d/s p50 %.3f p99 %.3f p99.9 %.3f max %.3f ms, errors %d%s; sent %.0f/s%s, send lag p99 %.1f ms", t.name, round+1, rate, lr.P50, lr.P99, lr.P999, lr.Max, lr.Errors, cpu, lr.AchievedRate, held, lr.SendLagP99)
+	}
+	if h.cfg.SparseConns > 0 && rt.p != nil {
+		sr, err := runSparse(ctx, rt.addr, h.cfg.SparseConns, h.cfg.Keys, h.cfg.SparsePeriod, h.cfg.SparsePeriod+time.Second, h.cfg.LatencyDuration, rt.p.pid())
+		if err != nil {
+			fail("sparse clients", err)
+		} else {
+			run.Sparse = &sr
+			h.logf("%s round %d: %d connections each sending every %v: %.0f req/s, proxy CPU %.0f%%, %.1f µs/req, errors %d", t.name, round+1, sr.Conns, h.cfg.SparsePeriod, sr.Rate, 100*sr.CPUUtil, sr.CPUPerReqUS, sr.Errors)
+		}
 	}
 	// The plain baseline of the handshake run, last because it leaves
 	// thousands of closed connections behind.

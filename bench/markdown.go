@@ -86,6 +86,20 @@ func (r *Report) Markdown() string {
 			fmt.Fprintf(&b, "\n%s\n", n)
 		}
 	}
+	if c.SparseConns > 0 {
+		fmt.Fprintf(&b, "\n### Sparse keep-alive clients: %d connections, each sending one request every %v (%v measured)\n\n", c.SparseConns, c.SparsePeriod, c.LatencyDuration)
+		b.WriteString("| target | req/s | proxy CPU µs/req | errors |\n|---|---|---|---|\n")
+		for _, s := range r.Summary {
+			if s.SparseCPUPerReqUS == nil {
+				continue
+			}
+			errs := fmt.Sprint(s.SparseErrors)
+			if s.SparseErrors > 0 {
+				errs = "**" + errs + " (flagged)**"
+			}
+			fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", s.Target, fs(s.SparseRate, "%.0f"), fs(s.SparseCPUPerReqUS, "%.1f"), errs)
+		}
+	}
 	fmt.Fprintf(&b, "\n### Routing and memory\n\n")
 	fmt.Fprintf(&b, "| target | keys seen by >1 replica | balance max/mean |")
 	if c.IdleConns > 0 {

@@ -45,6 +45,7 @@ type TargetRun struct {
 	Throughput *throughputRun `json:"throughput,omitempty"`
 	Latency    []latencyRun   `json:"latency,omitempty"`
 	Idle       *idleRun       `json:"idle,omitempty"`
+	Sparse     *sparseRun     `json:"sparse,omitempty"`
 	// System calls per request by name ("all": every call), from perf
 	// stat during an extra run in the last round (-syscalls), and the
 	// process's context switches ("context-switches").
@@ -71,6 +72,7 @@ type tlsTargetRun struct {
 	Throughput *throughputRun `json:"throughput,omitempty"`
 	NewConn    *throughputRun `json:"handshakes,omitempty"`
 	Idle       *idleRun       `json:"idle,omitempty"`
+	Sparse     *sparseRun     `json:"sparse,omitempty"`
 }
 
 // Stat is the median and range of one number over rounds.
@@ -96,21 +98,25 @@ func newStat(xs []float64) *Stat {
 
 // TargetSummary is one target over all rounds.
 type TargetSummary struct {
-	Target        string             `json:"target"`
-	RPS           *Stat              `json:"rps,omitempty"`
-	CPUUtil       *Stat              `json:"proxy_cpu_util,omitempty"`
-	CPUPerReqUS   *Stat              `json:"proxy_cpu_us_per_request,omitempty"`
-	RPSPerCore    *Stat              `json:"rps_per_proxy_core,omitempty"`
-	PeakRSSMiB    *Stat              `json:"proxy_peak_rss_mib,omitempty"`
-	Errors        int64              `json:"throughput_errors"`
-	SplitKeyShare float64            `json:"split_key_share_max"` // worst round
-	KeysSeen      int                `json:"keys_seen_min"`
-	Balance       *Stat              `json:"balance_max_over_mean,omitempty"`
-	IdleBytes     *Stat              `json:"idle_bytes_per_conn,omitempty"`
-	IdleRSSMiB    *Stat              `json:"idle_rss_with_mib,omitempty"`
-	IdleBaseMiB   *Stat              `json:"idle_rss_before_mib,omitempty"`
-	Latency       []LatencySummary   `json:"latency,omitempty"`
-	Syscalls      map[string]float64 `json:"syscalls_per_request,omitempty"` // last round
+	Target        string  `json:"target"`
+	RPS           *Stat   `json:"rps,omitempty"`
+	CPUUtil       *Stat   `json:"proxy_cpu_util,omitempty"`
+	CPUPerReqUS   *Stat   `json:"proxy_cpu_us_per_request,omitempty"`
+	RPSPerCore    *Stat   `json:"rps_per_proxy_core,omitempty"`
+	PeakRSSMiB    *Stat   `json:"proxy_peak_rss_mib,omitempty"`
+	Errors        int64   `json:"throughput_errors"`
+	SplitKeyShare float64 `json:"split_key_share_max"` // worst round
+	KeysSeen      int     `json:"keys_seen_min"`
+	Balance       *Stat   `json:"balance_max_over_mean,omitempty"`
+	IdleBytes     *Stat   `json:"idle_bytes_per_conn,omitempty"`
+	IdleRSSMiB    *Stat   `json:"idle_rss_with_mib,omitempty"`
+	IdleBaseMiB   *Stat   `json:"idle_rss_before_mib,omitempty"`
+	// The sparse-client run: CPU per request and the rate it came to.
+	SparseCPUPerReqUS *Stat              `json:"sparse_cpu_us_per_request,omitempty"`
+	SparseRate        *Stat              `json:"sparse_rate,omitempty"`
+	SparseErrors      int64              `json:"sparse_errors"`
+	Latency           []LatencySummary   `json:"latency,omitempty"`
+	Syscalls          map[string]float64 `json:"syscalls_per_request,omitempty"` // last round
 	// SyscallsAtRate: the same at each fixed rate, last round.
 	SyscallsAtRate map[int]map[string]float64 `json:"syscalls_per_request_at_rate,omitempty"`
 	TLS            *TLSSummary                `json:"tls,omitempty"`
@@ -237,7 +243,7 @@ func (r *Report) addLatencyOverDirect() {
 
 func summariseTarget(name string, runs []TargetRun, rates []int) TargetSummary {
 	s := TargetSummary{Target: name, KeysSeen: -1}
-	var rps, util, cpu, perCore, peak, bal, idle, idleWith, idleBase []float64
+	var rps, util, cpu, perCore, peak, bal, idle, idleWith, idleBase, sparseCPU, sparseRate []float64
 	for _, run := range runs {
 		for _, f := range run.Failures {
 			s.Failures = append(s.Failures, fmt.Sprintf("round %d: %s", run.Round, f))
@@ -268,6 +274,10 @@ func summariseTarget(name string, runs []TargetRun, rates []int) TargetSummary {
 				s.TLS = &TLSSummary{}
 			}
 		}
+		if sp := run.Sparse; sp != nil {
+			sparseCPU, sparseRate = append(sparseCPU, sp.CPUPerReqUS), append(sparseRate, sp.Rate)
+			s.SparseErrors += sp.Errors
+		}
 		if i := run.Idle; i != nil {
 			idle = append(idle, i.BytesPerConn)
 			idleWith = append(idleWith, float64(i.RSSWith)/(1<<20))
@@ -280,6 +290,7 @@ func summariseTarget(name string, runs []TargetRun, rates []int) TargetSummary {
 	}
 	s.RPS, s.CPUUtil, s.CPUPerReqUS, s.RPSPerCore, s.PeakRSSMiB = newStat(rps), newStat(util), newStat(cpu), newStat(perCore), newStat(peak)
 	s.Balance, s.IdleBytes, s.IdleRSSMiB, s.IdleBaseMiB = newStat(bal), newStat(idle), newStat(idleWith), newStat(idleBase)
+	s.SparseCPUPerReqUS, s.SparseRate = newStat(sparseCPU), newStat(sparseRate)
 	for _, rate := range rates {
 		ls := LatencySummary{Rate: rate}
 		var p50, p99, p999, mx, a50, a99, cpu, util, achieved, lag []float64
@@ -441,6 +452,12 @@ func (r *Report) ratioMetrics() []ratioMetric {
 				return 0, false
 			}
 			return run.Idle.BytesPerConn, true
+		}},
+		ratioMetric{name: fmt.Sprintf("proxy CPU µs per request, %d connections each sending every %v", r.Config.SparseConns, r.Config.SparsePeriod), better: "lower", proxiesOnly: true, value: func(run TargetRun) (float64, bool) {
+			if run.Sparse == nil {
+				return 0, false
+			}
+			return run.Sparse.CPUPerReqUS, true
 		}},
 		ratioMetric{name: "peak RSS under the throughput run", better: "lower", proxiesOnly: true, value: func(run TargetRun) (float64, bool) {
 			return tput(run, func(t *throughputRun) float64 { return float64(t.PeakRSSBytes) })
