@@ -27,7 +27,7 @@ import (
 // goroutine, asleep in the runtime's netpoller, watches them all). When
 // the client sends the next request, or closes, the connection is served
 // again on a new goroutine, as if freshly accepted. A parked connection
-// costs its socket and about 1 KB of Go memory. Its idle deadline is kept:
+// costs its socket and about 2.4 KB of memory in all. Its idle deadline is kept:
 // server.idle_timeout, counted from its last answer, closes it as before.
 //
 // How a connection parks, without an extra timer or clock read on the
@@ -154,9 +154,9 @@ func (c *lingerConn) parkingSetReadDeadline(pk *parker, t time.Time) error {
 // parking wakes the connection's goroutine, and at a moderate rate
 // keyway is idle between requests, so parks at their own instants would
 // each wake the whole process once more. Rounded, one wake-up parks every
-// connection due in that slice of time (measured: the CPU cost of a
-// park and unpark cycle fell from about 40 to 20 µs with 500 connections
-// each sending every 500 ms).
+// connection due in that slice of time (measured with 500 connections
+// each sending every 500 ms and parking between: 1.8 → 1.45 context
+// switches per request, as many as with parking off).
 func parkDeadline(at time.Time, after time.Duration) time.Time {
 	grid := max(after/8, time.Millisecond)
 	r := at.Truncate(grid)
