@@ -595,10 +595,10 @@ func (h *Harness) newConnRun(ctx context.Context, rt *running, spec loadSpec, se
 // loadRun is a measured closed-loop run: the load, and the proxy's CPU
 // time during it from /proc.
 func (h *Harness) loadRun(ctx context.Context, rt *running, spec loadSpec, d time.Duration, seed int) (throughputRun, error) {
-	var cpu0 float64
+	var cpu0, sys0 float64
 	if rt.p != nil {
 		var err error
-		if cpu0, err = treeCPU(rt.p.pid()); err != nil {
+		if cpu0, sys0, err = treeCPUSys(rt.p.pid()); err != nil {
 			return throughputRun{}, fmt.Errorf("proxy stats: %w", err)
 		}
 	}
@@ -607,11 +607,14 @@ func (h *Harness) loadRun(ctx context.Context, rt *running, spec loadSpec, d tim
 		return tr, err
 	}
 	if rt.p != nil {
-		cpu1, err := treeCPU(rt.p.pid())
+		cpu1, sys1, err := treeCPUSys(rt.p.pid())
 		if err != nil {
 			return tr, fmt.Errorf("proxy stats: %w", err)
 		}
 		tr.setCPU(cpu1 - cpu0)
+		if tr.Requests > 0 {
+			tr.SysPerReqUS = (sys1 - sys0) / float64(tr.Requests) * 1e6
+		}
 	}
 	return tr, nil
 }

@@ -35,6 +35,9 @@ type throughputRun struct {
 	CPUSeconds  float64 `json:"proxy_cpu_seconds,omitempty"`
 	CPUUtil     float64 `json:"proxy_cpu_util,omitempty"` // CPU seconds / wall seconds (1 = one core busy)
 	CPUPerReqUS float64 `json:"proxy_cpu_us_per_request,omitempty"`
+	// SysPerReqUS is the part of CPUPerReqUS spent in the kernel (stime):
+	// system calls, and the TCP work they do on loopback.
+	SysPerReqUS float64 `json:"proxy_sys_us_per_request,omitempty"`
 	// RPSPerCore is requests per CPU-second of the proxy: what one fully
 	// busy core would serve, whether or not the load side kept it busy.
 	RPSPerCore   float64 `json:"rps_per_proxy_core,omitempty"`

@@ -51,14 +51,14 @@ func (r *Report) Markdown() string {
 	}
 
 	b.WriteString("### Throughput and CPU\n\n")
-	b.WriteString("| target | req/s | proxy CPU (cores) | req/s per proxy core | proxy CPU µs/req | peak RSS MiB | errors |\n|---|---|---|---|---|---|---|\n")
+	b.WriteString("| target | req/s | proxy CPU (cores) | req/s per proxy core | proxy CPU µs/req | of which in the kernel | peak RSS MiB | errors |\n|---|---|---|---|---|---|---|---|\n")
 	for _, s := range r.Summary {
 		errs := fmt.Sprint(s.Errors)
 		if s.Errors > 0 {
 			errs = "**" + errs + " (flagged)**"
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s |\n", s.Target, fs(s.RPS, "%.0f"), fs(s.CPUUtil, "%.2f"),
-			fs(s.RPSPerCore, "%.0f"), fs(s.CPUPerReqUS, "%.1f"), fs(s.PeakRSSMiB, "%.1f"), errs)
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", s.Target, fs(s.RPS, "%.0f"), fs(s.CPUUtil, "%.2f"),
+			fs(s.RPSPerCore, "%.0f"), fs(s.CPUPerReqUS, "%.1f"), fs(s.SysPerReqUS, "%.1f"), fs(s.PeakRSSMiB, "%.1f"), errs)
 	}
 	for _, rate := range c.Rates {
 		fmt.Fprintf(&b, "\n### Latency at %d req/s, open loop (vegeta, %v per run), ms\n\n", rate, c.LatencyDuration)

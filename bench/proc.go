@@ -132,6 +132,7 @@ var clockTicks = func() float64 {
 type procStat struct {
 	ppid       int
 	cpuSeconds float64 // utime + stime
+	sysSeconds float64 // stime: in the kernel on the process's behalf
 }
 
 func readStat(pid int) (procStat, error) {
@@ -155,7 +156,7 @@ func readStat(pid int) (procStat, error) {
 	if err := errors.Join(err1, err2); err != nil {
 		return procStat{}, fmt.Errorf("/proc/%d/stat: %w", pid, err)
 	}
-	return procStat{ppid: ppid, cpuSeconds: (ut + st) / clockTicks}, nil
+	return procStat{ppid: ppid, cpuSeconds: (ut + st) / clockTicks, sysSeconds: st / clockTicks}, nil
 }
 
 // tree returns pid and all its live descendants (nginx's master forks its
@@ -185,18 +186,24 @@ func tree(pid int) []int {
 // treeCPU returns the CPU time (user + system, in seconds) used so far by
 // pid and its live descendants.
 func treeCPU(pid int) (float64, error) {
-	var sum float64
+	cpu, _, err := treeCPUSys(pid)
+	return cpu, err
+}
+
+// treeCPUSys is treeCPU with the system part (stime) of it.
+func treeCPUSys(pid int) (cpu, sys float64, err error) {
 	for i, p := range tree(pid) {
 		st, err := readStat(p)
 		if err != nil {
 			if i == 0 {
-				return 0, err
+				return 0, 0, err
 			}
 			continue // a child that just exited
 		}
-		sum += st.cpuSeconds
+		cpu += st.cpuSeconds
+		sys += st.sysSeconds
 	}
-	return sum, nil
+	return cpu, sys, nil
 }
 
 // memStatus holds VmRSS and VmHWM (peak RSS) in bytes.

@@ -102,6 +102,7 @@ type TargetSummary struct {
 	RPS           *Stat   `json:"rps,omitempty"`
 	CPUUtil       *Stat   `json:"proxy_cpu_util,omitempty"`
 	CPUPerReqUS   *Stat   `json:"proxy_cpu_us_per_request,omitempty"`
+	SysPerReqUS   *Stat   `json:"proxy_sys_us_per_request,omitempty"`
 	RPSPerCore    *Stat   `json:"rps_per_proxy_core,omitempty"`
 	PeakRSSMiB    *Stat   `json:"proxy_peak_rss_mib,omitempty"`
 	Errors        int64   `json:"throughput_errors"`
@@ -243,7 +244,7 @@ func (r *Report) addLatencyOverDirect() {
 
 func summariseTarget(name string, runs []TargetRun, rates []int) TargetSummary {
 	s := TargetSummary{Target: name, KeysSeen: -1}
-	var rps, util, cpu, perCore, peak, bal, idle, idleWith, idleBase, sparseCPU, sparseRate []float64
+	var rps, util, cpu, sys, perCore, peak, bal, idle, idleWith, idleBase, sparseCPU, sparseRate []float64
 	for _, run := range runs {
 		for _, f := range run.Failures {
 			s.Failures = append(s.Failures, fmt.Sprintf("round %d: %s", run.Round, f))
@@ -254,6 +255,7 @@ func summariseTarget(name string, runs []TargetRun, rates []int) TargetSummary {
 			if name != "direct" {
 				util = append(util, t.CPUUtil)
 				cpu = append(cpu, t.CPUPerReqUS)
+				sys = append(sys, t.SysPerReqUS)
 				perCore = append(perCore, t.RPSPerCore)
 				peak = append(peak, float64(t.PeakRSSBytes)/(1<<20))
 				bal = append(bal, t.Routing.Balance)
@@ -290,7 +292,7 @@ func summariseTarget(name string, runs []TargetRun, rates []int) TargetSummary {
 	}
 	s.RPS, s.CPUUtil, s.CPUPerReqUS, s.RPSPerCore, s.PeakRSSMiB = newStat(rps), newStat(util), newStat(cpu), newStat(perCore), newStat(peak)
 	s.Balance, s.IdleBytes, s.IdleRSSMiB, s.IdleBaseMiB = newStat(bal), newStat(idle), newStat(idleWith), newStat(idleBase)
-	s.SparseCPUPerReqUS, s.SparseRate = newStat(sparseCPU), newStat(sparseRate)
+	s.SparseCPUPerReqUS, s.SparseRate, s.SysPerReqUS = newStat(sparseCPU), newStat(sparseRate), newStat(sys)
 	for _, rate := range rates {
 		ls := LatencySummary{Rate: rate}
 		var p50, p99, p999, mx, a50, a99, cpu, util, achieved, lag []float64
