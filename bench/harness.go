@@ -391,7 +391,7 @@ func (h *Harness) measure(ctx context.Context, t *target, round int) TargetRun {
 		h.logf("%s round %d: %s failed: %v", t.name, round+1, what, err)
 	}
 	h.measurePlain(ctx, t, round, &run, fail)
-	if h.tls != nil && t.config != nil && ctx.Err() == nil {
+	if h.tls != nil && t.config != nil && !t.noTLS && ctx.Err() == nil {
 		h.measureTLS(ctx, t, round, &run)
 	}
 	return run

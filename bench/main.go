@@ -30,6 +30,14 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "floor-proxy" {
+		// The gofloor target (floor.go), started by the harness.
+		if err := floorProxyMain(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "bench floor-proxy:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {

@@ -140,9 +140,10 @@ func haproxySaturation(s *satTargetConfig) (server string, backend []string) {
 // satSkipped names the targets the saturation mode does not measure, and
 // why; keyway and haproxy are measured.
 var satSkipped = map[string]string{
-	"direct": "saturation: direct skipped (no proxy to shed)",
-	"nginx":  "saturation: nginx skipped: open-source nginx has no bounded queue (the upstream `queue` directive is NGINX Plus only); `max_conns` on a hashed upstream sends the excess to the next server, which breaks key affinity, then answers 502",
-	"caddy":  "saturation: caddy skipped: reverse_proxy has no per-upstream queue bound",
+	"direct":  "saturation: direct skipped (no proxy to shed)",
+	"nginx":   "saturation: nginx skipped: open-source nginx has no bounded queue (the upstream `queue` directive is NGINX Plus only); `max_conns` on a hashed upstream sends the excess to the next server, which breaks key affinity, then answers 502",
+	"caddy":   "saturation: caddy skipped: reverse_proxy has no per-upstream queue bound",
+	"gofloor": "saturation: gofloor skipped: the floor proxy has no overload bounds",
 }
 
 // satPhaseName names the phases of a level's attack.

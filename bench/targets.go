@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 )
 
@@ -20,6 +21,8 @@ type target struct {
 	config func(dir string, port int, env *targetEnv) ([]string, error)
 	// env is extra environment for the process.
 	env []string
+	// noTLS: the target cannot terminate TLS; -tls skips it.
+	noTLS bool
 }
 
 // targetEnv is what every proxy configuration is generated from.
@@ -39,7 +42,7 @@ type targetEnv struct {
 }
 
 // targetNames is the order targets are listed in tables.
-var targetNames = []string{"direct", "keyway", "haproxy", "nginx", "caddy"}
+var targetNames = []string{"direct", "keyway", "gofloor", "haproxy", "nginx", "caddy"}
 
 // newTargets resolves the requested targets: each proxy whose binary is
 // found is returned; a missing one gets a note instead.
@@ -53,6 +56,16 @@ func newTargets(names []string, keywayBin string) (ts []*target, notes []string,
 			t.bin = keywayBin
 			t.config = keywayConfig
 			t.env = []string{"GOMAXPROCS=1"}
+		case "gofloor":
+			self, err := os.Executable()
+			if err != nil {
+				return nil, nil, fmt.Errorf("gofloor: %w", err)
+			}
+			t.bin = self
+			t.config = floorConfig
+			t.noTLS = true
+			// As keyway runs: one P, sysmon kept out of deep sleep.
+			t.env = []string{"GOMAXPROCS=1", "GODEBUG=schedtrace=2147483647"}
 		case "haproxy":
 			t.config = haproxyConfig
 		case "nginx":
@@ -63,7 +76,7 @@ func newTargets(names []string, keywayBin string) (ts []*target, notes []string,
 		default:
 			return nil, nil, fmt.Errorf("unknown target %q (known: %s)", n, strings.Join(targetNames, ", "))
 		}
-		if n != "direct" && n != "keyway" {
+		if n != "direct" && n != "keyway" && n != "gofloor" {
 			path, err := exec.LookPath(n)
 			if err != nil {
 				notes = append(notes, fmt.Sprintf("%s skipped: not installed (apt-get install -y %s)", n, n))
@@ -84,6 +97,8 @@ func binVersion(name, bin string) string {
 	switch name {
 	case "keyway", "caddy":
 		args = []string{"version"}
+	case "gofloor":
+		return "minimal fasthttp proxy (bench/floor.go), " + runtime.Version()
 	case "haproxy":
 		args = []string{"-v"}
 	case "nginx":
