@@ -315,7 +315,9 @@ type latencyRun struct {
 	SendLagP99 float64 `json:"send_lag_p99_ms"`
 	// Proxy side, from /proc over the measured part only (not the
 	// warm-up); nil for direct, which has no proxy process.
-	CPUSeconds  *float64 `json:"proxy_cpu_seconds,omitempty"`
+	CPUSeconds *float64 `json:"proxy_cpu_seconds,omitempty"`
+	// SysPerReqUS is the kernel's part (stime) of CPUPerReqUS.
+	SysPerReqUS *float64 `json:"proxy_sys_us_per_request,omitempty"`
 	CPUUtil     *float64 `json:"proxy_cpu_util,omitempty"` // CPU seconds ÷ wall seconds of the attack (1 = one core busy)
 	CPUPerReqUS *float64 `json:"proxy_cpu_us_per_request,omitempty"`
 
@@ -357,18 +359,18 @@ func runLatency(ctx context.Context, addr string, cfg *Config, rate int, warm, d
 	if warm > 0 {
 		attack(ctx, client, tr, rate, 16, warm, false)
 	}
-	var cpu0 float64
+	var cpu0, sys0 float64
 	if pid > 0 {
 		var err error
-		if cpu0, err = treeCPU(pid); err != nil {
+		if cpu0, sys0, err = treeCPUSys(pid); err != nil {
 			return latencyRun{}, fmt.Errorf("proxy stats: %w", err)
 		}
 	}
 	res := attack(ctx, client, tr, rate, 16, d, true)
-	var cpu1 float64
+	var cpu1, sys1 float64
 	if pid > 0 {
 		var err error
-		if cpu1, err = treeCPU(pid); err != nil {
+		if cpu1, sys1, err = treeCPUSys(pid); err != nil {
 			return latencyRun{}, fmt.Errorf("proxy stats: %w", err)
 		}
 	}
@@ -388,6 +390,10 @@ func runLatency(ctx context.Context, addr string, cfg *Config, rate int, warm, d
 	lr.SendLagP99 = ms(percentile(res.sendLags, 99))
 	if pid > 0 {
 		lr.setCPU(cpu1-cpu0, res.seconds)
+		if lr.Answered > 0 {
+			sys := (sys1 - sys0) / float64(lr.Answered) * 1e6
+			lr.SysPerReqUS = &sys
+		}
 	}
 	return lr, nil
 }
