@@ -1,9 +1,11 @@
 // Command bench is keyway's side-by-side load harness: it starts counting
-// replicas on loopback, puts keyway (the real binary), HAProxy, nginx and
-// Caddy in front of them in turn, each configured for one core and
-// consistent hashing on X-Key, and measures throughput, CPU per request,
-// latency and proxy CPU per request at fixed rates, key affinity, balance
-// and memory, interleaving the targets over several rounds.
+// replicas on loopback, puts keyway (the real binary), gofloor (a minimal
+// fasthttp proxy, the floor for Go: floor.go), HAProxy, nginx and Caddy in
+// front of them in turn, each configured for one core and hashing on
+// X-Key, and measures throughput, CPU per request, latency and proxy CPU
+// per request at fixed rates, CPU for sparse keep-alive clients, key
+// affinity, balance and memory, interleaving the targets over several
+// rounds.
 //
 //	go run ./bench                              # every installed target, defaults below
 //	go run ./bench -rounds 1 -duration 5s -targets direct,keyway
