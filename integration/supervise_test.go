@@ -3,11 +3,13 @@ package integration
 import (
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -22,8 +24,26 @@ import (
 
 // freeAddr returns 127.0.0.1:PORT with a port that was free a moment ago:
 // a supervising agent needs its replica's address before the replica runs.
+//
+// The port is drawn below the kernel's ephemeral range
+// (net.ipv4.ip_local_port_range), which is where every bind to port 0
+// draws from: between this call and the replica's bind, other processes
+// of the test (the agents' gossip, other listeners) bind port 0, and one
+// did take a port handed out from that range, so the replica could never
+// start. Only when the range cannot be read, or no port below it is free,
+// does it fall back to a port 0 bind.
 func freeAddr(t testing.TB) string {
 	t.Helper()
+	if lo := ephemeralLow(); lo > 2048 {
+		base := max(1024, lo-16384)
+		for range 64 {
+			addr := fmt.Sprintf("127.0.0.1:%d", base+rand.IntN(lo-base))
+			if ln, err := net.Listen("tcp", addr); err == nil {
+				ln.Close()
+				return addr
+			}
+		}
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -31,6 +51,23 @@ func freeAddr(t testing.TB) string {
 	addr := ln.Addr().String()
 	ln.Close()
 	return addr
+}
+
+// ephemeralLow is the first port of the kernel's ephemeral range, or 0.
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return 0
+	}
+	lo, err := strconv.Atoi(f[0])
+	if err != nil {
+		return 0
+	}
+	return lo
 }
 
 // SupervisedProc is a `keyway agent … -- CMD` process: an agent that runs
