@@ -136,30 +136,40 @@ func oneRequestConn(ctx context.Context, dial func(context.Context, string, stri
 		return nil, err
 	}
 	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-	req := "GET /ingest HTTP/1.1\r\nHost: " + addr + "\r\nX-Key: " + key + "\r\n\r\n"
-	if _, err := io.WriteString(c, req); err != nil {
-		c.Close()
-		return nil, err
-	}
-	resp, err := http.ReadResponse(bufio.NewReaderSize(c, 1024), nil)
-	if err != nil {
-		c.Close()
-		return nil, err
-	}
-	_, err = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	if err == nil && resp.StatusCode != 200 {
-		err = fmt.Errorf("status %d", resp.StatusCode)
-	}
-	if err == nil && resp.Close {
-		err = errors.New("the server closed the keep-alive connection")
-	}
-	if err != nil {
+	if err := keyedGet(c, bufio.NewReaderSize(c, 1024), keyedGetRequest(addr, key)); err != nil {
 		c.Close()
 		return nil, err
 	}
 	_ = c.SetDeadline(time.Time{})
 	return c, nil
+}
+
+// keyedGetRequest is the keyed GET the idle and sparse clients send.
+func keyedGetRequest(addr, key string) []byte {
+	return []byte("GET /ingest HTTP/1.1\r\nHost: " + addr + "\r\nX-Key: " + key + "\r\n\r\n")
+}
+
+// keyedGet sends req on the keep-alive connection c and reads its answer
+// through br: an error unless it is 200 and leaves the connection open.
+func keyedGet(c net.Conn, br *bufio.Reader, req []byte) error {
+	if _, err := c.Write(req); err != nil {
+		return err
+	}
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	switch {
+	case err != nil:
+		return err
+	case resp.StatusCode != 200:
+		return fmt.Errorf("status %d", resp.StatusCode)
+	case resp.Close:
+		return errors.New("the server closed the keep-alive connection")
+	}
+	return nil
 }
 
 func closeAll(conns []net.Conn) {

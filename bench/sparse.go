@@ -5,9 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -102,24 +100,12 @@ func sparseClient(ctx context.Context, dial *net.Dialer, addr, key string, perio
 	stop := context.AfterFunc(ctx, func() { c.Close() })
 	defer stop()
 	br := bufio.NewReaderSize(c, 1024)
-	req := []byte("GET /ingest HTTP/1.1\r\nHost: " + addr + "\r\nX-Key: " + key + "\r\n\r\n")
+	req := keyedGetRequest(addr, key)
 	tick := time.NewTicker(period)
 	defer tick.Stop()
 	for {
-		if _, err := c.Write(req); err != nil {
+		if err := keyedGet(c, br, req); err != nil {
 			return err
-		}
-		resp, err := http.ReadResponse(br, nil)
-		if err != nil {
-			return err
-		}
-		_, err = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if err != nil {
-			return err
-		}
-		if resp.StatusCode != 200 || resp.Close {
-			return fmt.Errorf("status %d, close %v", resp.StatusCode, resp.Close)
 		}
 		if measuring.Load() {
 			sent.Add(1)

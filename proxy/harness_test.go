@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"keyway/balancer"
+	"keyway/internal/poll"
 )
 
 // testReplica is a real fasthttp server on 127.0.0.1:0 (or, with
@@ -216,6 +217,30 @@ func startProxyOpts(t testing.TB, opts Options, modify func(*Config), reps ...*t
 		}
 	})
 	return p, p.Addr().String()
+}
+
+// runProxy builds a proxy from cfg, lets prepare adjust it before it
+// listens (nil: nothing), and runs it until the test calls stop; Run's
+// result arrives on runErr. For tests of the shutdown itself: startProxy
+// stops its proxy only at cleanup.
+func runProxy(t testing.TB, cfg Config, prepare func(*Proxy)) (p *Proxy, stop context.CancelFunc, runErr <-chan error) {
+	t.Helper()
+	p, err := New(cfg, Options{Logger: zaptest.NewLogger(t), Coalesce: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if prepare != nil {
+		prepare(p)
+	}
+	if err := p.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	errc := make(chan error, 1)
+	go func() { errc <- p.Run(ctx) }()
+	poll.Until(t, 5*time.Second, "the proxy to be ready", p.Ready)
+	return p, cancel, errc
 }
 
 // newRegistry returns a pedantic registry for Options.Registerer.

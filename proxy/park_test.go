@@ -3,7 +3,6 @@
 package proxy
 
 import (
-	"context"
 	"runtime"
 	"strings"
 	"sync"
@@ -11,8 +10,6 @@ import (
 	"time"
 
 	"keyway/internal/poll"
-
-	"go.uber.org/zap/zaptest"
 )
 
 const parkReq = "POST /ingest HTTP/1.1\r\nHost: x\r\nX-Key: k1\r\nContent-Length: 2\r\n\r\nhi"
@@ -213,18 +210,7 @@ func TestShutdownClosesParkedConnections(t *testing.T) {
 	rep := startReplica(t, "r1")
 	cfg := testConfig(rep)
 	cfg.Server.ParkIdleAfter = 100 * time.Millisecond
-	p, err := New(cfg, Options{Logger: zaptest.NewLogger(t), Coalesce: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.Listen(); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	runErr := make(chan error, 1)
-	go func() { runErr <- p.Run(ctx) }()
-	poll.Until(t, 5*time.Second, "the proxy to be ready", p.Ready)
+	p, cancel, runErr := runProxy(t, cfg, nil)
 	var cs []*rawConn
 	for range 8 {
 		c := dialRaw(t, p.Addr().String())

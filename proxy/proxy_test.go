@@ -12,7 +12,6 @@ import (
 	"keyway/internal/poll"
 
 	"github.com/valyala/fasthttp"
-	"go.uber.org/zap/zaptest"
 )
 
 // TestGracefulShutdown: cancelling Run's context stops new connections at
@@ -37,19 +36,8 @@ func TestGracefulShutdown(t *testing.T) {
 
 	cfg := testConfig(rep)
 	cfg.ReplicaSets[0].Timeouts.Request = 20 * time.Second
-	p, err := New(cfg, Options{Logger: zaptest.NewLogger(t), Coalesce: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.Listen(); err != nil {
-		t.Fatal(err)
-	}
+	p, cancel, runErr := runProxy(t, cfg, nil)
 	addr := p.Addr().String()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	runErr := make(chan error, 1)
-	go func() { runErr <- p.Run(ctx) }()
-	poll.Until(t, 5*time.Second, "the proxy to be ready", p.Ready)
 
 	// One connection per in-flight request.
 	results := make(chan reply, inflight)
@@ -153,19 +141,8 @@ func TestRunCancelledAtOnce(t *testing.T) {
 func TestShutdownWhileLingering(t *testing.T) {
 	cfg := testConfig(startReplica(t, "r0"))
 	cfg.Server.MaxHeaderBytes = 1 << 10
-	p, err := New(cfg, Options{Logger: zaptest.NewLogger(t), Coalesce: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.lingerTime = time.Hour // only the shutdown can end the draining in time
-	if err := p.Listen(); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	runErr := make(chan error, 1)
-	go func() { runErr <- p.Run(ctx) }()
-	poll.Until(t, 5*time.Second, "the proxy to be ready", p.Ready)
+	// only the shutdown can end the draining in time
+	p, cancel, runErr := runProxy(t, cfg, func(p *Proxy) { p.lingerTime = time.Hour })
 
 	rc := dialRaw(t, p.Addr().String())
 	rc.send(t, "GET / HTTP/1.1\r\nHost: a\r\nX-Big: "+strings.Repeat("b", 4<<10)+"\r\n\r\n")
