@@ -325,21 +325,3 @@ func (p *Proxy) refuseFraming(ctx *fasthttp.RequestCtx, v verdict) {
 
 // errMalformedReply is a reply fasthttp read but keyway does not relay.
 var errMalformedReply = errors.New("malformed reply: an HTTP version other than 1.x, or a header name outside RFC 9110's token characters")
-
-// validReply reports whether a replica's reply, as fasthttp read it, may
-// be relayed. fasthttp refuses most malformed replies itself (a 502
-// follows); it takes any HTTP/<digit>.<digit> version and a space inside
-// a header name, which keyway must not pass on.
-func validReply(h *fasthttp.ResponseHeader) bool {
-	if p := h.Protocol(); len(p) != len("HTTP/1.1") || !bytes.HasPrefix(p, strHTTP1Prefix) {
-		return false
-	}
-	for k := range h.All() {
-		for _, c := range k {
-			if !tokenChars[c] {
-				return false
-			}
-		}
-	}
-	return true
-}

@@ -263,6 +263,8 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, rs *replicaSet, t *balancer.Ta
 		t0 := time.Now()
 		pool := b.pool.Load()
 		err := b.hc.DoDeadline(&ctx.Request, &ctx.Response, deadline)
+		var valid bool
+		var reply fields // the reply's fields (scanReply)
 		b.release(rs.limits.perReplica)
 		if b.released.Load() || b.pool.Load() != pool {
 			// The pool was retired while this request used it (a reload
@@ -280,7 +282,7 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, rs *replicaSet, t *balancer.Ta
 				// fasthttp could not read as three digits, or 600-999,
 				// which RFC 9110 does not define.
 				err = errBadStatus
-			} else if !validReply(&ctx.Response.Header) {
+			} else if valid, reply = scanReply(&ctx.Response.Header, rs.limits.pressure); !valid {
 				err = errMalformedReply
 			}
 			if err != nil {
@@ -297,7 +299,7 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, rs *replicaSet, t *balancer.Ta
 		upstream += d
 		if err == nil {
 			code := ctx.Response.StatusCode()
-			if hold, ok := rs.limits.saturatedFor(&ctx.Response.Header); ok {
+			if hold, ok := rs.limits.saturatedFor(&ctx.Response.Header, reply); ok {
 				// The replica's own word that it is full: shed its keyed
 				// requests for a while rather than move them, and take the
 				// answer as no evidence against it (no ejection).
@@ -313,7 +315,7 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, rs *replicaSet, t *balancer.Ta
 			if p.opts.Observer != nil && b.saturatedUntil.Load() <= end.UnixNano() {
 				p.opts.Observer.Observe(rs.name, b.name, code, nil, d)
 			}
-			prepareResponse(ctx, clientClose)
+			prepareResponse(ctx, clientClose, reply)
 			restoreRequest(ctx, http10)
 			b.ctr.requests[codeClass(code)].Add(1)
 			b.latency.Observe(time.Since(start).Seconds())
