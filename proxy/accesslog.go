@@ -383,3 +383,5 @@ func parseErrorReason(status int) string {
 	}
 	return "malformed"
 }
+
+const hexDigits = "0123456789abcdef"

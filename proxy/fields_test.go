@@ -55,9 +55,9 @@ func TestRequestFieldsRewriteAsAll(t *testing.T) {
 		{"HTTP/1.0 keep-alive", "GET / HTTP/1.0\r\nHost: a\r\nConnection: keep-alive\r\n\r\n", fConnection},
 		{"Connection close", "GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n", fConnection},
 		{"Connection lists fields, some protected", "POST / HTTP/1.1\r\nHost: a\r\nConnection: keep-alive, X-Hop, x-other, Host, X-Forwarded-For, X-Request-Id\r\nX-Hop: 1\r\nX-Other: 2\r\nX-Forwarded-For: 198.51.100.1\r\nX-Request-Id: mine\r\nContent-Length: 2\r\n\r\nhi",
-			fConnection | fXFF | fRequestID},
+			fConnection | fXFF | fRequestID | fContentLength},
 		{"every hop-by-hop field, odd case", "POST / HTTP/1.1\r\nhost: a\r\nkeep-alive: timeout=5\r\nPROXY-CONNECTION: keep-alive\r\nproxy-authorization: Basic eA==\r\nProxy-Authenticate: Basic\r\nte: trailers\r\ntrailer: X-Sum\r\nupgrade: websocket\r\nexpect: 100-continue\r\nContent-Length: 2\r\n\r\nhi",
-			fKeepAlive | fProxyConnection | fProxyAuthorization | fProxyAuthenticate | fTE | fTrailer | fUpgrade | fExpect},
+			fKeepAlive | fProxyConnection | fProxyAuthorization | fProxyAuthenticate | fTE | fTrailer | fUpgrade | fExpect | fContentLength},
 		{"forwarding fields of the client's", "GET / HTTP/1.1\r\nHost: a\r\nx-forwarded-for: 203.0.113.9, 198.51.100.2\r\nX-Forwarded-Proto: https\r\nX-Forwarded-Host: other\r\nx-request-id: abc\r\n\r\n",
 			fXFF | fRequestID},
 		{"empty request ID", "GET / HTTP/1.1\r\nHost: a\r\nX-Request-Id: \r\n\r\n", fRequestID},
@@ -104,12 +104,12 @@ func TestReplyFieldsRewriteAsAll(t *testing.T) {
 		want  fields
 		valid bool
 	}{
-		{"plain", "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nok", 0, true},
-		{"Connection close", "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok", fConnection, true},
-		{"Connection lists fields", "HTTP/1.1 200 OK\r\nConnection: X-Hop, Content-Length\r\nX-Hop: 1\r\nKeep-Alive: timeout=5\r\nContent-Length: 2\r\n\r\nok", fConnection | fKeepAlive, true},
-		{"hop-by-hop in odd case", "HTTP/1.1 200 OK\r\nproxy-connection: x\r\nUPGRADE: h2c\r\nProxy-Authenticate: Basic\r\nContent-Length: 2\r\n\r\nok", fProxyConnection | fUpgrade | fProxyAuthenticate, true},
-		{"pressure header", "HTTP/1.1 503 Service Unavailable\r\nx-keyway-pressure: saturated\r\nRetry-After: 2\r\nContent-Length: 0\r\n\r\n", fPressure, true},
-		{"set-cookie and server", "HTTP/1.1 200 OK\r\nServer: r\r\nSet-Cookie: a=1\r\nSet-Cookie: b=2\r\nContent-Length: 0\r\n\r\n", 0, true},
+		{"plain", "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nok", fContentLength, true},
+		{"Connection close", "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok", fConnection | fContentLength, true},
+		{"Connection lists fields", "HTTP/1.1 200 OK\r\nConnection: X-Hop, Content-Length\r\nX-Hop: 1\r\nKeep-Alive: timeout=5\r\nContent-Length: 2\r\n\r\nok", fConnection | fKeepAlive | fContentLength, true},
+		{"hop-by-hop in odd case", "HTTP/1.1 200 OK\r\nproxy-connection: x\r\nUPGRADE: h2c\r\nProxy-Authenticate: Basic\r\nContent-Length: 2\r\n\r\nok", fProxyConnection | fUpgrade | fProxyAuthenticate | fContentLength, true},
+		{"pressure header", "HTTP/1.1 503 Service Unavailable\r\nx-keyway-pressure: saturated\r\nRetry-After: 2\r\nContent-Length: 0\r\n\r\n", fPressure | fContentLength, true},
+		{"set-cookie and server", "HTTP/1.1 200 OK\r\nServer: r\r\nSet-Cookie: a=1\r\nSet-Cookie: b=2\r\nContent-Length: 0\r\n\r\n", fContentLength, true},
 		{"chunked with a trailer", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: X-Sum\r\nTrailer: X-Sum\r\n\r\n2\r\nok\r\n0\r\nX-Sum: 1\r\n\r\n", fieldsAll, true},
 		{"HTTP/2.0 version", "HTTP/2.0 200 OK\r\nContent-Length: 0\r\n\r\n", 0, false},
 	}
@@ -195,4 +195,60 @@ func BenchmarkRewriteHeaders(b *testing.B) {
 			}
 		})
 	}
+}
+
+// framingBothWays returns checkFraming's verdict on a request head, and
+// the verdict from the fields as fasthttp parsed them (fieldsVerdict),
+// with the same checks before it; ok is false where fasthttp refuses the
+// head itself.
+func framingBothWays(raw string) (fast, full verdict, ok bool) {
+	var h fasthttp.RequestHeader
+	if h.Read(bufio.NewReader(strings.NewReader(raw))) != nil {
+		return 0, 0, false
+	}
+	fast = checkFraming(&h)
+	if _, known := rawFields(h.RawHeaders()); !known || fast == vBareLF || fast == vVersion || fast == vConnect {
+		return fast, fast, true // the same code decided
+	}
+	return fast, fieldsVerdict(&h), true
+}
+
+func TestFramingFromRawFields(t *testing.T) {
+	for _, c := range []struct {
+		raw  string
+		want verdict
+	}{
+		{"GET / HTTP/1.1\r\nHost: a\r\nX-Key: k\r\n\r\n", vOK},
+		{"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\n\r\nhi", vOK},
+		{"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nContent-Length: 2\r\n\r\n", vLengthConflict},
+		{"POST / HTTP/1.1\r\nHost: a\r\ncontent-length: 2\r\ntransfer-encoding: chunked\r\n\r\n", vLengthConflict},
+		{"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n", vOK},
+		{"GET / HTTP/1.1\r\nHost: a\r\nX A: b\r\n\r\n", vHeaderName},
+	} {
+		fast, full, ok := framingBothWays(c.raw)
+		if !ok {
+			continue // fasthttp refused it: no verdict of keyway's
+		}
+		if fast != c.want || full != c.want {
+			t.Errorf("%q: checkFraming %v, from the parsed fields %v; want %v", c.raw, fast, full, c.want)
+		}
+	}
+}
+
+// FuzzFramingFromRawFields: checkFraming from the raw names decides as
+// the check of the parsed fields does.
+func FuzzFramingFromRawFields(f *testing.F) {
+	for _, s := range []string{
+		"GET / HTTP/1.1\r\nHost: a\r\n\r\n",
+		"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nContent-Length: 2\r\n\r\n",
+		"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: identity\r\nContent-Length: 2\r\n\r\nhi",
+		"GET / HTTP/1.1\r\nHost: a\r\nX A: b\r\nX-F: a\r\n b\r\n\r\n",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, raw string) {
+		if fast, full, ok := framingBothWays(raw); ok && fast != full {
+			t.Errorf("%q: checkFraming %v, from the parsed fields %v", raw, fast, full)
+		}
+	})
 }

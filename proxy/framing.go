@@ -93,6 +93,20 @@ func checkFraming(h *fasthttp.RequestHeader) verdict {
 	// reads the chunks (RFC 9112 §6.3 allows it, closing the connection
 	// after). Such a request is a smuggling attempt or a broken client:
 	// refuse it, as the RFC suggests ("ought to be handled as an error").
+	// The raw block's names tell which fields there are, and that every
+	// name is a token; where they cannot tell, the header is asked.
+	if f, ok := rawFields(h.RawHeaders()); ok {
+		if f&fContentLength != 0 && (h.ContentLength() == -1 || f&fTransferEncoding != 0 && len(h.PeekBytes(hdrTransferEncoding)) > 0) {
+			return vLengthConflict
+		}
+		return vOK
+	}
+	return fieldsVerdict(h)
+}
+
+// fieldsVerdict is checkFraming's verdict on the fields, from the header
+// as fasthttp parsed it.
+func fieldsVerdict(h *fasthttp.RequestHeader) verdict {
 	if (h.ContentLength() == -1 || len(h.PeekBytes(hdrTransferEncoding)) > 0) && rawHasHeader(h.RawHeaders(), hdrContentLength) {
 		return vLengthConflict
 	}

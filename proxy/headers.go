@@ -2,6 +2,8 @@ package proxy
 
 import (
 	"bytes"
+	"encoding/binary"
+	"encoding/hex"
 	"math/rand/v2"
 	"net"
 	"net/netip"
@@ -42,7 +44,8 @@ func protectedHeader(name []byte) bool {
 
 // fields is a set of the header fields keyway rewrites or reads, one bit
 // each: the nine hop-by-hop headers (bit i is hopHeaders[i]), Expect,
-// X-Forwarded-For, X-Request-Id and a replica set's pressure header.
+// X-Forwarded-For, X-Request-Id, Content-Length (for checkFraming) and a
+// replica set's pressure header.
 // Knowing which are present lets the rewriting skip the lookups and
 // deletions of the absent ones, which are almost all of them: each
 // fasthttp lookup or deletion copies and normalises the name, then walks
@@ -62,79 +65,68 @@ const (
 	fExpect
 	fXFF
 	fRequestID
+	fContentLength
 	fPressure
 
 	fieldsAll = fPressure<<1 - 1
 )
 
+// fieldNamed lists the fields by the first letter of their names, lower
+// case: fieldOf compares a name with those of its initial and length only,
+// so that most names cost one table lookup.
+var fieldNamed = func() (t [26][]struct {
+	name []byte
+	f    fields
+}) {
+	add := func(name []byte, f fields) {
+		i := name[0]|0x20 - 'a'
+		t[i] = append(t[i], struct {
+			name []byte
+			f    fields
+		}{name, f})
+	}
+	for i, name := range hopHeaders {
+		add(name, 1<<i)
+	}
+	add(hdrExpect, fExpect)
+	add(hdrXFF, fXFF)
+	add(hdrRequestID, fRequestID)
+	add(hdrContentLength, fContentLength)
+	return t
+}()
+
 // fieldOf returns the field name names (any case), or 0 for one keyway
 // does not rewrite. pressure is the set's pressure header, or nil.
 func fieldOf(name, pressure []byte) fields {
+	if len(name) == 0 {
+		return 0
+	}
 	var f fields
-	switch len(name) {
-	case 2:
-		if bytes.EqualFold(name, hopHeaders[5]) {
-			f = fTE
-		}
-	case 6:
-		if bytes.EqualFold(name, hdrExpect) {
-			f = fExpect
-		}
-	case 7:
-		if bytes.EqualFold(name, hopHeaders[6]) {
-			f = fTrailer
-		} else if bytes.EqualFold(name, hopHeaders[8]) {
-			f = fUpgrade
-		}
-	case 10:
-		if bytes.EqualFold(name, hopHeaders[0]) {
-			f = fConnection
-		} else if bytes.EqualFold(name, hopHeaders[2]) {
-			f = fKeepAlive
-		}
-	case 12:
-		if bytes.EqualFold(name, hdrRequestID) {
-			f = fRequestID
-		}
-	case 15:
-		if bytes.EqualFold(name, hdrXFF) {
-			f = fXFF
-		}
-	case 16:
-		if bytes.EqualFold(name, hopHeaders[1]) {
-			f = fProxyConnection
-		}
-	case 17:
-		if bytes.EqualFold(name, hopHeaders[7]) {
-			f = fTransferEncoding
-		}
-	case 18:
-		if bytes.EqualFold(name, hopHeaders[3]) {
-			f = fProxyAuthenticate
-		}
-	case 19:
-		if bytes.EqualFold(name, hopHeaders[4]) {
-			f = fProxyAuthorization
+	if i := name[0]|0x20 - 'a'; i < 26 {
+		for _, c := range fieldNamed[i] {
+			if len(c.name) == len(name) && bytes.EqualFold(name, c.name) {
+				f = c.f
+				break
+			}
 		}
 	}
-	if len(pressure) > 0 && len(name) == len(pressure) && bytes.EqualFold(name, pressure) {
+	if len(pressure) == len(name) && name[0]|0x20 == pressure[0]|0x20 && bytes.EqualFold(name, pressure) {
 		f |= fPressure
 	}
 	return f
 }
 
-// requestFields returns the fields of a request whose head fasthttp
-// parsed: those named in its raw header block (RawHeaders, the field lines
-// exactly as received), or fieldsAll where the block cannot tell. Every
-// field fasthttp keeps came from a line of that block, so a field absent
-// from it is absent from the request. The block cannot tell for a chunked
-// request (trailer fields come after the body, outside the block), an
-// empty block, and lines it would take fasthttp's reading to interpret
-// (a folded continuation line, a line without a colon): fieldsAll.
-func requestFields(h *fasthttp.RequestHeader) fields {
-	raw := h.RawHeaders()
-	if len(raw) == 0 || h.ContentLength() == -1 {
-		return fieldsAll
+// rawFields returns the fields named in a request's raw header block
+// (RawHeaders: the field lines exactly as received, and the empty line
+// that ends them), and whether the block could tell. Every field fasthttp
+// keeps came from a line of that block, so a field absent from it is
+// absent from the request. It cannot tell for an empty block, or a line
+// that would take fasthttp's reading to interpret (a folded continuation
+// line, a line without a colon), or a name that is not a token (which
+// checkFraming refuses).
+func rawFields(raw []byte) (fields, bool) {
+	if len(raw) == 0 {
+		return 0, false
 	}
 	var f fields
 	for len(raw) > 0 {
@@ -150,14 +142,32 @@ func requestFields(h *fasthttp.RequestHeader) fields {
 		if len(line) == 0 {
 			continue // the empty line that ends the head
 		}
-		if line[0] == ' ' || line[0] == '\t' {
-			return fieldsAll
-		}
 		i := bytes.IndexByte(line, ':')
-		if i < 0 {
-			return fieldsAll
+		if i <= 0 {
+			return 0, false
 		}
-		f |= fieldOf(line[:i], nil)
+		name := line[:i]
+		for _, c := range name {
+			if !tokenChars[c] {
+				return 0, false // a space or tab first: a folded line
+			}
+		}
+		f |= fieldOf(name, nil)
+	}
+	return f, true
+}
+
+// requestFields returns the fields of a request whose head fasthttp
+// parsed, from its raw header block (rawFields), or fieldsAll where that
+// cannot tell, and for a chunked request (its trailer fields come after
+// the body, outside the block).
+func requestFields(h *fasthttp.RequestHeader) fields {
+	if h.ContentLength() == -1 {
+		return fieldsAll
+	}
+	f, ok := rawFields(h.RawHeaders())
+	if !ok {
+		return fieldsAll
 	}
 	return f
 }
@@ -323,14 +333,10 @@ func appendIP(dst []byte, ip net.IP) []byte {
 	return a.Unmap().AppendTo(dst)
 }
 
-const hexDigits = "0123456789abcdef"
-
 // appendRequestID appends 32 random hex digits.
 func appendRequestID(dst []byte) []byte {
-	for _, v := range [2]uint64{rand.Uint64(), rand.Uint64()} {
-		for i := 60; i >= 0; i -= 4 {
-			dst = append(dst, hexDigits[(v>>uint(i))&0xf])
-		}
-	}
-	return dst
+	var b [16]byte
+	binary.LittleEndian.PutUint64(b[:8], rand.Uint64())
+	binary.LittleEndian.PutUint64(b[8:], rand.Uint64())
+	return hex.AppendEncode(dst, b[:])
 }
