@@ -79,7 +79,7 @@ var fieldNamed = func() (t [26][]struct {
 	f    fields
 }) {
 	add := func(name []byte, f fields) {
-		i := name[0]|0x20 - 'a'
+		i := name[0] | 0x20 - 'a'
 		t[i] = append(t[i], struct {
 			name []byte
 			f    fields
@@ -102,7 +102,7 @@ func fieldOf(name, pressure []byte) fields {
 		return 0
 	}
 	var f fields
-	if i := name[0]|0x20 - 'a'; i < 26 {
+	if i := name[0] | 0x20 - 'a'; i < 26 {
 		for _, c := range fieldNamed[i] {
 			if len(c.name) == len(name) && bytes.EqualFold(name, c.name) {
 				f = c.f
