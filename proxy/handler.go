@@ -51,16 +51,28 @@ var (
 )
 
 // handle is the request path: match set → key → table → forward.
+//
+// Its defers sit in functions with few returns, so that the compiler
+// open-codes them (it does not when returns × defers exceeds 15, and a
+// deferred call then goes through the runtime's defer records).
 func (p *Proxy) handle(ctx *fasthttp.RequestCtx) {
 	p.metrics.inflight.Inc()
-	defer p.metrics.inflight.Dec()
-	defer func() {
-		if v := recover(); v != nil {
-			p.log.Error("panic in request handler", zap.Any("panic", v), zap.Stack("stack"))
-			ctx.Response.Reset()
-			p.respondError(ctx, nil, lrInternal, fasthttp.StatusBadGateway, "internal proxy error", "")
-		}
-	}()
+	defer p.handled(ctx)
+	p.route(ctx)
+}
+
+// handled ends every request handle took: a panic becomes a 502.
+func (p *Proxy) handled(ctx *fasthttp.RequestCtx) {
+	p.metrics.inflight.Dec()
+	if v := recover(); v != nil {
+		p.log.Error("panic in request handler", zap.Any("panic", v), zap.Stack("stack"))
+		ctx.Response.Reset()
+		p.respondError(ctx, nil, lrInternal, fasthttp.StatusBadGateway, "internal proxy error", "")
+	}
+}
+
+// route matches the request's set and admits it (admit).
+func (p *Proxy) route(ctx *fasthttp.RequestCtx) {
 
 	if v := refusedRequest(ctx); v != vOK {
 		p.refuseFraming(ctx, v)
@@ -86,11 +98,18 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) {
 		ctx.SetConnectionClose()
 		return
 	}
-	if g := p.mem; g.over.Load() {
+	if p.mem.over.Load() {
 		p.shed(ctx, rs, lrMemory, fasthttp.StatusServiceUnavailable, time.Second,
 			"keyway's heap is above server.max_heap_bytes: the request was not delivered; retry later", "", 0, 0)
 		return
-	} else if g.maxBody > 0 {
+	}
+	p.admit(ctx, rs, path, uri)
+}
+
+// admit holds the request's share of the memory guard's body budget and
+// of its set's in-flight bound while it is dispatched, or sheds it.
+func (p *Proxy) admit(ctx *fasthttp.RequestCtx, rs *replicaSet, path []byte, uri *fasthttp.URI) {
+	if g := p.mem; g.maxBody > 0 {
 		if n := int64(len(ctx.Request.Body())); n > 0 {
 			defer g.releaseBody(n)
 			if !g.admitBody(n) {
@@ -108,7 +127,11 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) {
 			return
 		}
 	}
+	p.dispatch(ctx, rs, path, uri)
+}
 
+// dispatch keys the request, decides its candidates and forwards it.
+func (p *Proxy) dispatch(ctx *fasthttp.RequestCtx, rs *replicaSet, path []byte, uri *fasthttp.URI) {
 	t := rs.router.Table()
 	hash, status := rs.key(&ctx.Request.Header, path, uri)
 	var buf [8]uint16

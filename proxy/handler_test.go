@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/valyala/fasthttp"
 
 	"keyway/balancer"
@@ -404,5 +405,32 @@ func TestMatchSets(t *testing.T) {
 				t.Fatalf("got %v, want 200 from %s", r, tc.want)
 			}
 		})
+	}
+}
+
+// panicObserver panics on every observation: a bug inside the request
+// path.
+type panicObserver struct{}
+
+func (panicObserver) Observe(string, string, int, error, time.Duration) { panic("observer bug") }
+
+// TestHandlerPanicIs502: a panic inside the request path answers 502
+// with keyway's JSON error, the in-flight gauge comes back down, and the
+// proxy goes on serving.
+func TestHandlerPanicIs502(t *testing.T) {
+	rep := startReplica(t, "r0")
+	p, addr := startProxyOpts(t, Options{Observer: panicObserver{}, Registerer: newRegistry()}, nil, rep)
+	c := newClient(addr)
+	for i := range 3 {
+		r := c.do(t, "GET", "/x", "", "X-Key", "k")
+		if r.status != fasthttp.StatusBadGateway {
+			t.Fatalf("request %d: %v, want 502", i, r)
+		}
+		if msg := r.errorJSON(t)["error"]; msg != "internal proxy error" {
+			t.Fatalf("request %d: error %q", i, msg)
+		}
+	}
+	if v := testutil.ToFloat64(p.metrics.inflight); v != 0 {
+		t.Fatalf("keyway_inflight_requests = %v after the requests, want 0", v)
 	}
 }
