@@ -73,7 +73,6 @@ func (p *Proxy) handled(ctx *fasthttp.RequestCtx) {
 
 // route matches the request's set and admits it (admit).
 func (p *Proxy) route(ctx *fasthttp.RequestCtx) {
-
 	if v := refusedRequest(ctx); v != vOK {
 		p.refuseFraming(ctx, v)
 		return

@@ -95,8 +95,8 @@ var fieldNamed = func() (t [26][]struct {
 	return t
 }()
 
-// fieldOf returns the field name names (any case), or 0 for one keyway
-// does not rewrite. pressure is the set's pressure header, or nil.
+// fieldOf returns the field called name (in any case), or 0 for a field
+// keyway neither rewrites nor reads. pressure is the set's pressure header, or nil.
 func fieldOf(name, pressure []byte) fields {
 	if len(name) == 0 {
 		return 0
