@@ -55,12 +55,16 @@ type Config struct {
 	// each proxy loaded past it.
 	Saturation bool      `json:"saturation"`
 	Sat        SatConfig `json:"saturation_config"`
-	OutDir     string    `json:"-"`
-	Keyway     string    `json:"-"`                    // a prebuilt keyway binary; "" builds one
-	KeywayRev  string    `json:"keyway_rev,omitempty"` // build keyway from this git revision instead of the working tree
-	Repo       string    `json:"-"`                    // module root, for building keyway
-	Race       bool      `json:"-"`                    // build keyway with -race (the smoke test under -race)
-	Log        io.Writer `json:"-"`                    // progress; nil discards
+	// Pair replaces every other measurement with the paired mode
+	// (pair.go): the two targets named here run at once on the proxy's
+	// core, each under its own load at every rate of Rates.
+	Pair      []string  `json:"pair,omitempty"`
+	OutDir    string    `json:"-"`
+	Keyway    string    `json:"-"`                    // a prebuilt keyway binary; "" builds one
+	KeywayRev string    `json:"keyway_rev,omitempty"` // build keyway from this git revision instead of the working tree
+	Repo      string    `json:"-"`                    // module root, for building keyway
+	Race      bool      `json:"-"`                    // build keyway with -race (the smoke test under -race)
+	Log       io.Writer `json:"-"`                    // progress; nil discards
 }
 
 // Harness runs the measurements of one Config.
@@ -111,7 +115,13 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	} else {
 		rep.Env.KeywaySource = "prebuilt binary " + bin
 	}
-	if h.targets, h.notes, err = newTargets(cfg.Targets, bin); err != nil {
+	var pair [2]*target
+	if len(cfg.Pair) > 0 {
+		// Built before pinning too (keyway@REV).
+		if pair, err = h.pairTargets(ctx, cfg.Pair, bin); err != nil {
+			return nil, err
+		}
+	} else if h.targets, h.notes, err = newTargets(cfg.Targets, bin); err != nil {
 		return nil, err
 	}
 	if cfg.TLS {
@@ -182,7 +192,19 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	for _, t := range h.targets {
 		rep.Env.Versions = append(rep.Env.Versions, t.name+": "+t.version)
 	}
+	if len(cfg.Pair) > 0 {
+		for _, t := range pair {
+			rep.Env.Versions = append(rep.Env.Versions, t.name+": "+t.version)
+		}
+		rep.PairRuns = h.measurePairs(ctx, pair)
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+	}
 	for round := range cfg.Rounds {
+		if len(cfg.Pair) > 0 {
+			break
+		}
 		// Rotate the order each round so no target always runs first.
 		for i := range h.targets {
 			t := h.targets[(i+round)%len(h.targets)]
@@ -226,7 +248,18 @@ func (c *Config) validate() error {
 			errs = append(errs, err)
 		}
 	}
-	if len(c.Targets) == 0 {
+	if len(c.Pair) > 0 {
+		switch {
+		case len(c.Pair) != 2:
+			errs = append(errs, fmt.Errorf("pair: %d targets, want 2", len(c.Pair)))
+		case len(c.Rates) == 0:
+			errs = append(errs, errors.New("-pair needs at least one rate (-rates 1000,3000)"))
+		case c.Saturation || c.TLS:
+			errs = append(errs, errors.New("-pair cannot be combined with -saturation or -tls"))
+		case c.LatencyDuration <= 0:
+			errs = append(errs, errors.New("-pair needs a positive -latency-duration"))
+		}
+	} else if len(c.Targets) == 0 {
 		errs = append(errs, errors.New("no targets"))
 	}
 	switch c.LoadGen {

@@ -377,6 +377,18 @@ func runLatency(ctx context.Context, addr string, cfg *Config, rate int, warm, d
 	if err := ctx.Err(); err != nil {
 		return latencyRun{}, err
 	}
+	lr, err := newLatencyRun(res, rate, d)
+	if err != nil {
+		return latencyRun{}, err
+	}
+	if pid > 0 {
+		lr.setCPUSys(cpu1-cpu0, sys1-sys0, res.seconds)
+	}
+	return lr, nil
+}
+
+// newLatencyRun summarises an open-loop attack of d at rate.
+func newLatencyRun(res attackResult, rate int, d time.Duration) (latencyRun, error) {
 	if len(res.latencies) == 0 {
 		return latencyRun{}, errors.New("no successful request: " + res.firstErr)
 	}
@@ -388,14 +400,16 @@ func runLatency(ctx context.Context, addr string, cfg *Config, rate int, warm, d
 	lr.AchievedRate = float64(res.requests) / d.Seconds()
 	lr.UnderRate = lr.underRate()
 	lr.SendLagP99 = ms(percentile(res.sendLags, 99))
-	if pid > 0 {
-		lr.setCPU(cpu1-cpu0, res.seconds)
-		if lr.Answered > 0 {
-			sys := (sys1 - sys0) / float64(lr.Answered) * 1e6
-			lr.SysPerReqUS = &sys
-		}
-	}
 	return lr, nil
+}
+
+// setCPUSys is setCPU plus the kernel's part (sys) of the CPU seconds.
+func (l *latencyRun) setCPUSys(seconds, sys, wall float64) {
+	l.setCPU(seconds, wall)
+	if l.Answered > 0 {
+		us := sys / float64(l.Answered) * 1e6
+		l.SysPerReqUS = &us
+	}
 }
 
 func ms(d time.Duration) float64 { return float64(d) / 1e6 }

@@ -86,6 +86,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.DurationVar(&cfg.Sat.Timeout, "sat-timeout", 10*time.Second, "saturation: the load generator's timeout per request")
 	fs.Float64Var(&cfg.Sat.Bound, "sat-recovery-bound", 1.5, "saturation: recovered when the sliding-window p99 is within this multiple of the base p99")
 	cfg.Sat.Window, cfg.Sat.Step, cfg.Sat.Hold = 500*time.Millisecond, 100*time.Millisecond, time.Second
+	pair := fs.String("pair", "", "paired mode instead of the other measurements: two targets A,B (a proxy of -targets, or keyway@REV built from a git revision) run at once on the proxy's core, each under its own open-loop load at every -rates rate for -latency-duration, fresh processes each round; prints A ÷ B CPU per request and p50 per round's median (see docs/benchmarks.md)")
 	quiet := fs.Bool("quiet", false, "no progress lines on stderr")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -100,12 +101,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if cfg.Sat.Factors, err = parseFactors(*satLevels); err != nil {
 		return err
 	}
+	if cfg.Pair, err = parsePair(*pair); err != nil {
+		return err
+	}
 	for _, t := range strings.Split(targets, ",") {
 		if t = strings.TrimSpace(t); t != "" {
 			cfg.Targets = append(cfg.Targets, t)
 		}
 	}
-	if cfg.Keyway == "" {
+	if cfg.Keyway == "" || len(cfg.Pair) > 0 {
 		if cfg.Repo, err = moduleRoot(); err != nil {
 			return err
 		}

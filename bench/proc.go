@@ -156,7 +156,35 @@ func readStat(pid int) (procStat, error) {
 	if err := errors.Join(err1, err2); err != nil {
 		return procStat{}, fmt.Errorf("/proc/%d/stat: %w", pid, err)
 	}
-	return procStat{ppid: ppid, cpuSeconds: (ut + st) / clockTicks, sysSeconds: st / clockTicks}, nil
+	ps := procStat{ppid: ppid, cpuSeconds: (ut + st) / clockTicks, sysSeconds: st / clockTicks}
+	if ns, ok := processCPUTime(pid); ok {
+		// /proc's figures are whole clock ticks (10 ms): at 1,000 req/s
+		// over 5 s that is 2 µs per request. The process's CPU clock is
+		// the scheduler's own count in nanoseconds; the kernel's part is
+		// split off it in the ticks' proportion, as the kernel splits it.
+		ps.cpuSeconds = float64(ns) / 1e9
+		ps.sysSeconds = 0
+		if ut+st > 0 {
+			ps.sysSeconds = ps.cpuSeconds * st / (ut + st)
+		}
+	}
+	return ps, nil
+}
+
+// processCPUTime reads the CPU clock of process pid (every thread, live
+// and exited; clock_getcpuclockid(3)), in nanoseconds.
+func processCPUTime(pid int) (int64, bool) {
+	// MAKE_PROCESS_CPUCLOCK(pid, CPUCLOCK_SCHED) of the kernel's
+	// posix-timers.h.
+	if pid <= 0 || pid >= 1<<28 {
+		return 0, false
+	}
+	clock := int32((^pid)<<3 | 2)
+	var ts unix.Timespec
+	if err := unix.ClockGettime(clock, &ts); err != nil {
+		return 0, false
+	}
+	return ts.Nano(), true
 }
 
 // tree returns pid and all its live descendants (nginx's master forks its

@@ -23,6 +23,10 @@ type Report struct {
 	Ratios   []RatioRow      `json:"keyway_ratios,omitempty"`
 	// SatSummary is the saturation mode's summary (-saturation).
 	SatSummary []SatSummary `json:"saturation,omitempty"`
+	// The paired mode (-pair): every round at every rate, and their
+	// summary by rate.
+	PairRuns    []PairRun     `json:"pair_runs,omitempty"`
+	PairSummary []PairSummary `json:"pair,omitempty"`
 }
 
 // Env describes the machine and the software measured.
@@ -207,6 +211,11 @@ func (r *Report) summarise() {
 		byTarget[run.Target] = append(byTarget[run.Target], run)
 	}
 	slices.SortFunc(order, func(a, b string) int { return slices.Index(targetNames, a) - slices.Index(targetNames, b) })
+	if len(r.Config.Pair) > 0 {
+		r.PairSummary = summarisePairs(r.PairRuns, r.Config.Rates)
+		r.Summary, r.Ratios = nil, nil
+		return
+	}
 	r.addLatencyOverDirect()
 	r.Summary = nil
 	for _, name := range order {
@@ -630,7 +639,7 @@ func writeFiles(r *Report, dir string) ([]string, error) {
 	}
 	files = append(files, path)
 	for _, rate := range r.Config.Rates {
-		if r.Config.Saturation {
+		if r.Config.Saturation || len(r.Config.Pair) > 0 {
 			break
 		}
 		path := filepath.Join(dir, fmt.Sprintf("latency-%d.svg", rate))

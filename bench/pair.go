@@ -1,0 +1,325 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+// The paired mode (-pair A,B): two proxies run at once on the proxy's
+// core, each in front of the same replicas and under its own open-loop
+// load at the same fixed rate, and their CPU per request is read over the
+// same seconds. Whatever else the machine does in those seconds (a
+// neighbour on the host, a timer storm, frequency changes) falls on both,
+// so the ratio A ÷ B of one round moves far less than the ratio of two
+// targets measured one after the other: two copies of one build agree
+// within a few per cent, where the interleaved runs of the full harness
+// move ±15% on this machine. It is the instrument for changes of a few
+// per cent, and for the moderate-rate goals against HAProxy.
+//
+// A target is a name of -targets (not direct), or keyway@REV: keyway
+// built from the git revision REV, so that two builds can be paired
+// (keyway@HEAD,keyway@HEAD~1). Each round starts both on fresh processes
+// (the one started first alternates) and measures each rate in turn.
+//
+// What pairing changes: the two proxies share one core, so when a
+// request for one arrives while the other runs, it waits. That costs
+// both alike, adds to both latencies, and leaves each proxy's CPU per
+// request its own (the CPU time is the process's, not the wall clock).
+
+// PairRun is one round at one rate of the paired mode.
+type PairRun struct {
+	Round   int        `json:"round"`
+	Rate    int        `json:"rate"`
+	First   string     `json:"started_first"`
+	A       latencyRun `json:"a"`
+	B       latencyRun `json:"b"`
+	LoadAvg string     `json:"loadavg"`
+	Failure string     `json:"failure,omitempty"`
+}
+
+// PairSummary is the paired mode at one rate over every round.
+type PairSummary struct {
+	Rate     int   `json:"rate"`
+	ACPU     *Stat `json:"a_cpu_us_per_request,omitempty"`
+	BCPU     *Stat `json:"b_cpu_us_per_request,omitempty"`
+	ASys     *Stat `json:"a_sys_us_per_request,omitempty"`
+	BSys     *Stat `json:"b_sys_us_per_request,omitempty"`
+	CPURatio *Stat `json:"cpu_ratio,omitempty"` // A ÷ B per round
+	AP50     *Stat `json:"a_p50_ms,omitempty"`
+	BP50     *Stat `json:"b_p50_ms,omitempty"`
+	P50Ratio *Stat `json:"p50_ratio,omitempty"` // A ÷ B per round
+	AP99     *Stat `json:"a_p99_ms,omitempty"`
+	BP99     *Stat `json:"b_p99_ms,omitempty"`
+	// UnderRate counts the rounds in which the load side of either
+	// target sent less than heldShare of the rate.
+	UnderRate int `json:"under_rate_rounds"`
+	Failures  int `json:"failed_rounds"`
+	// Errors are transport errors and non-2xx answers, over every round.
+	AErrors int64 `json:"a_errors"`
+	BErrors int64 `json:"b_errors"`
+}
+
+// parsePair reads -pair: two target specs, or nothing.
+func parsePair(s string) ([]string, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		name, rev, hasRev := strings.Cut(f, "@")
+		switch {
+		case name == "direct" || !slices.Contains(targetNames, name):
+			return nil, fmt.Errorf("-pair: %q is not a proxy target (want one of %s, or keyway@REV)", f, strings.Join(targetNames[1:], ", "))
+		case hasRev && (name != "keyway" || rev == ""):
+			return nil, fmt.Errorf("-pair: %q: only keyway takes @REV (keyway@HEAD, keyway@<commit>)", f)
+		}
+		out = append(out, f)
+	}
+	if len(out) != 2 {
+		return nil, fmt.Errorf("-pair: %q names %d targets; want two, A,B (e.g. keyway,haproxy)", s, len(out))
+	}
+	return out, nil
+}
+
+// pairTargets resolves the two specs of -pair. keyway is the harness's
+// keyway binary (bin); keyway@REV is built from REV into the scratch
+// directory. Two equal specs get " (A)" and " (B)" in their labels.
+func (h *Harness) pairTargets(ctx context.Context, specs []string, bin string) ([2]*target, error) {
+	var out [2]*target
+	for i, spec := range specs {
+		name, rev, hasRev := strings.Cut(spec, "@")
+		b := bin
+		if hasRev {
+			dir := filepath.Join(h.dir, fmt.Sprintf("pair-%d", i))
+			var err error
+			if b, _, err = buildKeyway(ctx, h.cfg.Repo, rev, dir, h.cfg.Race); err != nil {
+				return out, fmt.Errorf("%s: %w", spec, err)
+			}
+		}
+		ts, notes, err := newTargets([]string{name}, b)
+		if err != nil {
+			return out, err
+		}
+		if len(ts) == 0 {
+			return out, fmt.Errorf("-pair: %s", strings.Join(notes, "; "))
+		}
+		t := ts[0]
+		t.name = spec
+		if hasRev {
+			t.version = "keyway built from " + rev + ": " + t.version
+		}
+		out[i] = t
+	}
+	if out[0].name == out[1].name {
+		out[0].name += " (A)"
+		out[1].name += " (B)"
+	}
+	return out, nil
+}
+
+// measurePairs runs every round of the paired mode.
+func (h *Harness) measurePairs(ctx context.Context, ts [2]*target) []PairRun {
+	var runs []PairRun
+	for round := range h.cfg.Rounds {
+		runs = append(runs, h.pairRound(ctx, ts, round)...)
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return runs
+}
+
+// pairRound starts both targets on fresh processes (the first one to
+// start alternates by round) and measures each rate.
+func (h *Harness) pairRound(ctx context.Context, ts [2]*target, round int) []PairRun {
+	first := round % 2
+	fail := func(err error) []PairRun {
+		var out []PairRun
+		for _, rate := range h.cfg.Rates {
+			out = append(out, PairRun{Round: round + 1, Rate: rate, First: ts[first].name, Failure: err.Error()})
+		}
+		h.logf("pair round %d failed: %v", round+1, err)
+		return out
+	}
+	var rts [2]*running
+	for _, i := range []int{first, 1 - first} {
+		rt, err := h.start(ctx, ts[i], 2048, nil)
+		if err != nil {
+			return fail(err)
+		}
+		defer rt.stop()
+		rts[i] = rt
+	}
+	var out []PairRun
+	for _, rate := range h.cfg.Rates {
+		pr := PairRun{Round: round + 1, Rate: rate, First: ts[first].name, LoadAvg: loadAvg()}
+		a, b, err := runPairLatency(ctx, rts, &h.cfg, rate, min(h.cfg.Warmup, time.Second), h.cfg.LatencyDuration, uint64(round*1000+rate))
+		if err != nil {
+			pr.Failure = err.Error()
+			h.logf("pair round %d at %d/s: %v", round+1, rate, err)
+		} else {
+			pr.A, pr.B = a, b
+			h.logf("pair round %d at %d/s: %s %.1f µs/req p50 %.3f ms, %s %.1f µs/req p50 %.3f ms: CPU ratio %.3f",
+				round+1, rate, ts[0].name, deref(a.CPUPerReqUS), a.P50, ts[1].name, deref(b.CPUPerReqUS), b.P50, deref(a.CPUPerReqUS)/deref(b.CPUPerReqUS))
+		}
+		out = append(out, pr)
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	for i, rt := range rts {
+		if !rt.p.alive() {
+			for j := range out {
+				if out[j].Failure == "" {
+					out[j].Failure = fmt.Sprintf("%s exited during the round: %v", ts[i].name, rt.p.err)
+				}
+			}
+		}
+	}
+	return out
+}
+
+func deref(p *float64) float64 {
+	if p == nil {
+		return 0
+	}
+	return *p
+}
+
+// runPairLatency warms both targets up at the rate, then attacks both at
+// once for d, reading both processes' CPU time before and after.
+func runPairLatency(ctx context.Context, rts [2]*running, cfg *Config, rate int, warm, d time.Duration, seed uint64) (a, b latencyRun, err error) {
+	type side struct {
+		client interface{ CloseIdleConnections() }
+		res    attackResult
+	}
+	var clients [2]*side
+	var attacks [2]func(d time.Duration, keep bool) attackResult
+	for i, rt := range rts {
+		c := newHTTPClient(64, loadSpec{})
+		defer c.CloseIdleConnections()
+		tr := keyTargeter(loadSpec{}.url(rt.addr), cfg.Keys, cfg.Body, seed+uint64(i))
+		clients[i] = &side{client: c}
+		attacks[i] = func(d time.Duration, keep bool) attackResult { return attack(ctx, c, tr, rate, 16, d, keep) }
+	}
+	both := func(d time.Duration, keep bool) {
+		var wg sync.WaitGroup
+		for i := range attacks {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				clients[i].res = attacks[i](d, keep)
+			}()
+		}
+		wg.Wait()
+	}
+	if warm > 0 {
+		both(warm, false)
+	}
+	var cpu0, sys0, cpu1, sys1 [2]float64
+	for i, rt := range rts {
+		if cpu0[i], sys0[i], err = treeCPUSys(rt.p.pid()); err != nil {
+			return a, b, fmt.Errorf("proxy stats: %w", err)
+		}
+	}
+	both(d, true)
+	for i, rt := range rts {
+		if cpu1[i], sys1[i], err = treeCPUSys(rt.p.pid()); err != nil {
+			return a, b, fmt.Errorf("proxy stats: %w", err)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return a, b, err
+	}
+	var lrs [2]latencyRun
+	for i := range lrs {
+		if lrs[i], err = newLatencyRun(clients[i].res, rate, d); err != nil {
+			return a, b, fmt.Errorf("%s: %w", []string{"A", "B"}[i], err)
+		}
+		lrs[i].setCPUSys(cpu1[i]-cpu0[i], sys1[i]-sys0[i], clients[i].res.seconds)
+	}
+	return lrs[0], lrs[1], nil
+}
+
+// summarisePairs summarises the paired runs by rate.
+func summarisePairs(runs []PairRun, rates []int) []PairSummary {
+	var out []PairSummary
+	for _, rate := range rates {
+		s := PairSummary{Rate: rate}
+		var acpu, bcpu, asys, bsys, ratio, ap50, bp50, p50r, ap99, bp99 []float64
+		for _, r := range runs {
+			if r.Rate != rate {
+				continue
+			}
+			if r.Failure != "" {
+				s.Failures++
+				continue
+			}
+			if r.A.UnderRate || r.B.UnderRate {
+				s.UnderRate++
+			}
+			s.AErrors += r.A.Errors
+			s.BErrors += r.B.Errors
+			a, b := deref(r.A.CPUPerReqUS), deref(r.B.CPUPerReqUS)
+			acpu, bcpu = append(acpu, a), append(bcpu, b)
+			asys, bsys = append(asys, deref(r.A.SysPerReqUS)), append(bsys, deref(r.B.SysPerReqUS))
+			if b > 0 {
+				ratio = append(ratio, a/b)
+			}
+			ap50, bp50 = append(ap50, r.A.P50), append(bp50, r.B.P50)
+			if r.B.P50 > 0 {
+				p50r = append(p50r, r.A.P50/r.B.P50)
+			}
+			ap99, bp99 = append(ap99, r.A.P99), append(bp99, r.B.P99)
+		}
+		s.ACPU, s.BCPU, s.ASys, s.BSys = newStat(acpu), newStat(bcpu), newStat(asys), newStat(bsys)
+		s.CPURatio, s.P50Ratio = newStat(ratio), newStat(p50r)
+		s.AP50, s.BP50, s.AP99, s.BP99 = newStat(ap50), newStat(bp50), newStat(ap99), newStat(bp99)
+		out = append(out, s)
+	}
+	return out
+}
+
+// pairMarkdown renders the paired mode's table.
+func (r *Report) pairMarkdown(b *strings.Builder) {
+	a, bn := r.Config.Pair[0], r.Config.Pair[1]
+	if a == bn {
+		a, bn = a+" (A)", bn+" (B)"
+	}
+	fmt.Fprintf(b, "### Paired: A = %s and B = %s on CPU 0 at once, each under its own open-loop load (vegeta, %v per round)\n\n", a, bn, r.Config.LatencyDuration)
+	b.WriteString("| rate | A CPU µs/req (kernel) | B CPU µs/req (kernel) | **A ÷ B CPU per request** | A p50 ms | B p50 ms | A ÷ B p50 | A p99 ms | B p99 ms | rounds |\n|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, s := range r.PairSummary {
+		rounds := fmt.Sprint(s.CPURatio.n())
+		if s.UnderRate > 0 {
+			rounds += fmt.Sprintf(", **%d under rate**", s.UnderRate)
+		}
+		if s.Failures > 0 {
+			rounds += fmt.Sprintf(", **%d failed**", s.Failures)
+		}
+		if s.AErrors+s.BErrors > 0 {
+			rounds += fmt.Sprintf(", **errors A %d, B %d**", s.AErrors, s.BErrors)
+		}
+		fmt.Fprintf(b, "| %d/s | %s (%s) | %s (%s) | **%s** | %s | %s | %s | %s | %s | %s |\n", s.Rate,
+			fs(s.ACPU, "%.1f"), fs(s.ASys, "%.1f"), fs(s.BCPU, "%.1f"), fs(s.BSys, "%.1f"), fs(s.CPURatio, "%.3f"),
+			fs(s.AP50, "%.3f"), fs(s.BP50, "%.3f"), fs(s.P50Ratio, "%.3f"), fs(s.AP99, "%.3f"), fs(s.BP99, "%.3f"), rounds)
+	}
+	b.WriteString("\nEach ratio is the median of per-round ratios, both figures of a round taken over the same seconds. Two copies of one build measure about 1.00 ± 0.03 here.\n\n")
+	for _, run := range r.PairRuns {
+		if run.Failure != "" {
+			fmt.Fprintf(b, "- round %d at %d/s failed: %s\n", run.Round, run.Rate, run.Failure)
+		}
+	}
+}
+
+func (s *Stat) n() int {
+	if s == nil {
+		return 0
+	}
+	return s.N
+}
