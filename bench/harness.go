@@ -368,7 +368,7 @@ func (h *Harness) start(ctx context.Context, t *target, maxConns int, tf *tlsFil
 		for _, r := range h.replicas {
 			env.replicas = append(env.replicas, r.addr())
 		}
-		tdir := filepath.Join(h.dir, fmt.Sprintf("%s-%d", t.name, attempt))
+		tdir := filepath.Join(h.dir, fmt.Sprintf("%s-%d", dirName(t.name), attempt))
 		if tf != nil {
 			tdir += "-tls"
 		}
@@ -405,6 +405,17 @@ func (h *Harness) start(ctx context.Context, t *target, maxConns int, tf *tlsFil
 		return r, nil
 	}
 	return nil, last
+}
+
+// dirName is a target's name as a directory name: "keyway@HEAD (A)"
+// becomes "keyway-HEAD--A-".
+func dirName(name string) string {
+	return strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-' {
+			return r
+		}
+		return '-'
+	}, name)
 }
 
 func (r *running) stop() {

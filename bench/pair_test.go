@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -169,5 +170,29 @@ func TestProcessCPUTime(t *testing.T) {
 	}
 	if _, ok := processCPUTime(1<<22 + 1); ok {
 		t.Error("a pid above PID_MAX_LIMIT has a CPU clock")
+	}
+}
+
+// TestMergeAttacks: the two halves of a paired measurement add up to one
+// attack, percentiles over both.
+func TestMergeAttacks(t *testing.T) {
+	ms := func(xs ...int) []time.Duration {
+		var out []time.Duration
+		for _, x := range xs {
+			out = append(out, time.Duration(x)*time.Millisecond)
+		}
+		return out
+	}
+	x := attackResult{requests: 3, errors: 1, answered: 3, firstErr: "", latencies: ms(1, 5), sendLags: ms(0, 2), seconds: 1.5}
+	y := attackResult{requests: 4, errors: 2, answered: 3, firstErr: "EOF", latencies: ms(2, 3), sendLags: ms(1, 1), seconds: 2}
+	m := mergeAttacks(x, y)
+	if m.requests != 7 || m.errors != 3 || m.answered != 6 || m.firstErr != "EOF" || m.seconds != 3.5 {
+		t.Errorf("merged %+v", m)
+	}
+	if !slices.Equal(m.latencies, ms(1, 2, 3, 5)) || !slices.Equal(m.sendLags, ms(0, 1, 1, 2)) {
+		t.Errorf("latencies %v, send lags %v: want both halves, sorted", m.latencies, m.sendLags)
+	}
+	if x.firstErr = "reset"; mergeAttacks(x, y).firstErr != "reset" {
+		t.Error("the first half's first error is the first")
 	}
 }
