@@ -58,13 +58,17 @@ type Config struct {
 	// Pair replaces every other measurement with the paired mode
 	// (pair.go): the two targets named here run at once on the proxy's
 	// core, each under its own load at every rate of Rates.
-	Pair      []string  `json:"pair,omitempty"`
-	OutDir    string    `json:"-"`
-	Keyway    string    `json:"-"`                    // a prebuilt keyway binary; "" builds one
-	KeywayRev string    `json:"keyway_rev,omitempty"` // build keyway from this git revision instead of the working tree
-	Repo      string    `json:"-"`                    // module root, for building keyway
-	Race      bool      `json:"-"`                    // build keyway with -race (the smoke test under -race)
-	Log       io.Writer `json:"-"`                    // progress; nil discards
+	Pair []string `json:"pair,omitempty"`
+	// Instructions > 0 replaces every other measurement with the
+	// instruction-count mode (instructions.go): each proxy under
+	// cachegrind, this many requests.
+	Instructions int       `json:"instructions,omitempty"`
+	OutDir       string    `json:"-"`
+	Keyway       string    `json:"-"`                    // a prebuilt keyway binary; "" builds one
+	KeywayRev    string    `json:"keyway_rev,omitempty"` // build keyway from this git revision instead of the working tree
+	Repo         string    `json:"-"`                    // module root, for building keyway
+	Race         bool      `json:"-"`                    // build keyway with -race (the smoke test under -race)
+	Log          io.Writer `json:"-"`                    // progress; nil discards
 }
 
 // Harness runs the measurements of one Config.
@@ -192,6 +196,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	for _, t := range h.targets {
 		rep.Env.Versions = append(rep.Env.Versions, t.name+": "+t.version)
 	}
+	if cfg.Instructions > 0 {
+		rep.Instr = h.measureInstructions(ctx)
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+	}
 	if len(cfg.Pair) > 0 {
 		for _, t := range pair {
 			rep.Env.Versions = append(rep.Env.Versions, t.name+": "+t.version)
@@ -202,7 +212,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 	}
 	for round := range cfg.Rounds {
-		if len(cfg.Pair) > 0 {
+		if len(cfg.Pair) > 0 || cfg.Instructions > 0 {
 			break
 		}
 		// Rotate the order each round so no target always runs first.
@@ -247,6 +257,9 @@ func (c *Config) validate() error {
 		if err := c.Sat.validate(); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if c.Instructions < 0 || c.Instructions > 0 && (len(c.Pair) > 0 || c.Saturation || c.TLS) {
+		errs = append(errs, errors.New("-instructions takes a count of requests, and cannot be combined with -pair, -saturation or -tls"))
 	}
 	if len(c.Pair) > 0 {
 		switch {

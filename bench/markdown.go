@@ -34,7 +34,7 @@ func (r *Report) Markdown() string {
 			break
 		}
 	}
-	if c.Saturation || len(c.Pair) > 0 {
+	if c.Saturation || len(c.Pair) > 0 || c.Instructions > 0 {
 		fmt.Fprintf(&b, "Load: POST /ingest, %d-byte body, X-Key uniform over %d keys, %d replicas; vegeta, open loop.\n", c.Body, c.Keys, c.Replicas)
 	} else {
 		fmt.Fprintf(&b, "Load: POST /ingest, %d-byte body, X-Key uniform over %d keys, %d replicas; throughput with %s, %d connections, %v per run.\n",
@@ -44,6 +44,11 @@ func (r *Report) Markdown() string {
 		b.WriteString("Pinning: proxy on CPU 0 (`taskset -c 0`), load generator and replicas on CPU 1, unless a note says otherwise.\n")
 	}
 	b.WriteString("\n")
+	if c.Instructions > 0 {
+		r.instrMarkdown(&b)
+		r.notesAndFailures(&b)
+		return b.String()
+	}
 	if len(c.Pair) > 0 {
 		r.pairMarkdown(&b)
 		r.notesAndFailures(&b)

@@ -27,6 +27,8 @@ type Report struct {
 	// summary by rate.
 	PairRuns    []PairRun     `json:"pair_runs,omitempty"`
 	PairSummary []PairSummary `json:"pair,omitempty"`
+	// Instr is the instruction-count mode's result (-instructions).
+	Instr []InstrSummary `json:"instructions,omitempty"`
 }
 
 // Env describes the machine and the software measured.
@@ -211,6 +213,10 @@ func (r *Report) summarise() {
 		byTarget[run.Target] = append(byTarget[run.Target], run)
 	}
 	slices.SortFunc(order, func(a, b string) int { return slices.Index(targetNames, a) - slices.Index(targetNames, b) })
+	if r.Config.Instructions > 0 {
+		r.Summary, r.Ratios = nil, nil
+		return
+	}
 	if len(r.Config.Pair) > 0 {
 		r.PairSummary = summarisePairs(r.PairRuns, r.Config.Rates)
 		r.Summary, r.Ratios = nil, nil
@@ -639,7 +645,7 @@ func writeFiles(r *Report, dir string) ([]string, error) {
 	}
 	files = append(files, path)
 	for _, rate := range r.Config.Rates {
-		if r.Config.Saturation || len(r.Config.Pair) > 0 {
+		if r.Config.Saturation || len(r.Config.Pair) > 0 || r.Config.Instructions > 0 {
 			break
 		}
 		path := filepath.Join(dir, fmt.Sprintf("latency-%d.svg", rate))
