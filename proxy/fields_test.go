@@ -2,8 +2,10 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"net"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -249,6 +251,86 @@ func FuzzFramingFromRawFields(f *testing.F) {
 	f.Fuzz(func(t *testing.T, raw string) {
 		if fast, full, ok := framingBothWays(raw); ok && fast != full {
 			t.Errorf("%q: checkFraming %v, from the parsed fields %v", raw, fast, full)
+		}
+	})
+}
+
+// fieldOfByLowerCase is fieldOf written plainly: both names in lower case
+// (ASCII letters only), then compared. fieldOf compares eight bytes at a
+// time and must agree with it on any name. (fieldOf used bytes.EqualFold
+// for the pressure header, which takes two bytes that are not UTF-8 for
+// equal, and a letter's Unicode variant, such as the Kelvin sign, for
+// the letter: the fuzz target found the first.)
+func fieldOfByLowerCase(name, pressure []byte) fields {
+	// Byte by byte, lower case for A-Z only: header names fold ASCII
+	// letters and nothing else.
+	lower := func(b []byte) []byte {
+		out := slices.Clone(b)
+		for i, c := range out {
+			if 'A' <= c && c <= 'Z' {
+				out[i] = c + 'a' - 'A'
+			}
+		}
+		return out
+	}
+	eq := func(a, b []byte) bool { return bytes.Equal(lower(a), lower(b)) }
+	var f fields
+	for i, n := range hopHeaders {
+		if eq(name, n) {
+			f = 1 << i
+		}
+	}
+	for _, c := range []struct {
+		n []byte
+		f fields
+	}{{hdrExpect, fExpect}, {hdrXFF, fXFF}, {hdrRequestID, fRequestID}, {hdrContentLength, fContentLength}} {
+		if eq(name, c.n) {
+			f = c.f
+		}
+	}
+	if len(name) > 0 && eq(name, pressure) {
+		f |= fPressure
+	}
+	return f
+}
+
+// TestFieldOfAsLowerCase: every field name, in every case of each letter,
+// and with each byte changed to each of the bytes that fold near it.
+func TestFieldOfAsLowerCase(t *testing.T) {
+	names := append(slices.Clone(hopHeaders), hdrExpect, hdrXFF, hdrRequestID, hdrContentLength)
+	pressure := []byte("X-Replica-Pressure")
+	check := func(name []byte) {
+		t.Helper()
+		if got, want := fieldOf(name, pressure), fieldOfByLowerCase(name, pressure); got != want {
+			t.Errorf("fieldOf(%q) = %b, the lower-case comparison says %b", name, got, want)
+		}
+	}
+	for _, n := range append(names, pressure) {
+		for i := range n {
+			for _, b := range []byte{n[i] ^ 0x20, n[i] ^ 0x01, n[i] | 0x20, n[i] &^ 0x20, '-', '_', 0, 0x80, 0xff, '\r'} {
+				v := slices.Clone(n)
+				v[i] = b
+				check(v)
+				check(bytes.ToUpper(v))
+				check(v[:i])
+				check(append(slices.Clone(v), 'x'))
+			}
+		}
+		check(bytes.ToUpper(n))
+		check(bytes.ToLower(n))
+	}
+	for _, n := range []string{"", "T", "t", "te", "TE", "Te:", "Host", "X-Key", "Content-Type", "Content-Lengt", "Content-Length ", "Keep-Alivf"} {
+		check([]byte(n))
+	}
+}
+
+func FuzzFieldOf(f *testing.F) {
+	for _, n := range []string{"Connection", "content-length", "X-REQUEST-ID", "Proxy-Authorization", "Te", "Upgrade", "\u212aeep-Alive"} {
+		f.Add([]byte(n), []byte("X-Pressure"))
+	}
+	f.Fuzz(func(t *testing.T, name, pressure []byte) {
+		if got, want := fieldOf(name, pressure), fieldOfByLowerCase(name, pressure); got != want {
+			t.Fatalf("fieldOf(%q, %q) = %b, the lower-case comparison says %b", name, pressure, got, want)
 		}
 	})
 }

@@ -104,16 +104,35 @@ func fieldOf(name, pressure []byte) fields {
 	var f fields
 	if i := name[0] | 0x20 - 'a'; i < 26 {
 		for _, c := range fieldNamed[i] {
-			if len(c.name) == len(name) && bytes.EqualFold(name, c.name) {
+			if len(c.name) == len(name) && asciiEqualFold(name, c.name) {
 				f = c.f
 				break
 			}
 		}
 	}
-	if len(pressure) == len(name) && name[0]|0x20 == pressure[0]|0x20 && bytes.EqualFold(name, pressure) {
+	if len(pressure) == len(name) && name[0]|0x20 == pressure[0]|0x20 && asciiEqualFold(name, pressure) {
 		f |= fPressure
 	}
 	return f
+}
+
+// asciiEqualFold reports whether a and b are equal but for the case of
+// ASCII letters. Unlike bytes.EqualFold, it takes no two bytes that are
+// not UTF-8 for equal, nor a non-ASCII letter for an ASCII one.
+func asciiEqualFold(a, b []byte) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		x, y := a[i], b[i]
+		if x == y {
+			continue
+		}
+		if x|0x20 != y|0x20 || x|0x20 < 'a' || x|0x20 > 'z' {
+			return false
+		}
+	}
+	return true
 }
 
 // rawFields returns the fields named in a request's raw header block
