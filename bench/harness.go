@@ -196,45 +196,46 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	for _, t := range h.targets {
 		rep.Env.Versions = append(rep.Env.Versions, t.name+": "+t.version)
 	}
-	if cfg.Instructions > 0 {
+	switch {
+	case cfg.Instructions > 0:
 		rep.Instr = h.measureInstructions(ctx)
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-	}
-	if len(cfg.Pair) > 0 {
+	case len(cfg.Pair) > 0:
 		for _, t := range pair {
 			rep.Env.Versions = append(rep.Env.Versions, t.name+": "+t.version)
 		}
 		rep.PairRuns = h.measurePairs(ctx, pair)
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
+	default:
+		h.measureRounds(ctx, rep)
 	}
-	for round := range cfg.Rounds {
-		if len(cfg.Pair) > 0 || cfg.Instructions > 0 {
-			break
-		}
-		// Rotate the order each round so no target always runs first.
-		for i := range h.targets {
-			t := h.targets[(i+round)%len(h.targets)]
-			var run TargetRun
-			if cfg.Saturation {
-				run = h.measureSaturation(ctx, t, round)
-			} else {
-				run = h.measure(ctx, t, round)
-			}
-			rep.Runs = append(rep.Runs, run)
-			if err := ctx.Err(); err != nil {
-				return nil, err
-			}
-		}
+	if err := ctx.Err(); err != nil {
+		return nil, err
 	}
 	rep.Notes = h.notes
 	rep.Env.LoadEnd = loadAvg()
 	rep.Finished = time.Now().UTC()
 	rep.summarise()
 	return rep, nil
+}
+
+// measureRounds runs every round of the default and the saturation
+// modes into rep.Runs, the targets' order rotating each round so that no
+// target always runs first.
+func (h *Harness) measureRounds(ctx context.Context, rep *Report) {
+	for round := range h.cfg.Rounds {
+		for i := range h.targets {
+			t := h.targets[(i+round)%len(h.targets)]
+			var run TargetRun
+			if h.cfg.Saturation {
+				run = h.measureSaturation(ctx, t, round)
+			} else {
+				run = h.measure(ctx, t, round)
+			}
+			rep.Runs = append(rep.Runs, run)
+			if ctx.Err() != nil {
+				return
+			}
+		}
+	}
 }
 
 func (c *Config) validate() error {

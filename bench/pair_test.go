@@ -142,7 +142,7 @@ func TestPairSmoke(t *testing.T) {
 
 // TestProcessCPUTime: the process CPU clock counts this process's CPU in
 // nanoseconds (finer than /proc's 10 ms ticks), grows as it works, and
-// readStat uses it.
+// treeCPUSys uses it.
 func TestProcessCPUTime(t *testing.T) {
 	pid := os.Getpid()
 	t0, ok := processCPUTime(pid)
@@ -161,12 +161,12 @@ func TestProcessCPUTime(t *testing.T) {
 	if t1-t0 < 20e6 {
 		t.Fatalf("the CPU clock moved %d ns after a long loop (x=%d)", t1-t0, x)
 	}
-	st, err := readStat(pid)
+	cpu, sys, err := treeCPUSys(pid)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ns := int64(st.cpuSeconds * 1e9); ns < t1 || st.sysSeconds < 0 || st.sysSeconds > st.cpuSeconds {
-		t.Errorf("readStat: cpu %v s (clock said %d ns before), sys %v s", st.cpuSeconds, t1, st.sysSeconds)
+	if ns := int64(cpu * 1e9); ns < t1 || sys < 0 || sys > cpu {
+		t.Errorf("treeCPUSys: cpu %v s (clock said %d ns before), sys %v s", cpu, t1, sys)
 	}
 	if _, ok := processCPUTime(1<<22 + 1); ok {
 		t.Error("a pid above PID_MAX_LIMIT has a CPU clock")

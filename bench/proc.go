@@ -156,19 +156,26 @@ func readStat(pid int) (procStat, error) {
 	if err := errors.Join(err1, err2); err != nil {
 		return procStat{}, fmt.Errorf("/proc/%d/stat: %w", pid, err)
 	}
-	ps := procStat{ppid: ppid, cpuSeconds: (ut + st) / clockTicks, sysSeconds: st / clockTicks}
-	if ns, ok := processCPUTime(pid); ok {
-		// /proc's figures are whole clock ticks (10 ms): at 1,000 req/s
-		// over 5 s that is 2 µs per request. The process's CPU clock is
-		// the scheduler's own count in nanoseconds; the kernel's part is
-		// split off it in the ticks' proportion, as the kernel splits it.
-		ps.cpuSeconds = float64(ns) / 1e9
-		ps.sysSeconds = 0
-		if ut+st > 0 {
-			ps.sysSeconds = ps.cpuSeconds * st / (ut + st)
-		}
+	return procStat{ppid: ppid, cpuSeconds: (ut + st) / clockTicks, sysSeconds: st / clockTicks}, nil
+}
+
+// preciseCPU replaces st's CPU seconds of process pid with its CPU clock's
+// when it can be read. /proc's figures are whole clock ticks (10 ms): at
+// 1,000 req/s over 5 s that is 2 µs per request. The process's CPU clock
+// is the scheduler's own count in nanoseconds; the kernel's part is split
+// off it in the ticks' proportion, as the kernel splits it.
+func preciseCPU(pid int, st procStat) procStat {
+	ns, ok := processCPUTime(pid)
+	if !ok {
+		return st
 	}
-	return ps, nil
+	cpu := float64(ns) / 1e9
+	sys := 0.0
+	if st.cpuSeconds > 0 {
+		sys = cpu * st.sysSeconds / st.cpuSeconds
+	}
+	st.cpuSeconds, st.sysSeconds = cpu, sys
+	return st
 }
 
 // processCPUTime reads the CPU clock of process pid (every thread, live
@@ -228,6 +235,7 @@ func treeCPUSys(pid int) (cpu, sys float64, err error) {
 			}
 			continue // a child that just exited
 		}
+		st = preciseCPU(p, st)
 		cpu += st.cpuSeconds
 		sys += st.sysSeconds
 	}

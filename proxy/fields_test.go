@@ -256,11 +256,11 @@ func FuzzFramingFromRawFields(f *testing.F) {
 }
 
 // fieldOfByLowerCase is fieldOf written plainly: both names in lower case
-// (ASCII letters only), then compared. fieldOf compares eight bytes at a
-// time and must agree with it on any name. (fieldOf used bytes.EqualFold
-// for the pressure header, which takes two bytes that are not UTF-8 for
-// equal, and a letter's Unicode variant, such as the Kelvin sign, for
-// the letter: the fuzz target found the first.)
+// (ASCII letters only), then compared. fieldOf compares byte by byte
+// (asciiEqualFold) and must agree with it on any name. (bytes.EqualFold,
+// which fieldOf used before, does not: it takes two bytes that are not
+// UTF-8 for equal, and the Kelvin sign for a K. keyway's callers pass only
+// token names, so that never showed.)
 func fieldOfByLowerCase(name, pressure []byte) fields {
 	// Byte by byte, lower case for A-Z only: header names fold ASCII
 	// letters and nothing else.
