@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strconv"
 	"time"
+	"unsafe"
 
 	"github.com/valyala/fasthttp"
 )
@@ -70,6 +71,13 @@ var tokenChars = func() (t [256]bool) {
 // checkFraming returns keyway's answer to a request whose head it must
 // not forward, or the zero verdict.
 func checkFraming(h *fasthttp.RequestHeader) verdict {
+	return checkFramingScanned(h, nil)
+}
+
+// checkFramingScanned is checkFraming for a head the connection's scan s
+// followed (nil: none did): the fields come from the scan where it can
+// tell, else from the raw header block.
+func checkFramingScanned(h *fasthttp.RequestHeader, s *headScan) verdict {
 	// fasthttp takes a bare-LF empty line as the head's end only when a
 	// CRLF CRLF follows somewhere in what it has buffered (a body, the
 	// next request); without one it waits (see headScan). Refuse such a
@@ -93,9 +101,17 @@ func checkFraming(h *fasthttp.RequestHeader) verdict {
 	// reads the chunks (RFC 9112 §6.3 allows it, closing the connection
 	// after). Such a request is a smuggling attempt or a broken client:
 	// refuse it, as the RFC suggests ("ought to be handled as an error").
-	// The raw block's names tell which fields there are, and that every
-	// name is a token; where they cannot tell, the header is asked.
-	if f, ok := rawFields(h.RawHeaders()); ok {
+	// The names in the head (the scan's, or the raw block's) tell which
+	// fields there are, and that every name is a token; where they cannot
+	// tell, the header is asked.
+	f, ok := fields(0), false
+	if s != nil {
+		f, ok = s.requestFields()
+	}
+	if !ok {
+		f, ok = rawFields(h.RawHeaders())
+	}
+	if ok {
 		if f&fContentLength != 0 && (h.ContentLength() == -1 || f&fTransferEncoding != 0 && len(h.PeekBytes(hdrTransferEncoding)) > 0) {
 			return vLengthConflict
 		}
@@ -162,15 +178,35 @@ var hdrRefused = []byte("Keyway Refused")
 // delay the answer, and fasthttp resets the header when a body read
 // fails). The connection is closed after the answer, so whatever the
 // client sent after the head is never read as a request.
+//
+// The verdict is also left on the connection's head scan (judged), where
+// the handler finds it without looking the mark up among the fields.
 func (p *Proxy) headerReceived(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
-	if v := checkFraming(h); v != vOK {
+	s := headScanOf(requestCtxOf(h).Conn())
+	v := checkFramingScanned(h, s)
+	if v != vOK {
 		h.SetContentLength(0)
 		h.DelBytes(hdrTransferEncoding)
 		h.DelBytes(hdrExpect)
 		h.SetBytesKV(hdrRefused, []byte{'0' + byte(v)})
 	}
+	if s != nil {
+		s.judged, s.verdict = true, v
+	}
 	return fasthttp.RequestConfig{}
 }
+
+// requestCtxOf returns the request context whose request's header h is.
+// fasthttp's server calls HeaderReceived with &ctx.Request.Header of the
+// connection's context and nothing else: the hook gets no other way to
+// its connection, which the head scan belongs to. TestHeaderReceivedCtx
+// holds fasthttp to that; only headerReceived may call this.
+func requestCtxOf(h *fasthttp.RequestHeader) *fasthttp.RequestCtx {
+	return (*fasthttp.RequestCtx)(unsafe.Add(unsafe.Pointer(h), -int(headerInCtx)))
+}
+
+// headerInCtx is the offset of ctx.Request.Header in a RequestCtx.
+const headerInCtx = unsafe.Offsetof(fasthttp.RequestCtx{}.Request) + unsafe.Offsetof(fasthttp.Request{}.Header)
 
 // refused returns the verdict headerReceived left on a request.
 func refused(h *fasthttp.RequestHeader) verdict {
@@ -192,10 +228,16 @@ func refused(h *fasthttp.RequestHeader) verdict {
 // are searched.
 func refusedRequest(ctx *fasthttp.RequestCtx) verdict {
 	h := &ctx.Request.Header
-	if v := refused(h); v != vOK {
+	s := headScanOf(ctx.Conn())
+	var v verdict
+	if s != nil && s.judged {
+		v = s.verdict
+	} else {
+		v = refused(h)
+	}
+	if v != vOK {
 		return v
 	}
-	s := headScanOf(ctx.Conn())
 	if s != nil && s.st == hsBare {
 		// A head fasthttp took although it ended in a bare LF, which
 		// checkFraming cannot see: a request line ended by a bare LF and

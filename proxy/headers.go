@@ -284,7 +284,23 @@ func removableToken(tok []byte) bool {
 // it spoke HTTP/1.0; restoreRequest undoes the version change, which the
 // front end reads after the handler to frame its answer.
 func prepareRequest(ctx *fasthttp.RequestCtx) (clientClose, http10 bool) {
-	return rewriteRequest(ctx, requestFields(&ctx.Request.Header))
+	return rewriteRequest(ctx, requestFieldsOf(ctx))
+}
+
+// requestFieldsOf is requestFields, from the connection's head scan where
+// it followed the head (one pass over the head's bytes finds the framing
+// and the fields together).
+func requestFieldsOf(ctx *fasthttp.RequestCtx) fields {
+	h := &ctx.Request.Header
+	if h.ContentLength() == -1 {
+		return fieldsAll
+	}
+	if s := headScanOf(ctx.Conn()); s != nil {
+		if f, ok := s.requestFields(); ok {
+			return f
+		}
+	}
+	return requestFields(h)
 }
 
 // rewriteRequest is prepareRequest for a request whose fields are f.

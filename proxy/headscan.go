@@ -44,13 +44,22 @@ type headScan struct {
 	cl     bool // a Content-Length field
 	prevTE bool // the line before was a Transfer-Encoding field (folding it is not followed)
 	teBad  bool // Transfer-Encoding values too long for teBuf, or folded: none kept
-	te     uint8
-	name   uint8 // hsName: bytes of want matched so far
-	want   uint8 // hsName: the field name matched (nameTE, nameCL)
-	teLen  uint8
-	tailN  uint8
-	tail   [9]byte  // the request line's last bytes: its version
-	teBuf  [64]byte // the Transfer-Encoding values, comma-joined, as sent
+	// odd says that the head has a line rawFields cannot read: a folded
+	// continuation line, a line without a colon, a name that is not a
+	// token. Its fields are then not known from the scan.
+	odd bool
+	// judged says that headerReceived took this head's verdict from the
+	// scan, and verdict is that verdict.
+	judged  bool
+	verdict verdict
+	te      uint8
+	nameN   uint8 // hsName: bytes of the name so far (saturating)
+	teLen   uint8
+	tailN   uint8
+	fields  fields             // the fields named in the head so far (fieldOf)
+	nameBuf [maxFieldName]byte // hsName: the name so far, when it began in an earlier read
+	tail    [9]byte            // the request line's last bytes: its version
+	teBuf   [64]byte           // the Transfer-Encoding values, comma-joined, as sent
 }
 
 const (
@@ -58,7 +67,7 @@ const (
 	hsReqLine              // in the request line
 	hsBOL                  // at the start of a header line
 	hsBOLCR                // a header line that began with CR
-	hsName                 // matching a field name of interest
+	hsName                 // in a field name
 	hsTEValue              // in a Transfer-Encoding value, kept in teBuf
 	hsLine                 // in a header line of no interest
 	hsDone                 // the head ended with an empty line after a CRLF-ended one; the body is not scanned
@@ -66,29 +75,9 @@ const (
 	hsOff                  // not scanned
 )
 
-const (
-	nameTE = iota
-	nameCL
-)
-
-// fieldNames are the field names the scan notes, lower case, colon
-// included: fasthttp refuses a space before the colon as a bad name.
-var fieldNames = [...]string{nameTE: "transfer-encoding:", nameCL: "content-length:"}
-
-// fieldFolds has, for each byte of a field name, the bit that ORed into a
-// received byte makes it lower case: 0x20 for a letter, none for '-' and
-// ':' (which that bit would confuse with CR and a control byte).
-var fieldFolds = func() (f [len(fieldNames)][]byte) {
-	for i, name := range fieldNames {
-		f[i] = make([]byte, len(name))
-		for j := range len(name) {
-			if 'a' <= name[j] && name[j] <= 'z' {
-				f[i][j] = 0x20
-			}
-		}
-	}
-	return f
-}()
+// maxFieldName is the longest name fieldOf knows (Proxy-Authorization):
+// a longer name is no field of interest.
+const maxFieldName = len("Proxy-Authorization")
 
 // errBareLF is what a connection reads once its request's head ended in a
 // bare-LF empty line and fasthttp still asks for more: fasthttp would wait
@@ -163,13 +152,12 @@ func (s *headScan) scan(b []byte) {
 			case c == '\r':
 				s.st = hsBOLCR
 				b = b[1:]
-			case c == 'T' || c == 't':
-				s.st, s.want, s.name = hsName, nameTE, 1
-				b = b[1:]
-			case c == 'C' || c == 'c':
-				s.st, s.want, s.name = hsName, nameCL, 1
-				b = b[1:]
+			case tokenChars[c]:
+				s.st, s.nameN = hsName, 0
 			default:
+				// A continuation line (obs-fold), or a name that is
+				// not a token: fasthttp's reading of it decides.
+				s.odd = true
 				s.st = hsLine
 			}
 		case hsBOLCR:
@@ -181,29 +169,47 @@ func (s *headScan) scan(b []byte) {
 				}
 				return
 			}
+			s.odd = true
 			s.st = hsLine // a bare CR, which fasthttp refuses
 		case hsName:
-			want, fold := fieldNames[s.want], fieldFolds[s.want]
-			j, k := int(s.name), 0
-			for k < len(b) && j < len(want) && b[k]|fold[j] == want[j] {
-				j++
-				k++
+			i := 0
+			for i < len(b) && tokenChars[b[i]] {
+				i++
 			}
-			b = b[k:]
 			s.cr = false // the last byte taken, if any, was the name's
+			if i == len(b) {
+				s.keepName(b) // the name goes on in the next read
+				return
+			}
+			if b[i] != ':' {
+				// A space before the colon, or a line without one.
+				s.odd = true
+				s.st = hsLine // b[i] is left to hsLine: it may be the LF
+				b = b[i:]
+				continue
+			}
+			name := b[:i]
+			if s.nameN > 0 {
+				s.keepName(name)
+				name = nil // too long for any field of interest
+				if int(s.nameN) <= maxFieldName {
+					name = s.nameBuf[:s.nameN]
+				}
+			}
+			f := fieldOf(name, nil)
+			s.fields |= f
+			b = b[i+1:]
 			switch {
-			case j < len(want) && len(b) == 0:
-				s.name = uint8(j) // the name goes on in the next read
-			case j < len(want):
-				s.st = hsLine // b[0] is left to hsLine: it may be the LF
-			case s.want == nameCL:
-				s.cl = true
-				s.st = hsLine
-			default:
+			case f&fTransferEncoding != 0:
 				if s.te++; s.te > 1 {
 					s.keepTE([]byte{','})
 				}
 				s.st = hsTEValue
+			case f&fContentLength != 0:
+				s.cl = true
+				s.st = hsLine
+			default:
+				s.st = hsLine
 			}
 		case hsTEValue:
 			i := bytes.IndexByte(b, '\n')
@@ -234,6 +240,26 @@ func (s *headScan) keepTail(b []byte) {
 	copy(s.tail[:keep], s.tail[int(s.tailN)-keep:s.tailN])
 	copy(s.tail[keep:], b)
 	s.tailN = uint8(keep + len(b))
+}
+
+// keepName appends b to the name kept; a name longer than any of
+// interest is not kept, only counted past maxFieldName.
+func (s *headScan) keepName(b []byte) {
+	n := int(s.nameN)
+	if n+len(b) > maxFieldName {
+		s.nameN = uint8(maxFieldName + 1)
+		return
+	}
+	copy(s.nameBuf[n:], b)
+	s.nameN = uint8(n + len(b))
+}
+
+// requestFields returns the fields named in the head the scan followed to
+// its end, as rawFields would find them in fasthttp's raw header block,
+// and whether the scan can tell: not for a head it did not follow to a
+// CRLF CRLF end, nor one with a line rawFields cannot read.
+func (s *headScan) requestFields() (fields, bool) {
+	return s.fields, s.st == hsDone && !s.odd
 }
 
 // keepTE appends b to the Transfer-Encoding values kept.

@@ -109,6 +109,8 @@ func FuzzHeadScan(f *testing.F) {
 		"GET /a HTTP/1.1\nHost: a\n\n",
 		"\r\nPOST /a HTTP/1.0\r\nTransfer-Encoding: gzip,\r\n chunked\r\ncontent-length: 1\r\n\r\nx",
 		"POST /a HTTP/1.1\r\nTransfer-Encoding: a\r\nTransfer-Encoding: chunked\r\n\r\n",
+		"GET /a HTTP/1.1\r\nHost: a\r\nConnection: x, keep-alive\r\nX-Forwarded-For: 1.2.3.4\r\nProxy-Authorization: b\r\nProxy-Authorizations: c\r\n\r\n",
+		"GET /a HTTP/1.1\r\nHost: a\r\nX-A b: c\r\nNoColon\r\n\tfolded\r\n\r\n",
 	} {
 		f.Add([]byte(s), uint16(7))
 	}
@@ -143,18 +145,90 @@ func FuzzHeadScan(f *testing.F) {
 		case !crlf && whole.st != hsBare:
 			t.Fatalf("fasthttp read the head %q ending in a bare LF, the scan ended in state %d", head, whole.st)
 		}
+		// The fields the scan found are rawFields' on fasthttp's block.
+		// An empty block (no fields at all) rawFields cannot tell from
+		// one it was not given; the scan can.
+		block := h.RawHeaders()
+		rf, rok := rawFields(block)
+		if len(block) == 0 && whole.st == hsDone {
+			rf, rok = 0, true
+		}
+		if sf, sok := whole.requestFields(); sok != (rok && whole.st == hsDone) || sok && sf != rf {
+			t.Fatalf("%q: the scan found fields %#x (known %v), rawFields %#x (known %v) in %q", head, sf, sok, rf, rok, block)
+		}
 	})
 }
 
 // view is what a scan found: not the bytes its buffers hold beyond their
-// lengths, nor a name match's progress once it is over.
+// lengths, nor a name's progress once it is over (a name read whole is
+// not copied).
 func (s *headScan) view() string {
-	name, want := 0, 0
-	if s.st == hsName {
-		name, want = int(s.name), int(s.want)
+	name := ""
+	switch {
+	case s.st == hsName && int(s.nameN) > maxFieldName:
+		name = "too long" // not kept
+	case s.st == hsName:
+		name = fmt.Sprintf("%q", s.nameBuf[:s.nameN])
 	}
-	return fmt.Sprintf("st %d cr %v seen %v http11 %v cl %v prevTE %v teBad %v te %d name %d want %d tail %q teBuf %q",
-		s.st, s.cr, s.seen, s.http11, s.cl, s.prevTE, s.teBad, s.te, name, want, s.tail[:s.tailN], s.teBuf[:s.teLen])
+	return fmt.Sprintf("st %d cr %v seen %v http11 %v cl %v prevTE %v teBad %v odd %v fields %#x te %d name %s tail %q teBuf %q",
+		s.st, s.cr, s.seen, s.http11, s.cl, s.prevTE, s.teBad, s.odd, s.fields, s.te, name, s.tail[:s.tailN], s.teBuf[:s.teLen])
+}
+
+// TestHeadScanFields: the fields a scan finds in a head, whole, split at
+// every byte and a byte at a time, are those rawFields finds in
+// fasthttp's raw block, and a head with a line rawFields cannot read
+// leaves them unknown.
+func TestHeadScanFields(t *testing.T) {
+	for _, c := range []struct {
+		raw   string
+		want  fields
+		known bool
+	}{
+		{"GET /a HTTP/1.1\r\nHost: a\r\nX-Key: k\r\n\r\n", 0, true},
+		{"POST /a HTTP/1.1\r\nhost: a\r\nCONTENT-LENGTH: 3\r\nExpect: 100-continue\r\n\r\nabc", fContentLength | fExpect, true},
+		{"GET /a HTTP/1.1\r\nConnection: close\r\nKeep-Alive: 5\r\nTE: trailers\r\nTrailer: x\r\nUpgrade: h2c\r\n\r\n",
+			fConnection | fKeepAlive | fTE | fTrailer | fUpgrade, true},
+		{"GET /a HTTP/1.1\r\nProxy-Connection: x\r\nProxy-Authorization: y\r\nProxy-Authenticate: z\r\nX-Forwarded-For: 1.2.3.4\r\nX-Request-Id: r\r\n\r\n",
+			fProxyConnection | fProxyAuthorization | fProxyAuthenticate | fXFF | fRequestID, true},
+		{"POST /a HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n", fTransferEncoding, true},
+		{"GET /a HTTP/1.1\r\nProxy-Authorizations: y\r\nX-Forwarded-Fo: z\r\nAn-Unusually-Long-Field-Name-Here: q\r\n\r\n", 0, true},
+		{"GET /a HTTP/1.1\r\n\r\n", 0, true},
+		{"GET /a HTTP/1.1\r\nX A: b\r\n\r\n", 0, false},
+		{"GET /a HTTP/1.1\r\nConnection : close\r\n\r\n", 0, false},
+		{"GET /a HTTP/1.1\r\nX-A: b\r\n folded\r\n\r\n", 0, false},
+		{"GET /a HTTP/1.1\r\nNoColon\r\n\r\n", 0, false},
+		{"GET /a HTTP/1.1\r\n: empty name\r\n\r\n", 0, false},
+		{"GET /a HTTP/1.1\r\nHost: a\n\n", 0, false}, // bare LF: not followed to a CRLF end
+	} {
+		check := func(how string, s *headScan) {
+			t.Helper()
+			f, known := s.requestFields()
+			if known != c.known || known && f != c.want {
+				t.Fatalf("%q %s: fields %#x (known %v), want %#x (known %v)", c.raw, how, f, known, c.want, c.known)
+			}
+			var h fasthttp.RequestHeader
+			if h.Read(bufio.NewReader(strings.NewReader(c.raw))) != nil {
+				return
+			}
+			if rf, ok := rawFields(h.RawHeaders()); known && (!ok || rf != f) {
+				t.Fatalf("%q %s: the scan found %#x, rawFields %#x (known %v)", c.raw, how, f, rf, ok)
+			}
+		}
+		var whole headScan
+		whole.scan([]byte(c.raw))
+		check("whole", &whole)
+		for i := 1; i < len(c.raw); i++ {
+			var s headScan
+			s.scan([]byte(c.raw[:i]))
+			s.scan([]byte(c.raw[i:]))
+			check(fmt.Sprintf("split at %d", i), &s)
+		}
+		var s headScan
+		for i := range len(c.raw) {
+			s.scan([]byte{c.raw[i]})
+		}
+		check("a byte at a time", &s)
+	}
 }
 
 // TestTransferCodingAnswer: the answer to each Transfer-Encoding fasthttp
