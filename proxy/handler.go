@@ -217,8 +217,6 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, rs *replicaSet, t *balancer.Ta
 	start := time.Now()
 	deadline := start.Add(rs.timeout)
 	clientClose, http10 := prepareRequest(ctx)
-	replayable := isIdempotent(ctx.Request.Header.Method()) ||
-		(len(rs.idem) > 0 && len(ctx.Request.Header.PeekBytes(rs.idem)) > 0)
 	var ring []byte
 	if rs.routeHdr != nil {
 		ring = rs.st.ringID(t)
@@ -362,7 +360,7 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, rs *replicaSet, t *balancer.Ta
 		if ce := p.log.Check(zapcore.DebugLevel, "upstream attempt failed"); ce != nil {
 			ce.Write(zap.String("set", rs.name), zap.String("replica", b.name), zap.Stringer("kind", lastKind), zap.Error(err), zap.Int("attempt", i+1))
 		}
-		if !sameRetried && (lastKind == errStale || (lastKind == errReusedClosed && replayable)) {
+		if !sameRetried && (lastKind == errStale || (lastKind == errReusedClosed && rs.replayable(&ctx.Request.Header))) {
 			// The pooled connection was dead, not necessarily the replica.
 			// Its other idle connections are suspect too (a restart or an
 			// idle timeout closes them all): drop them, and try the same
@@ -387,7 +385,7 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, rs *replicaSet, t *balancer.Ta
 				break
 			}
 		}
-		if lastKind == errReplyTooLarge || !lastKind.neverSent() && !replayable {
+		if lastKind == errReplyTooLarge || !lastKind.neverSent() && !rs.replayable(&ctx.Request.Header) {
 			break
 		}
 		if !time.Now().Before(deadline) {
@@ -428,6 +426,14 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, rs *replicaSet, t *balancer.Ta
 	if ce := p.log.Check(zapcore.DebugLevel, "request failed"); ce != nil {
 		ce.Write(zap.String("set", rs.name), zap.String("replica", last.name), zap.Error(lastErr))
 	}
+}
+
+// replayable reports whether a request may be sent again once it may
+// have reached a replica: its method is idempotent, or it carries the
+// set's idempotency header. It is asked only after a failed attempt, so
+// that a request that succeeds at once looks no header up.
+func (rs *replicaSet) replayable(h *fasthttp.RequestHeader) bool {
+	return isIdempotent(h.Method()) || len(rs.idem) > 0 && len(h.PeekBytes(rs.idem)) > 0
 }
 
 func isIdempotent(m []byte) bool {

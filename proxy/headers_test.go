@@ -1,7 +1,9 @@
 package proxy
 
 import (
+	"encoding/binary"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"regexp"
 	"strings"
@@ -326,5 +328,25 @@ func TestHTTP10Client(t *testing.T) {
 	}
 	if got := rep.srv.GetOpenConnectionsCount(); got != 1 {
 		t.Errorf("replica has %d open connections after two requests, want 1 (reused)", got)
+	}
+}
+
+// TestHex8 holds hex8 to fmt's %08x, at the edges of each digit's range
+// and on random values.
+func TestHex8(t *testing.T) {
+	vals := []uint32{0, 9, 10, 15, 16, 0x99999999, 0xaaaaaaaa, 0xffffffff, 0x01234567, 0x89abcdef, 0xfedcba98, 0x9a9a9a9a}
+	for range 10000 {
+		vals = append(vals, rand.Uint32())
+	}
+	for _, v := range vals {
+		var b [8]byte
+		binary.BigEndian.PutUint64(b[:], hex8(v))
+		if want := fmt.Sprintf("%08x", v); string(b[:]) != want {
+			t.Fatalf("hex8(%#x) = %q, want %q", v, b[:], want)
+		}
+	}
+	id := appendRequestID([]byte("id="))
+	if len(id) != 3+32 || strings.Trim(string(id[3:]), "0123456789abcdef") != "" {
+		t.Fatalf("appendRequestID = %q, want id= and 32 lower-case hex digits", id)
 	}
 }
