@@ -207,8 +207,11 @@ func newHostClient(rep balancer.Replica, sc *SetConfig, dial dialFunc, pool *ato
 		MaxConns:                      sc.MaxConnsPerReplica,
 		MaxConnWaitTimeout:            100 * time.Millisecond,
 		MaxIdleConnDuration:           sc.Timeouts.Idle,
-		ReadTimeout:                   sc.Timeouts.Request,
-		WriteTimeout:                  sc.Timeouts.Request,
+		// No ReadTimeout or WriteTimeout: every exchange goes through
+		// DoDeadline with its request's deadline (timeouts.request from
+		// the request's start), which bounds the write and the read
+		// already and never later than these would; each would cost
+		// fasthttp a clock read and a comparison per exchange.
 		MaxIdemponentCallAttempts:     1, // keyway owns every retry
 		RetryIfErr:                    func(*fasthttp.Request, int, error) (bool, bool) { return false, false },
 		ConnPoolStrategy:              fasthttp.LIFO,
