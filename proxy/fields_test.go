@@ -334,3 +334,21 @@ func FuzzFieldOf(f *testing.F) {
 		}
 	})
 }
+
+// TestHopFields: hopFields has a bit for each hop-by-hop header and no
+// other, so that a message without them skips the stripping whole.
+func TestHopFields(t *testing.T) {
+	if want := fields(1)<<len(hopHeaders) - 1; hopFields != want {
+		t.Fatalf("hopFields = %#x, want %#x (one bit per hopHeaders entry)", hopFields, want)
+	}
+	for i, name := range hopHeaders {
+		if f := fieldOf(name, nil); f != 1<<i || f&hopFields == 0 {
+			t.Errorf("fieldOf(%s) = %#x, want bit %d, within hopFields", name, f, i)
+		}
+	}
+	for _, name := range []string{"Expect", "X-Forwarded-For", "X-Request-Id", "Content-Length"} {
+		if f := fieldOf([]byte(name), nil); f&hopFields != 0 {
+			t.Errorf("fieldOf(%s) = %#x, inside hopFields", name, f)
+		}
+	}
+}

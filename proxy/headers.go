@@ -68,6 +68,8 @@ const (
 	fPressure
 
 	fieldsAll = fPressure<<1 - 1
+	// hopFields are the hop-by-hop headers' bits (bit i is hopHeaders[i]).
+	hopFields = fUpgrade<<1 - 1
 )
 
 // fieldNamed lists the fields by the first letter of their names, lower
@@ -223,6 +225,9 @@ func scanReply(h *fasthttp.ResponseHeader, pressure []byte) (bool, fields) {
 // stripRequestHopByHop removes the headers named in Connection, then the
 // standard hop-by-hop headers, of those in f.
 func stripRequestHopByHop(h *fasthttp.RequestHeader, f fields) {
+	if f&hopFields == 0 {
+		return // almost every message: none of them
+	}
 	if f&fConnection != 0 {
 		var buf [256]byte
 		list := append(buf[:0], h.PeekBytes(hdrConnection)...)
@@ -243,6 +248,9 @@ func stripRequestHopByHop(h *fasthttp.RequestHeader, f fields) {
 
 // stripResponseHopByHop is stripRequestHopByHop for a response.
 func stripResponseHopByHop(h *fasthttp.ResponseHeader, f fields) {
+	if f&hopFields == 0 {
+		return // almost every message: none of them
+	}
 	if f&fConnection != 0 {
 		var buf [256]byte
 		list := append(buf[:0], h.PeekBytes(hdrConnection)...)
