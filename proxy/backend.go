@@ -212,11 +212,11 @@ func newHostClient(rep balancer.Replica, sc *SetConfig, dial dialFunc, pool *ato
 		// the request's start), which bounds the write and the read
 		// already and never later than these would; each would cost
 		// fasthttp a clock read and a comparison per exchange.
-		MaxIdemponentCallAttempts:     1, // keyway owns every retry
-		RetryIfErr:                    func(*fasthttp.Request, int, error) (bool, bool) { return false, false },
-		ConnPoolStrategy:              fasthttp.LIFO,
-		MaxResponseBodySize:           int(sc.MaxResponseBodyBytes), // beyond: ErrBodyTooLarge, the connection closed
-		ReadBufferSize:                16 << 10,
+		MaxIdemponentCallAttempts: 1, // keyway owns every retry
+		RetryIfErr:                func(*fasthttp.Request, int, error) (bool, bool) { return false, false },
+		ConnPoolStrategy:          fasthttp.LIFO,
+		MaxResponseBodySize:       int(sc.MaxResponseBodyBytes), // beyond: ErrBodyTooLarge, the connection closed
+		ReadBufferSize:            16 << 10,
 	}
 }
 

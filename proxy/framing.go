@@ -106,7 +106,7 @@ func checkFramingScanned(h *fasthttp.RequestHeader, s *headScan) verdict {
 	// tell, the header is asked.
 	f, ok := fields(0), false
 	if s != nil {
-		f, ok = s.requestFields()
+		f, ok = s.requestFields(h.RawHeaders())
 	}
 	if !ok {
 		f, ok = rawFields(h.RawHeaders())
@@ -173,14 +173,16 @@ var hdrRefused = []byte("Keyway Refused")
 
 // headerReceived is fasthttp's HeaderReceived hook. A request keyway
 // refuses is marked and given an empty body: fasthttp then calls the
-// handler at once, which answers from the mark (a body read, or the
+// handler at once, which answers from the verdict (a body read, or the
 // wait for a body the request's own framing may never complete, would
 // delay the answer, and fasthttp resets the header when a body read
 // fails). The connection is closed after the answer, so whatever the
 // client sent after the head is never read as a request.
 //
-// The verdict is also left on the connection's head scan (judged), where
-// the handler finds it without looking the mark up among the fields.
+// The verdict is left on the connection's head scan (judged), where the
+// handler finds it without looking the mark up among the fields; the
+// mark (hdrRefused) is what the handler reads for a connection keyway
+// does not scan.
 func (p *Proxy) headerReceived(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
 	s := headScanOf(requestCtxOf(h).Conn())
 	v := checkFramingScanned(h, s)
@@ -200,7 +202,8 @@ func (p *Proxy) headerReceived(h *fasthttp.RequestHeader) fasthttp.RequestConfig
 // fasthttp's server calls HeaderReceived with &ctx.Request.Header of the
 // connection's context and nothing else: the hook gets no other way to
 // its connection, which the head scan belongs to. TestHeaderReceivedCtx
-// holds fasthttp to that; only headerReceived may call this.
+// holds fasthttp to that (and calls this from its own hook); nothing else
+// may call it: for a header outside a RequestCtx it returns garbage.
 func requestCtxOf(h *fasthttp.RequestHeader) *fasthttp.RequestCtx {
 	return (*fasthttp.RequestCtx)(unsafe.Add(unsafe.Pointer(h), -int(headerInCtx)))
 }

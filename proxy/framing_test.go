@@ -3,6 +3,7 @@ package proxy
 import (
 	"bufio"
 	"bytes"
+	"fmt"
 	"io"
 	"net"
 	"slices"
@@ -494,6 +495,14 @@ func TestReplySwitchedProtocols(t *testing.T) {
 // context the handler then gets, for every request, pipelined or not, on
 // every connection.
 func TestHeaderReceivedCtx(t *testing.T) {
+	for _, reduce := range []bool{false, true} {
+		t.Run(fmt.Sprintf("reduce_memory=%v", reduce), func(t *testing.T) { testHeaderReceivedCtx(t, reduce) })
+	}
+}
+
+// testHeaderReceivedCtx is TestHeaderReceivedCtx with fasthttp's
+// ReduceMemoryUsage (server.reduce_memory) on or off.
+func testHeaderReceivedCtx(t *testing.T, reduce bool) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -502,6 +511,7 @@ func TestHeaderReceivedCtx(t *testing.T) {
 	seen := map[*fasthttp.RequestHeader]*fasthttp.RequestCtx{}
 	var hooks, bad atomic.Int64
 	srv := &fasthttp.Server{
+		ReduceMemoryUsage: reduce,
 		HeaderReceived: func(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
 			hooks.Add(1)
 			mu.Lock()

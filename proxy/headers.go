@@ -303,7 +303,7 @@ func requestFieldsOf(ctx *fasthttp.RequestCtx) fields {
 		return fieldsAll
 	}
 	if s := headScanOf(ctx.Conn()); s != nil {
-		if f, ok := s.requestFields(); ok {
+		if f, ok := s.requestFields(h.RawHeaders()); ok {
 			return f
 		}
 	}

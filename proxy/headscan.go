@@ -19,11 +19,19 @@ import (
 //   - answer 414 rather than 431 when the request line alone fills
 //     server.max_header_bytes;
 //   - tell, for a Transfer-Encoding fasthttp refused, a coding keyway does
-//     not implement (501) from framing it cannot read (400).
+//     not implement (501) from framing it cannot read (400);
+//   - know which header fields of interest (fieldOf) the head names, as
+//     rawFields would find them in fasthttp's raw header block, without a
+//     second pass over the head: the framing check (Content-Length with
+//     Transfer-Encoding) and the hop-by-hop stripping use them.
 //
-// It never decides what is forwarded: fasthttp's parse does. It only
-// chooses the answer to a head fasthttp cannot complete or refused, and
-// flags "Transfer-Encoding: identity", which fasthttp accepts.
+// fasthttp's parse decides what a request is; the scan chooses the answer
+// to a head fasthttp cannot complete or refused, flags
+// "Transfer-Encoding: identity", which fasthttp accepts, and says which
+// fields are there. Its fields are used only when the scan followed the
+// head to a CRLF CRLF end and its field block is exactly as long as
+// fasthttp's (requestFields): a scan that began anywhere but at the
+// head's first byte does not stand in for the raw block.
 //
 // A scan covers one head: the connection's first, or one that starts
 // after fasthttp answered the request before it (ConnState StateIdle
@@ -56,6 +64,9 @@ type headScan struct {
 	nameN   uint8 // hsName: bytes of the name so far (saturating)
 	teLen   uint8
 	tailN   uint8
+	pos     uint32             // bytes of this head scanned before the current read
+	block   uint32             // where the field block begins: the request line's end
+	blockN  uint32             // hsDone: the field block's length, its empty line included
 	fields  fields             // the fields named in the head so far (fieldOf)
 	nameBuf [maxFieldName]byte // hsName: the name so far, when it began in an earlier read
 	tail    [9]byte            // the request line's last bytes: its version
@@ -79,6 +90,16 @@ const (
 // a longer name is no field of interest.
 const maxFieldName = len("Proxy-Authorization")
 
+func init() {
+	for _, names := range fieldNamed {
+		for _, c := range names {
+			if len(c.name) > maxFieldName {
+				panic("proxy: field name " + string(c.name) + " is longer than maxFieldName: the head scan would not match it across reads")
+			}
+		}
+	}
+}
+
 // errBareLF is what a connection reads once its request's head ended in a
 // bare-LF empty line and fasthttp still asks for more: fasthttp would wait
 // for a CRLF CRLF the client will not send.
@@ -97,6 +118,8 @@ func (s *headScan) scan(b []byte) {
 		return
 	}
 	s.seen = true
+	base, total := s.pos, len(b)
+	s.pos += uint32(total)
 	for len(b) > 0 {
 		switch s.st {
 		case hsStart:
@@ -123,6 +146,7 @@ func (s *headScan) scan(b []byte) {
 			s.http11 = bytes.HasSuffix(t, strHTTP11)
 			s.st = hsBOL
 			b = b[i+1:]
+			s.block = base + uint32(total-len(b))
 		case hsLine:
 			i := bytes.IndexByte(b, '\n')
 			if i < 0 {
@@ -164,6 +188,7 @@ func (s *headScan) scan(b []byte) {
 			if b[0] == '\n' {
 				if s.cr {
 					s.st = hsDone
+					s.blockN = base + uint32(total-len(b)+1) - s.block
 				} else {
 					s.st = hsBare
 				}
@@ -255,11 +280,15 @@ func (s *headScan) keepName(b []byte) {
 }
 
 // requestFields returns the fields named in the head the scan followed to
-// its end, as rawFields would find them in fasthttp's raw header block,
-// and whether the scan can tell: not for a head it did not follow to a
-// CRLF CRLF end, nor one with a line rawFields cannot read.
-func (s *headScan) requestFields() (fields, bool) {
-	return s.fields, s.st == hsDone && !s.odd
+// its end, as rawFields would find them in fasthttp's raw header block
+// (raw, h.RawHeaders()), and whether the scan can tell: not for a head it
+// did not follow to a CRLF CRLF end, nor one with a line rawFields cannot
+// read, nor one whose field block is not raw's length (fasthttp keeps no
+// block for a head without fields: raw is empty, the scan's block is the
+// empty line alone).
+func (s *headScan) requestFields(raw []byte) (fields, bool) {
+	ok := s.st == hsDone && !s.odd && (int(s.blockN) == len(raw) || len(raw) == 0 && s.blockN == 2)
+	return s.fields, ok
 }
 
 // keepTE appends b to the Transfer-Encoding values kept.

@@ -153,7 +153,7 @@ func FuzzHeadScan(f *testing.F) {
 		if len(block) == 0 && whole.st == hsDone {
 			rf, rok = 0, true
 		}
-		if sf, sok := whole.requestFields(); sok != (rok && whole.st == hsDone) || sok && sf != rf {
+		if sf, sok := whole.requestFields(block); sok != (rok && whole.st == hsDone) || sok && sf != rf {
 			t.Fatalf("%q: the scan found fields %#x (known %v), rawFields %#x (known %v) in %q", head, sf, sok, rf, rok, block)
 		}
 	})
@@ -186,13 +186,13 @@ func TestHeadScanFields(t *testing.T) {
 	}{
 		{"GET /a HTTP/1.1\r\nHost: a\r\nX-Key: k\r\n\r\n", 0, true},
 		{"POST /a HTTP/1.1\r\nhost: a\r\nCONTENT-LENGTH: 3\r\nExpect: 100-continue\r\n\r\nabc", fContentLength | fExpect, true},
-		{"GET /a HTTP/1.1\r\nConnection: close\r\nKeep-Alive: 5\r\nTE: trailers\r\nTrailer: x\r\nUpgrade: h2c\r\n\r\n",
+		{"GET /a HTTP/1.1\r\nHost: a\r\nConnection: close\r\nKeep-Alive: 5\r\nTE: trailers\r\nTrailer: x\r\nUpgrade: h2c\r\n\r\n",
 			fConnection | fKeepAlive | fTE | fTrailer | fUpgrade, true},
-		{"GET /a HTTP/1.1\r\nProxy-Connection: x\r\nProxy-Authorization: y\r\nProxy-Authenticate: z\r\nX-Forwarded-For: 1.2.3.4\r\nX-Request-Id: r\r\n\r\n",
+		{"GET /a HTTP/1.1\r\nHost: a\r\nProxy-Connection: x\r\nProxy-Authorization: y\r\nProxy-Authenticate: z\r\nX-Forwarded-For: 1.2.3.4\r\nX-Request-Id: r\r\n\r\n",
 			fProxyConnection | fProxyAuthorization | fProxyAuthenticate | fXFF | fRequestID, true},
-		{"POST /a HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n", fTransferEncoding, true},
-		{"GET /a HTTP/1.1\r\nProxy-Authorizations: y\r\nX-Forwarded-Fo: z\r\nAn-Unusually-Long-Field-Name-Here: q\r\n\r\n", 0, true},
-		{"GET /a HTTP/1.1\r\n\r\n", 0, true},
+		{"POST /a HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n", fTransferEncoding, true},
+		{"GET /a HTTP/1.1\r\nHost: a\r\nProxy-Authorizations: y\r\nX-Forwarded-Fo: z\r\nAn-Unusually-Long-Field-Name-Here: q\r\n\r\n", 0, true},
+		{"GET /a HTTP/1.0\r\n\r\n", 0, true},
 		{"GET /a HTTP/1.1\r\nX A: b\r\n\r\n", 0, false},
 		{"GET /a HTTP/1.1\r\nConnection : close\r\n\r\n", 0, false},
 		{"GET /a HTTP/1.1\r\nX-A: b\r\n folded\r\n\r\n", 0, false},
@@ -200,17 +200,20 @@ func TestHeadScanFields(t *testing.T) {
 		{"GET /a HTTP/1.1\r\n: empty name\r\n\r\n", 0, false},
 		{"GET /a HTTP/1.1\r\nHost: a\n\n", 0, false}, // bare LF: not followed to a CRLF end
 	} {
+		var h fasthttp.RequestHeader
+		var raw []byte
+		if h.Read(bufio.NewReader(strings.NewReader(c.raw))) == nil {
+			raw = h.RawHeaders()
+		} else if c.known {
+			t.Fatalf("%q: fasthttp refuses the head", c.raw)
+		}
 		check := func(how string, s *headScan) {
 			t.Helper()
-			f, known := s.requestFields()
+			f, known := s.requestFields(raw)
 			if known != c.known || known && f != c.want {
 				t.Fatalf("%q %s: fields %#x (known %v), want %#x (known %v)", c.raw, how, f, known, c.want, c.known)
 			}
-			var h fasthttp.RequestHeader
-			if h.Read(bufio.NewReader(strings.NewReader(c.raw))) != nil {
-				return
-			}
-			if rf, ok := rawFields(h.RawHeaders()); known && (!ok || rf != f) {
+			if rf, ok := rawFields(raw); known && len(raw) > 0 && (!ok || rf != f) {
 				t.Fatalf("%q %s: the scan found %#x, rawFields %#x (known %v)", c.raw, how, f, rf, ok)
 			}
 		}
@@ -228,6 +231,18 @@ func TestHeadScanFields(t *testing.T) {
 			s.scan([]byte{c.raw[i]})
 		}
 		check("a byte at a time", &s)
+	}
+
+	// A scan whose field block is not fasthttp's (it began elsewhere in
+	// the head) does not stand in for the raw block.
+	var h fasthttp.RequestHeader
+	if err := h.Read(bufio.NewReader(strings.NewReader("GET /a HTTP/1.1\r\nUpgrade: h2c\r\nHost: a\r\n\r\n"))); err != nil {
+		t.Fatal(err)
+	}
+	var s headScan
+	s.scan([]byte("GET /a HTTP/1.1\r\nHost: a\r\n\r\n"))
+	if f, known := s.requestFields(h.RawHeaders()); known {
+		t.Fatalf("a scan of another block: fields %#x taken as known for %q", f, h.RawHeaders())
 	}
 }
 
