@@ -289,12 +289,16 @@ func (n *Node) Run(ctx context.Context) error {
 		}
 		return fmt.Errorf("gossip: %w", err)
 	}
+	// The local node's address is read before ml is published: from then
+	// on UpdateMeta may rewrite the local node (memberlist's aliveNode),
+	// and reading it here raced that write.
+	addr := ml.LocalNode().Address()
 	n.ml.Store(ml)
 	n.mu.Lock()
-	n.members[n.name] = &Member{Node: n.name, Gossip: ml.LocalNode().Address(), Meta: n.Meta(), Status: StatusAlive, Since: n.now(), Self: true}
+	n.members[n.name] = &Member{Node: n.name, Gossip: addr, Meta: n.Meta(), Status: StatusAlive, Since: n.now(), Self: true}
 	n.mu.Unlock()
 	close(n.started)
-	n.log.Info("gossip started", zap.String("node", n.name), zap.String("addr", ml.LocalNode().Address()),
+	n.log.Info("gossip started", zap.String("node", n.name), zap.String("addr", addr),
 		zap.String("label", n.cfg.Label), zap.Bool("encrypted", len(n.keys) > 0))
 	n.warnInsecure()
 	n.signal()
