@@ -110,6 +110,7 @@ type Node struct {
 	inbox   chan inMsg
 
 	ml      atomic.Pointer[memberlist.Memberlist]
+	addr    atomic.Pointer[string] // the advertised gossip address, set before ml
 	started chan struct{}
 }
 
@@ -232,8 +233,10 @@ func (n *Node) Started() <-chan struct{} { return n.started }
 
 // GossipAddr returns the advertised gossip address, or "" before Run.
 func (n *Node) GossipAddr() string {
-	if ml := n.ml.Load(); ml != nil {
-		return ml.LocalNode().Address()
+	// Not ml.LocalNode().Address(): UpdateMeta rewrites the local node
+	// under memberlist's lock, which LocalNode's readers do not take.
+	if a := n.addr.Load(); a != nil {
+		return *a
 	}
 	return ""
 }
@@ -293,6 +296,7 @@ func (n *Node) Run(ctx context.Context) error {
 	// on UpdateMeta may rewrite the local node (memberlist's aliveNode),
 	// and reading it here raced that write.
 	addr := ml.LocalNode().Address()
+	n.addr.Store(&addr)
 	n.ml.Store(ml)
 	n.mu.Lock()
 	n.members[n.name] = &Member{Node: n.name, Gossip: addr, Meta: n.Meta(), Status: StatusAlive, Since: n.now(), Self: true}
