@@ -99,7 +99,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(dir)
+	if os.Getenv("KEYWAY_BENCH_KEEP") != "" {
+		// Kept for a closer look (cachegrind and perf files, configs).
+		fmt.Fprintf(h.log, "KEYWAY_BENCH_KEEP: the run's files stay in %s\n", dir)
+	} else {
+		defer os.RemoveAll(dir)
+	}
 	h.dir = dir
 
 	// The harness shares its core with the load generator and the

@@ -72,19 +72,53 @@ const (
 	hopFields = fUpgrade<<1 - 1
 )
 
-// fieldNamed lists the fields by the first letter of their names, lower
-// case: fieldOf compares a name with those of its initial and length only,
-// so that most names cost one table lookup.
-var fieldNamed = func() (t [26][]struct {
+// fieldName is a field of interest, ready for fieldOf's comparison: a
+// name of eight bytes or more is compared a word at a time, at the
+// offsets off (the last word overlapping the one before where the length
+// is no multiple of eight). A byte of a word matches when, with the bits
+// of mask set, it equals want's: mask has the ASCII case bit (0x20) for a
+// letter and no bit for any other byte, so a letter matches in either
+// case and any other byte only itself, as asciiEqualFold compares.
+type fieldName struct {
 	name []byte
 	f    fields
-}) {
+	nw   uint8 // words compared; 0: a name shorter than a word, compared bytewise
+	off  [3]uint8
+	want [3]uint64
+	mask [3]uint64
+}
+
+// fieldsByLen lists the fields by the length of their names: most names
+// of a request have a length no field of interest has, and cost fieldOf
+// one table lookup.
+var fieldsByLen = func() (t [maxFieldName + 1][]fieldName) {
 	add := func(name []byte, f fields) {
-		i := name[0] | 0x20 - 'a'
-		t[i] = append(t[i], struct {
-			name []byte
-			f    fields
-		}{name, f})
+		if len(name) > maxFieldName {
+			panic("proxy: field name " + string(name) + " is longer than maxFieldName")
+		}
+		c := fieldName{name: name, f: f}
+		if n := len(name); n >= 8 {
+			for o := 0; ; o += 8 {
+				if o+8 > n {
+					o = n - 8
+				}
+				var want, mask uint64
+				for k := 7; k >= 0; k-- {
+					b := name[o+k]
+					m := byte(0)
+					if b|0x20 >= 'a' && b|0x20 <= 'z' {
+						m = 0x20
+					}
+					want, mask = want<<8|uint64(b|m), mask<<8|uint64(m)
+				}
+				c.off[c.nw], c.want[c.nw], c.mask[c.nw] = uint8(o), want, mask
+				c.nw++
+				if o+8 == n {
+					break
+				}
+			}
+		}
+		t[len(name)] = append(t[len(name)], c)
 	}
 	for i, name := range hopHeaders {
 		add(name, 1<<i)
@@ -96,19 +130,53 @@ var fieldNamed = func() (t [26][]struct {
 	return t
 }()
 
+// fieldLens has bit n set where a field of interest has a name n bytes
+// long.
+var fieldLens = func() (m uint32) {
+	for n, cs := range fieldsByLen {
+		if len(cs) > 0 {
+			m |= 1 << n
+		}
+	}
+	return m
+}()
+
 // fieldOf returns the field called name (in any case), or 0 for a field
 // keyway neither rewrites nor reads. pressure is the set's pressure header, or nil.
+// Most names have a length no field of interest has: fieldOf, inlined,
+// tells them by one bit of fieldLens.
 func fieldOf(name, pressure []byte) fields {
+	if fieldLens>>uint(len(name))&1 == 0 && len(pressure) == 0 {
+		return 0
+	}
+	return fieldOfLen(name, pressure)
+}
+
+// fieldOfLen is fieldOf for a name that may be of interest.
+func fieldOfLen(name, pressure []byte) fields {
 	if len(name) == 0 {
 		return 0
 	}
 	var f fields
-	if i := name[0] | 0x20 - 'a'; i < 26 {
-		for _, c := range fieldNamed[i] {
-			if len(c.name) == len(name) && asciiEqualFold(name, c.name) {
-				f = c.f
-				break
+	if len(name) <= maxFieldName {
+	names:
+		for i := range fieldsByLen[len(name)] {
+			c := &fieldsByLen[len(name)][i]
+			if c.nw == 0 {
+				if asciiEqualFold(name, c.name) {
+					f = c.f
+					break
+				}
+				continue
 			}
+			for k := range c.nw {
+				o := int(c.off[k])
+				if binary.LittleEndian.Uint64(name[o:o+8])|c.mask[k] != c.want[k] {
+					continue names
+				}
+			}
+			f = c.f
+			break
 		}
 	}
 	if len(pressure) == len(name) && name[0]|0x20 == pressure[0]|0x20 && asciiEqualFold(name, pressure) {

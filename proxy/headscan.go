@@ -90,16 +90,6 @@ const (
 // a longer name is no field of interest.
 const maxFieldName = len("Proxy-Authorization")
 
-func init() {
-	for _, names := range fieldNamed {
-		for _, c := range names {
-			if len(c.name) > maxFieldName {
-				panic("proxy: field name " + string(c.name) + " is longer than maxFieldName: the head scan would not match it across reads")
-			}
-		}
-	}
-}
-
 // errBareLF is what a connection reads once its request's head ended in a
 // bare-LF empty line and fasthttp still asks for more: fasthttp would wait
 // for a CRLF CRLF the client will not send.
