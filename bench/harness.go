@@ -50,6 +50,11 @@ type Config struct {
 	// new connection (full handshake) per request, plus a plain
 	// new-connection run as the baseline (tls.go).
 	TLS bool `json:"tls"`
+	// ForwardHeaders makes HAProxy and nginx add the forwarding headers
+	// keyway adds by default (X-Forwarded-For, -Proto, -Host and an
+	// X-Request-Id where the client sent none), so that they do keyway's
+	// work per request. Off, they add none (their usual configuration).
+	ForwardHeaders bool `json:"forward_headers,omitempty"`
 	// Saturation replaces every other measurement with the saturation
 	// mode (saturation.go): replicas with a fixed service capacity, and
 	// each proxy loaded past it.
@@ -380,7 +385,7 @@ func (h *Harness) start(ctx context.Context, t *target, maxConns int, tf *tlsFil
 		if err != nil {
 			return nil, err
 		}
-		env := &targetEnv{maxConns: maxConns, adminPort: admin, nofile: h.nofile, tls: tf}
+		env := &targetEnv{maxConns: maxConns, adminPort: admin, nofile: h.nofile, tls: tf, fwd: h.cfg.ForwardHeaders}
 		if h.cfg.Saturation {
 			env.sat = &satTargetConfig{concurrency: h.cfg.Sat.Concurrency, service: h.cfg.Sat.Service}
 		}

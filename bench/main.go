@@ -71,6 +71,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.BoolVar(&cfg.Pin, "pin", true, "pin the proxy to CPU 0 and the harness, replicas and load generator to CPU 1")
 	fs.BoolVar(&cfg.Syscalls, "syscalls", false, "count each proxy's system calls per request with perf stat during an extra load run in the last round (needs perf and tracefs)")
 	fs.BoolVar(&cfg.TLS, "tls", false, "also measure every proxy terminating TLS 1.3 (fresh processes, same rounds): keep-alive CPU per request, full handshakes per second and CPU per handshake (a new connection per request, with a plain-HTTP baseline), memory per idle TLS connection")
+	fs.BoolVar(&cfg.ForwardHeaders, "forward-headers", false, "make HAProxy and nginx add the forwarding headers keyway adds by default (X-Forwarded-For, -Proto, -Host, X-Request-Id), so that every proxy does the same work per request; off, they add none")
 	fs.DurationVar(&cfg.Profile, "profile", 0, "if > 0, take a keyway CPU profile this long (admin /debug/pprof/profile) during an extra load run in the last round, saved as keyway-cpu.prof in -out")
 	fs.StringVar(&cfg.OutDir, "out", filepath.Join("bench", "results"), "output directory")
 	fs.StringVar(&cfg.Keyway, "keyway", "", "a prebuilt keyway binary; empty: go build ./cmd/keyway")

@@ -43,6 +43,9 @@ func (r *Report) Markdown() string {
 	if c.Pin {
 		b.WriteString("Pinning: proxy on CPU 0 (`taskset -c 0`), load generator and replicas on CPU 1, unless a note says otherwise.\n")
 	}
+	if c.ForwardHeaders {
+		b.WriteString("Forwarding headers (`-forward-headers`): HAProxy and nginx add X-Forwarded-For, -Proto, -Host and an X-Request-Id, as keyway does by default.\n")
+	}
 	b.WriteString("\n")
 	if c.Instructions > 0 {
 		r.instrMarkdown(&b)

@@ -36,6 +36,9 @@ type targetEnv struct {
 	tls *tlsFiles
 	// sat, when set, adds each proxy's overload settings (saturation.go).
 	sat *satTargetConfig
+	// fwd makes HAProxy and nginx add keyway's forwarding headers
+	// (Config.ForwardHeaders).
+	fwd bool
 	// procEnv is set by the config function: extra environment for the
 	// proxy's process.
 	procEnv []string
@@ -201,6 +204,16 @@ backend be
   balance hdr(X-Key)
   hash-type consistent
 `, e.maxConns, port, global, bind)
+	if e.fwd {
+		// keyway's forwarding headers: the client's address appended to
+		// any X-Forwarded-For, the scheme and the Host, and a random
+		// request ID unless the client sent one.
+		b.WriteString(`  option forwardfor
+  http-request set-header X-Forwarded-Proto http
+  http-request set-header X-Forwarded-Host %[req.hdr(host)]
+  http-request set-header X-Request-Id %[uuid] unless { req.hdr(x-request-id) -m found }
+`)
+	}
 	srvOpts := ""
 	if e.sat != nil {
 		var lines []string
@@ -262,6 +275,24 @@ func nginxConfig(dir string, port int, e *targetEnv) ([]string, error) {
 	for _, a := range e.replicas {
 		fmt.Fprintf(&ups, "    server %s;\n", a)
 	}
+	fwd, fwdMap := "", ""
+	if e.fwd {
+		// keyway's forwarding headers. proxy_set_header replaces Host
+		// with the upstream's name unless set: the client's is kept, as
+		// keyway keeps it. $request_id is 32 random hex digits, as
+		// keyway's.
+		fwd = `      proxy_set_header Host $http_host;
+      proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
+      proxy_set_header X-Forwarded-Proto $scheme;
+      proxy_set_header X-Forwarded-Host $http_host;
+      proxy_set_header X-Request-Id $bench_request_id;
+`
+		fwdMap = `  map $http_x_request_id $bench_request_id {
+    default $http_x_request_id;
+    "" $request_id;
+  }
+`
+	}
 	text := fmt.Sprintf(`%[1]sworker_processes 1;
 daemon off;
 master_process on;
@@ -293,10 +324,10 @@ http {
       proxy_pass http://be;
       proxy_http_version 1.1;
       proxy_set_header Connection "";
-    }
+%[9]s    }
   }
-}
-`, user, tmp, e.maxConns, ups.String(), port, e.nofile, listen, tlsConf)
+%[10]s}
+`, user, tmp, e.maxConns, ups.String(), port, e.nofile, listen, tlsConf, fwd, fwdMap)
 	path, err := write(dir, "nginx.conf", text)
 	return []string{"-e", filepath.Join(tmp, "nginx-error.log"), "-p", tmp, "-c", path}, err
 }
