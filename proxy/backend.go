@@ -212,6 +212,9 @@ func newHostClient(rep balancer.Replica, sc *SetConfig, dial dialFunc, pool *ato
 		// the request's start), which bounds the write and the read
 		// already and never later than these would; each would cost
 		// fasthttp a clock read and a comparison per exchange.
+		// Writes the forwarding headers of most requests itself and keeps
+		// to their deadlines (forwarded.go).
+		Transport:                 fwdTransport{},
 		MaxIdemponentCallAttempts: 1, // keyway owns every retry
 		RetryIfErr:                func(*fasthttp.Request, int, error) (bool, bool) { return false, false },
 		ConnPoolStrategy:          fasthttp.LIFO,

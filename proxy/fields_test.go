@@ -61,7 +61,7 @@ func TestRequestFieldsRewriteAsAll(t *testing.T) {
 		{"every hop-by-hop field, odd case", "POST / HTTP/1.1\r\nhost: a\r\nkeep-alive: timeout=5\r\nPROXY-CONNECTION: keep-alive\r\nproxy-authorization: Basic eA==\r\nProxy-Authenticate: Basic\r\nte: trailers\r\ntrailer: X-Sum\r\nupgrade: websocket\r\nexpect: 100-continue\r\nContent-Length: 2\r\n\r\nhi",
 			fKeepAlive | fProxyConnection | fProxyAuthorization | fProxyAuthenticate | fTE | fTrailer | fUpgrade | fExpect | fContentLength},
 		{"forwarding fields of the client's", "GET / HTTP/1.1\r\nHost: a\r\nx-forwarded-for: 203.0.113.9, 198.51.100.2\r\nX-Forwarded-Proto: https\r\nX-Forwarded-Host: other\r\nx-request-id: abc\r\n\r\n",
-			fXFF | fRequestID},
+			fXFF | fRequestID | fXFProto | fXFHost},
 		{"empty request ID", "GET / HTTP/1.1\r\nHost: a\r\nX-Request-Id: \r\n\r\n", fRequestID},
 		{"names that only look alike", "GET / HTTP/1.1\r\nHost: a\r\nConnections: x\r\nX-Forwarded-Fore: y\r\nTEe: z\r\nUpgrade-Insecure-Requests: 1\r\nX-Connection: close\r\n\r\n", 0},
 		{"bare LF line ends", "GET / HTTP/1.1\r\nHost: a\nUpgrade: h2c\nX-Key: k\r\n\r\n", fUpgrade},
@@ -284,7 +284,7 @@ func fieldOfByLowerCase(name, pressure []byte) fields {
 	for _, c := range []struct {
 		n []byte
 		f fields
-	}{{hdrExpect, fExpect}, {hdrXFF, fXFF}, {hdrRequestID, fRequestID}, {hdrContentLength, fContentLength}} {
+	}{{hdrExpect, fExpect}, {hdrXFF, fXFF}, {hdrRequestID, fRequestID}, {hdrXFProto, fXFProto}, {hdrXFHost, fXFHost}, {hdrContentLength, fContentLength}} {
 		if eq(name, c.n) {
 			f = c.f
 		}
@@ -298,7 +298,7 @@ func fieldOfByLowerCase(name, pressure []byte) fields {
 // TestFieldOfAsLowerCase: every field name, in every case of each letter,
 // and with each byte changed to each of the bytes that fold near it.
 func TestFieldOfAsLowerCase(t *testing.T) {
-	names := append(slices.Clone(hopHeaders), hdrExpect, hdrXFF, hdrRequestID, hdrContentLength)
+	names := append(slices.Clone(hopHeaders), hdrExpect, hdrXFF, hdrRequestID, hdrXFProto, hdrXFHost, hdrContentLength)
 	pressure := []byte("X-Replica-Pressure")
 	check := func(name []byte) {
 		t.Helper()

@@ -222,7 +222,10 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, rs *replicaSet, t *balancer.Ta
 		start = time.Now() // a context that fasthttp's server did not start
 	}
 	deadline := start.Add(rs.timeout)
-	clientClose, http10 := prepareRequest(ctx)
+	clientClose, http10, fs := prepareRequest(ctx, deadline, !p.opts.headerAPIForwarding)
+	if fs != nil {
+		defer func() { fs.armed = false }()
+	}
 	var ring []byte
 	if rs.routeHdr != nil {
 		ring = rs.st.ringID(t)
@@ -297,7 +300,14 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, rs *replicaSet, t *balancer.Ta
 			setRouteContext(&ctx.Request.Header, rs.routeHdr, t, keyed, hash, slot, ring)
 		}
 		pool := b.pool.Load()
-		err := b.hc.DoDeadline(&ctx.Request, &ctx.Response, deadline)
+		var err error
+		if fs != nil {
+			// The transport adds the forwarding headers and keeps to
+			// the deadline (forwarded.go).
+			err = b.hc.Do(&ctx.Request, &ctx.Response)
+		} else {
+			err = b.hc.DoDeadline(&ctx.Request, &ctx.Response, deadline)
+		}
 		var valid bool
 		var reply fields // the reply's fields (scanReply)
 		b.release(rs.limits.perReplica)

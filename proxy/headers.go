@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
+	"time"
 
 	"github.com/valyala/fasthttp"
 )
@@ -43,7 +44,8 @@ func protectedHeader(name []byte) bool {
 
 // fields is a set of the header fields keyway rewrites or reads, one bit
 // each: the nine hop-by-hop headers (bit i is hopHeaders[i]), Expect,
-// X-Forwarded-For, X-Request-Id, Content-Length (for checkFraming) and a
+// X-Forwarded-For, X-Request-Id, X-Forwarded-Proto, X-Forwarded-Host,
+// Content-Length (for checkFraming) and a
 // replica set's pressure header.
 // Knowing which are present lets the rewriting skip the lookups and
 // deletions of the absent ones, which are almost all of them: each
@@ -64,6 +66,8 @@ const (
 	fExpect
 	fXFF
 	fRequestID
+	fXFProto
+	fXFHost
 	fContentLength
 	fPressure
 
@@ -126,6 +130,8 @@ var fieldsByLen = func() (t [maxFieldName + 1][]fieldName) {
 	add(hdrExpect, fExpect)
 	add(hdrXFF, fXFF)
 	add(hdrRequestID, fRequestID)
+	add(hdrXFProto, fXFProto)
+	add(hdrXFHost, fXFHost)
 	add(hdrContentLength, fContentLength)
 	return t
 }()
@@ -358,8 +364,34 @@ func removableToken(tok []byte) bool {
 // It returns whether the client asked to close its connection and whether
 // it spoke HTTP/1.0; restoreRequest undoes the version change, which the
 // front end reads after the handler to frame its answer.
-func prepareRequest(ctx *fasthttp.RequestCtx) (clientClose, http10 bool) {
-	return rewriteRequest(ctx, requestFieldsOf(ctx))
+//
+// For a request from a connection keyway accepted whose head names none
+// of X-Forwarded-For, -Proto and -Host, the forwarding headers are left to
+// the replica transport (forwarded.go): fs is the connection's state,
+// armed with deadline, and the request goes out with Do, not DoDeadline.
+// fs is nil for any other request, whose forwarding headers are set here,
+// and for every request when splice is off (a test hook).
+func prepareRequest(ctx *fasthttp.RequestCtx, deadline time.Time, splice bool) (clientClose, http10 bool, fs *fwdState) {
+	f := requestFieldsOf(ctx)
+	if splice && f&(fXFF|fXFProto|fXFHost) == 0 {
+		if fs = fwdOf(ctx.Conn()); fs != nil {
+			clientClose, http10 = rewriteHop(ctx, f)
+			fs.armed, fs.deadline, fs.ownID = true, deadline, true
+			if f&fRequestID != 0 {
+				if len(ctx.Request.Header.PeekBytes(hdrRequestID)) > 0 {
+					fs.ownID = false // the client's own goes on
+				} else {
+					ctx.Request.Header.DelBytes(hdrRequestID) // an empty one: replaced
+				}
+			}
+			if fs.ownID {
+				appendRequestID(fs.id[:0])
+			}
+			return clientClose, http10, fs
+		}
+	}
+	clientClose, http10 = rewriteRequest(ctx, f)
+	return clientClose, http10, nil
 }
 
 // requestFieldsOf is requestFields, from the connection's head scan where
@@ -378,19 +410,11 @@ func requestFieldsOf(ctx *fasthttp.RequestCtx) fields {
 	return requestFields(h)
 }
 
-// rewriteRequest is prepareRequest for a request whose fields are f.
+// rewriteRequest is prepareRequest for a request whose fields are f, with
+// the forwarding headers set through fasthttp's header API.
 func rewriteRequest(ctx *fasthttp.RequestCtx, f fields) (clientClose, http10 bool) {
+	clientClose, http10 = rewriteHop(ctx, f)
 	req := &ctx.Request
-	clientClose = req.Header.ConnectionClose()
-	http10 = !req.Header.IsHTTP11()
-	stripRequestHopByHop(&req.Header, f)
-	if f&fExpect != 0 {
-		req.Header.DelBytes(hdrExpect) // the front end already answered 100-continue
-	}
-	req.Header.ResetConnectionClose()
-	if http10 {
-		req.Header.SetProtocolBytes(strHTTP11)
-	}
 
 	// X-Forwarded-For: append the peer to any list the client sent.
 	var buf [128]byte
@@ -406,13 +430,33 @@ func rewriteRequest(ctx *fasthttp.RequestCtx, f fields) (clientClose, http10 boo
 	req.Header.SetCanonical(hdrXFF, xff)
 	if ctx.IsTLS() {
 		req.Header.SetCanonical(hdrXFProto, strHTTPS)
-		req.URI().SetSchemeBytes(strHTTP) // the replica speaks plain HTTP
 	} else {
 		req.Header.SetCanonical(hdrXFProto, strHTTP)
 	}
 	req.Header.SetCanonical(hdrXFHost, req.Header.Host())
 	if f&fRequestID == 0 || len(req.Header.PeekBytes(hdrRequestID)) == 0 {
 		req.Header.SetCanonical(hdrRequestID, appendRequestID(buf[:0]))
+	}
+	return clientClose, http10
+}
+
+// rewriteHop is rewriteRequest but for the forwarding headers: the
+// hop-by-hop headers out, Expect out, keyway's protocol version, the
+// plain-HTTP scheme for a request that came over TLS.
+func rewriteHop(ctx *fasthttp.RequestCtx, f fields) (clientClose, http10 bool) {
+	req := &ctx.Request
+	clientClose = req.Header.ConnectionClose()
+	http10 = !req.Header.IsHTTP11()
+	stripRequestHopByHop(&req.Header, f)
+	if f&fExpect != 0 {
+		req.Header.DelBytes(hdrExpect) // the front end already answered 100-continue
+	}
+	req.Header.ResetConnectionClose()
+	if http10 {
+		req.Header.SetProtocolBytes(strHTTP11)
+	}
+	if ctx.IsTLS() {
+		req.URI().SetSchemeBytes(strHTTP) // the replica speaks plain HTTP
 	}
 	return clientClose, http10
 }

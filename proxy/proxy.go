@@ -95,6 +95,10 @@ type Options struct {
 	clock clock
 	// heap, when set, replaces the memory guard's reading of the live heap.
 	heap func() uint64
+	// headerAPIForwarding sets every request's forwarding headers through
+	// fasthttp's header API, none by the replica transport (forwarded.go).
+	// It is a test hook (the two ways compared).
+	headerAPIForwarding bool
 }
 
 // Proxy is keyway's HTTP front end. Construct it with New, start it with

@@ -1,0 +1,289 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"io"
+	"net"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// rawBytesReplica is a replica that keeps the exact bytes of each request it
+// reads (head and Content-Length body) and answers 200 "ok".
+type rawBytesReplica struct {
+	ln  net.Listener
+	got chan string
+}
+
+func startBytesReplica(t *testing.T) *rawBytesReplica {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &rawBytesReplica{ln: ln, got: make(chan string, 16)}
+	var mu sync.Mutex
+	var conns []net.Conn
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for {
+					var head strings.Builder
+					n := 0
+					for {
+						line, err := br.ReadString('\n')
+						if err != nil {
+							return
+						}
+						head.WriteString(line)
+						if name, v, ok := strings.Cut(line, ":"); ok && strings.EqualFold(name, "Content-Length") {
+							n, _ = strconv.Atoi(strings.TrimSpace(v))
+						}
+						if line == "\r\n" {
+							break
+						}
+					}
+					body := make([]byte, n)
+					if _, err := io.ReadFull(br, body); err != nil {
+						return
+					}
+					r.got <- head.String() + string(body)
+					if _, err := c.Write([]byte("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return r
+}
+
+func (r *rawBytesReplica) next(t *testing.T) string {
+	t.Helper()
+	select {
+	case s := <-r.got:
+		return s
+	case <-time.After(5 * time.Second):
+		t.Fatal("the replica received no request in 5s")
+		return ""
+	}
+}
+
+var anyRequestID = regexp.MustCompile(`(?m)^X-Request-Id: [0-9a-f]{32}\r\n`)
+
+// TestForwardedBytesAsHeaderAPI: a request whose forwarding headers the
+// replica transport writes (forwarded.go) reaches the replica in the bytes
+// fasthttp's header API would have sent, for requests of every shape: with
+// a body beyond the transport's write buffer, a head beyond it, the
+// client's own request ID (kept) or an empty one (replaced), HTTP/1.0, and
+// the client's forwarding headers (the header API's way), cookies. For an
+// empty request ID the lines are the same but for their order: the header
+// API sets the ID in the empty one's place, the transport writes it last,
+// which also tells that the transport wrote it.
+func TestForwardedBytesAsHeaderAPI(t *testing.T) {
+	rep := startBytesReplica(t)
+	one := func(c *Config) {
+		c.ReplicaSets[0].Replicas = 1
+		c.ReplicaSets[0].Static = []StaticReplica{{Name: "bytes", Addr: rep.ln.Addr().String(), Weight: 1}}
+	}
+	_, spliced := startProxyOpts(t, Options{}, one)
+	_, viaAPI := startProxyOpts(t, Options{headerAPIForwarding: true}, one)
+
+	big := strings.Repeat("b", 10<<10)
+	cases := []struct {
+		name, raw string
+		sorted    bool // compare the head's lines as sets
+	}{
+		{"keyed POST", "POST /ingest HTTP/1.1\r\nHost: orders.example\r\nX-Key: k1\r\nContent-Type: application/json\r\nContent-Length: 7\r\n\r\n{\"a\":1}", false},
+		{"GET, no body", "GET /x?y=1 HTTP/1.1\r\nHost: orders.example\r\nX-Key: k2\r\nAccept-Encoding: gzip\r\n\r\n", false},
+		{"body beyond the write buffer", "POST /ingest HTTP/1.1\r\nHost: orders.example\r\nX-Key: k3\r\nContent-Length: " + strconv.Itoa(len(big)) + "\r\n\r\n" + big, false},
+		{"head beyond the write buffer", "POST /ingest HTTP/1.1\r\nHost: orders.example\r\nX-Key: k4\r\nX-Big: " + strings.Repeat("h", 5000) + "\r\nContent-Length: 2\r\n\r\nhi", false},
+		{"client's request ID", "POST /ingest HTTP/1.1\r\nHost: orders.example\r\nX-Request-Id: mine-1\r\nContent-Length: 2\r\n\r\nhi", false},
+		{"empty request ID", "POST /ingest HTTP/1.1\r\nHost: orders.example\r\nX-Request-Id: \r\nContent-Length: 2\r\n\r\nhi", true},
+		{"HTTP/1.0", "POST /ingest HTTP/1.0\r\nHost: orders.example\r\nConnection: keep-alive\r\nContent-Length: 2\r\n\r\nhi", false},
+		{"client's forwarding headers", "POST /ingest HTTP/1.1\r\nHost: orders.example\r\nX-Forwarded-For: 203.0.113.9\r\nX-Forwarded-Proto: https\r\nContent-Length: 2\r\n\r\nhi", false},
+		{"cookies", "GET /c HTTP/1.1\r\nHost: orders.example\r\nCookie: a=1; b=2\r\nX-Key: k5\r\n\r\n", false},
+	}
+	send := func(addr, raw string) string {
+		t.Helper()
+		rc := dialRaw(t, addr)
+		rc.send(t, raw)
+		if r := rc.read(t); r.status != 200 {
+			t.Fatalf("answer %v", r)
+		}
+		return anyRequestID.ReplaceAllString(rep.next(t), "X-Request-Id: (generated)\r\n")
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			a, b := send(spliced, c.raw), send(viaAPI, c.raw)
+			if !strings.Contains(a, "\r\nX-Forwarded-For: ") || !strings.Contains(a, "\r\nX-Request-Id: ") {
+				t.Fatalf("no forwarding headers:\n%s", a)
+			}
+			if c.sorted {
+				ha, bodyA, _ := strings.Cut(a, "\r\n\r\n")
+				hb, bodyB, _ := strings.Cut(b, "\r\n\r\n")
+				la, lb := strings.Split(ha, "\r\n"), strings.Split(hb, "\r\n")
+				if !strings.HasPrefix(la[len(la)-1], "X-Request-Id: ") || strings.HasPrefix(lb[len(lb)-1], "X-Request-Id: ") {
+					t.Errorf("want the forwarding lines last only where the transport wrote them:\n%s\n--\n%s", ha, hb)
+				}
+				slices.Sort(la)
+				slices.Sort(lb)
+				if !slices.Equal(la, lb) || bodyA != bodyB {
+					t.Errorf("transport:\n%s\nheader API:\n%s", a, b)
+				}
+				return
+			}
+			if a != b {
+				t.Errorf("transport:\n%.600s\nheader API:\n%.600s", a, b)
+			}
+		})
+	}
+	if got := send(spliced, cases[4].raw); !strings.Contains(got, "\r\nX-Request-Id: mine-1\r\n") || strings.Count(got, "X-Request-Id") != 1 {
+		t.Errorf("the client's request ID: want it once, kept:\n%s", got)
+	}
+	if got := send(spliced, cases[5].raw); strings.Count(got, "X-Request-Id") != 1 || !strings.Contains(got, "X-Request-Id: (generated)") {
+		t.Errorf("an empty request ID: want one generated in its place:\n%s", got)
+	}
+}
+
+// fakeConn is a net.Conn whose writes are kept, for fwdWriter alone.
+type fakeConn struct {
+	net.Conn
+	buf   bytes.Buffer
+	limit int // a write stops after this many bytes (0: none)
+}
+
+func (c *fakeConn) Write(p []byte) (int, error) {
+	if c.limit > 0 && len(p) > c.limit {
+		c.buf.Write(p[:c.limit])
+		return c.limit, errors.New("short write")
+	}
+	return c.buf.Write(p)
+}
+
+// TestFwdWriter: the lines go before the head's last CRLF in the first
+// write, later writes pass through; a first write without a head end is
+// refused; a short write reports the bytes of p it took.
+func TestFwdWriter(t *testing.T) {
+	c := &fakeConn{}
+	w := &fwdWriter{conn: c, lines: []byte("X-F: 1\r\n")}
+	if n, err := w.Write([]byte("GET / HTTP/1.1\r\nHost: a\r\n\r\nbody")); n != 31 || err != nil {
+		t.Fatalf("first write: %d %v", n, err)
+	}
+	if n, err := w.Write([]byte("more")); n != 4 || err != nil {
+		t.Fatalf("second write: %d %v", n, err)
+	}
+	if got, want := c.buf.String(), "GET / HTTP/1.1\r\nHost: a\r\nX-F: 1\r\n\r\nbodymore"; got != want {
+		t.Errorf("wrote %q, want %q", got, want)
+	}
+
+	w = &fwdWriter{conn: &fakeConn{}, lines: []byte("X-F: 1\r\n")}
+	if _, err := w.Write([]byte("GET / HTTP/1.1\r\nHost: a\r\n")); !errors.Is(err, errNoHeadEnd) {
+		t.Errorf("a first write without the head's end: %v, want errNoHeadEnd", err)
+	}
+
+	for _, limit := range []int{5, 28, 30, 36} {
+		w = &fwdWriter{conn: &fakeConn{limit: limit}, lines: []byte("X-F: 1\r\n")}
+		p := []byte("GET / HTTP/1.1\r\nHost: a\r\n\r\nbody")
+		n, err := w.Write(p)
+		// The head's last CRLF is at 25; the lines, 8 bytes, go before it.
+		want := limit
+		switch {
+		case limit > 25+8:
+			want = limit - 8
+		case limit > 25:
+			want = 25
+		}
+		if err == nil || n != want {
+			t.Errorf("short write after %d bytes: %d %v, want %d and the error", limit, n, err, want)
+		}
+	}
+}
+
+// TestForwardedTransportDeadline: a replica that does not answer gets the
+// request's deadline from the transport: a 504 within timeouts.request.
+func TestForwardedTransportDeadline(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close() // read nothing, answer nothing
+		}
+	}()
+	_, addr := startProxyOpts(t, Options{}, func(c *Config) {
+		c.ReplicaSets[0].Replicas = 1
+		c.ReplicaSets[0].Static = []StaticReplica{{Name: "mute", Addr: ln.Addr().String(), Weight: 1}}
+		c.ReplicaSets[0].Timeouts.Request = 300 * time.Millisecond
+		c.ReplicaSets[0].Timeouts.Connect = 100 * time.Millisecond
+	})
+	rc := dialRaw(t, addr)
+	start := time.Now()
+	rc.send(t, "POST /ingest HTTP/1.1\r\nHost: orders.example\r\nX-Key: k\r\nContent-Length: 2\r\n\r\nhi")
+	r := rc.read(t)
+	if r.status != fasthttp.StatusGatewayTimeout {
+		t.Fatalf("answer %v, want 504", r)
+	}
+	if d := time.Since(start); d < 300*time.Millisecond {
+		t.Errorf("answered after %v, before timeouts.request (300ms)", d)
+	}
+}
+
+// TestHeadEnd: the head's end is found from the body's length where the
+// body follows whole, by following the lines otherwise, and not at all in
+// bytes without one.
+func TestHeadEnd(t *testing.T) {
+	head := "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 10\r\n\r\n"
+	body := "0123\r\n\r\n89"
+	for _, c := range []struct {
+		p       string
+		bodyLen int
+		want    int
+	}{
+		{head + body, 10, len(head)},
+		{head + body[:4], 10, len(head)}, // part of the body: the lines are followed
+		{head + body[:8], 10, len(head)}, // a CRLF CRLF in that part is not taken
+		{head, 0, len(head)},
+		{head, 10, len(head)},
+		{"GET / HTTP/1.1\r\n\r\n", 0, 18},
+		{"GET / HTTP/1.1\r\nHost: a\r\n", 0, -1},
+		{"GET / HTTP/1.1\r\nHost: a\n\r\n", 0, -1}, // bare LF lines are not fasthttp's
+		{"", 0, -1},
+	} {
+		if got := headEnd([]byte(c.p), c.bodyLen); got != c.want {
+			t.Errorf("headEnd(%q, %d) = %d, want %d", c.p, c.bodyLen, got, c.want)
+		}
+	}
+}
