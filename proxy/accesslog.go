@@ -69,7 +69,7 @@ func (p *Proxy) appendAccess(l *accessLine, ctx *fasthttp.RequestCtx, rs *replic
 	b = append(b, `","request_id":`...)
 	id := ctx.Request.Header.PeekBytes(hdrRequestID)
 	if len(id) == 0 {
-		id = fwdOf(ctx.Conn()).requestID() // keyway's, written by the replica transport
+		id = armedFwd(ctx.Conn()).requestID() // keyway's, written by the replica transport
 	}
 	if len(id) == 0 {
 		// keyway answered before forwarding, which sets one: give the line

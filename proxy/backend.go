@@ -300,7 +300,8 @@ func classify(err error) errKind {
 		return errDial
 	case errors.As(err, &he):
 		return errTLS
-	case errors.Is(err, errStaleConn):
+	case errors.Is(err, errStaleConn), errors.Is(err, errNoHeadEnd):
+		// errNoHeadEnd: the transport wrote nothing (forwarded.go).
 		return errStale
 	case errors.Is(err, fasthttp.ErrNoFreeConns):
 		return errNoFreeConns

@@ -110,6 +110,7 @@ func TestFateUnknown(t *testing.T) {
 	}
 	custom := "X-Idem"
 	none := ""
+	reqID := "X-Request-Id"
 	cases := map[string]tc{
 		"POST timeout: 504, not retried": {failure: "timeout", method: "POST", status: 504},
 		// timeouts.request bounds the whole exchange, retries included, and
@@ -129,6 +130,12 @@ func TestFateUnknown(t *testing.T) {
 		"custom header set, Idempotency-Key ignored": {failure: "close", method: "POST", hdrs: []string{"Idempotency-Key", "1"}, idemHdr: &custom, status: 502},
 		"idempotency header disabled: 502":           {failure: "close", method: "POST", hdrs: []string{"Idempotency-Key", "1"}, idemHdr: &none, status: 502},
 		"GET reset with attempts 1: 502":             {failure: "close", method: "GET", status: 502, attempts: 1},
+		// keyway's own request ID, which every attempt carries, counts as
+		// the idempotency header X-Request-Id, written by the replica
+		// transport or, with the client's X-Forwarded-For, set in the
+		// header.
+		"X-Request-Id as the idempotency header, keyway's: retried": {failure: "close", method: "POST", idemHdr: &reqID, status: 200, retried: true},
+		"the same, with the client's X-Forwarded-For: retried":      {failure: "close", method: "POST", hdrs: []string{"X-Forwarded-For", "192.0.2.1"}, idemHdr: &reqID, status: 200, retried: true},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -19,26 +19,31 @@ import (
 // field list: about 1,300 instructions per request for the four, and
 // fasthttp's DoDeadline reads the clock four times more than keyway needs.
 // For a request from a client connection keyway accepted whose head names
-// none of the first three (almost every request: fields tells), forward
-// leaves them out of the header and arms the connection's fwdState
-// instead; the replica clients' transport (fwdTransport) then writes them
+// none of the first three nor Transfer-Encoding or Trailer (almost every
+// request: fields tells), prepareRequest leaves them out of the header and
+// builds their lines in a fwdReq the connection holds instead; the replica clients' transport (fwdTransport) then writes them
 // after fasthttp's head, in the same bytes as the header API would, and
 // sets the exchange's deadlines from the request's own. Any other request
 // gets the header API and DoDeadline, as before.
 
-// fwdState is a client connection's forwarding state for the request
-// being forwarded: armed from prepareRequest to forward's end. A client
-// connection serves one request at a time.
-type fwdState struct {
-	armed    bool
-	ownID    bool      // keyway gives the request its ID: id
+// fwdReq is the forwarding state of a request being forwarded: taken
+// from a pool by prepareRequest and held by its client connection (one
+// request at a time) until handled releases it, after the access log.
+type fwdReq struct {
 	deadline time.Time // the request's deadline (timeouts.request from its start)
+	ownID    bool      // keyway gives the request its ID: id
 	id       [32]byte
+	// lines are the forwarding header lines, each ending in CRLF, built
+	// once for all the request's attempts.
+	lines []byte
 }
 
-// fwdOf returns the forwarding state of a client connection keyway
-// accepted, or nil.
-func fwdOf(c net.Conn) *fwdState {
+var fwdReqs = sync.Pool{New: func() any { return &fwdReq{lines: make([]byte, 0, 192)} }}
+
+// fwdSlot returns where a client connection keyway accepted holds its
+// request's fwdReq (nil while none is armed), or nil for any other
+// connection.
+func fwdSlot(c net.Conn) **fwdReq {
 	switch c := c.(type) {
 	case *lingerConn:
 		return &c.fwd
@@ -50,12 +55,31 @@ func fwdOf(c net.Conn) *fwdState {
 	return nil
 }
 
+// armedFwd returns the fwdReq a client connection holds, or nil.
+func armedFwd(c net.Conn) *fwdReq {
+	if s := fwdSlot(c); s != nil {
+		return *s
+	}
+	return nil
+}
+
+// releaseFwd ends a request's forwarding state, if it has one.
+func releaseFwd(c net.Conn) {
+	if s := fwdSlot(c); s != nil && *s != nil {
+		r := *s
+		*s = nil
+		if cap(r.lines) <= 4<<10 {
+			fwdReqs.Put(r)
+		}
+	}
+}
+
 // requestID returns the ID keyway gave the request it forwards, or nil.
-func (fs *fwdState) requestID() []byte {
-	if fs == nil || !fs.armed || !fs.ownID {
+func (r *fwdReq) requestID() []byte {
+	if r == nil || !r.ownID {
 		return nil
 	}
-	return fs.id[:]
+	return r.id[:]
 }
 
 // ctxOfRequest returns the request context whose request req is. Only
@@ -70,7 +94,7 @@ func ctxOfRequest(req *fasthttp.Request) *fasthttp.RequestCtx {
 // request, each ending in CRLF, as the header API would have written them
 // (rewriteRequest): the client's address, the scheme, the request's Host
 // and, unless the client sent one, keyway's request ID.
-func appendForwardLines(dst []byte, ctx *fasthttp.RequestCtx, fs *fwdState) []byte {
+func appendForwardLines(dst []byte, ctx *fasthttp.RequestCtx, r *fwdReq) []byte {
 	dst = append(dst, "X-Forwarded-For: "...)
 	dst = appendIP(dst, ctx.RemoteIP())
 	if ctx.IsTLS() {
@@ -80,16 +104,16 @@ func appendForwardLines(dst []byte, ctx *fasthttp.RequestCtx, fs *fwdState) []by
 	}
 	dst = append(dst, ctx.Request.Header.Host()...)
 	dst = append(dst, "\r\n"...)
-	if fs.ownID {
+	if r.ownID {
 		dst = append(dst, "X-Request-Id: "...)
-		dst = append(dst, fs.id[:]...)
+		dst = append(dst, r.id[:]...)
 		dst = append(dst, "\r\n"...)
 	}
 	return dst
 }
 
 // fwdTransport is the replica clients' transport (fasthttp.RoundTripper).
-// A request whose client connection has its fwdState armed is written
+// A request whose client connection holds its fwdReq is written
 // with its forwarding lines spliced in before the empty line that ends
 // its head, within the request's deadline; it is otherwise what
 // fasthttp's own transport does, through the HostClient's pool, for a
@@ -98,12 +122,11 @@ func appendForwardLines(dst []byte, ctx *fasthttp.RequestCtx, fs *fwdState) []by
 type fwdTransport struct{}
 
 func (fwdTransport) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Response) (retry bool, err error) {
-	ctx := ctxOfRequest(req)
-	fs := fwdOf(ctx.Conn())
-	if fs == nil || !fs.armed {
+	r := armedFwd(ctxOfRequest(req).Conn())
+	if r == nil {
 		return fasthttp.DefaultTransport.RoundTrip(hc, req, resp)
 	}
-	left := time.Until(fs.deadline)
+	left := time.Until(r.deadline)
 	if left <= 0 {
 		return false, fasthttp.ErrTimeout
 	}
@@ -113,14 +136,13 @@ func (fwdTransport) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, re
 	}
 	conn := cc.Conn()
 	resp.ParseNetConn(conn)
-	if err = conn.SetWriteDeadline(fs.deadline); err != nil {
+	if err = conn.SetWriteDeadline(r.deadline); err != nil {
 		hc.CloseConn(cc)
 		return true, err
 	}
 
 	w := fwdWriters.Get().(*fwdWriter)
-	w.conn, w.spliced, w.bodyLen = conn, false, len(req.Body())
-	w.lines = appendForwardLines(w.lines[:0], ctx, fs)
+	w.conn, w.spliced, w.bodyLen, w.lines = conn, false, len(req.Body()), r.lines
 	w.bw.Reset(w)
 	err = req.Write(w.bw)
 	if err == nil {
@@ -138,7 +160,7 @@ func (fwdTransport) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, re
 		return true, err
 	}
 
-	if err = conn.SetReadDeadline(fs.deadline); err != nil {
+	if err = conn.SetReadDeadline(r.deadline); err != nil {
 		hc.CloseConn(cc)
 		return true, err
 	}
@@ -177,8 +199,8 @@ type fwdWriter struct {
 	bw      *bufio.Writer
 	conn    net.Conn
 	spliced bool
-	bodyLen int // the request's body, written after its head
-	lines   []byte
+	bodyLen int    // the request's body, written after its head
+	lines   []byte // the request's forwarding lines (fwdReq)
 	out     []byte
 }
 
@@ -196,7 +218,8 @@ var fwdWriters = sync.Pool{New: func() any {
 func (w *fwdWriter) release() {
 	w.conn = nil
 	w.bw.Reset(nil)
-	if cap(w.out) > 64<<10 || cap(w.lines) > 4<<10 {
+	w.lines = nil
+	if cap(w.out) > 64<<10 {
 		return
 	}
 	fwdWriters.Put(w)

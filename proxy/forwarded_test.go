@@ -55,18 +55,54 @@ func startBytesReplica(t *testing.T) *rawBytesReplica {
 				br := bufio.NewReader(c)
 				for {
 					var head strings.Builder
-					n := 0
+					n, chunked := 0, false
 					for {
 						line, err := br.ReadString('\n')
 						if err != nil {
 							return
 						}
 						head.WriteString(line)
-						if name, v, ok := strings.Cut(line, ":"); ok && strings.EqualFold(name, "Content-Length") {
+						name, v, _ := strings.Cut(line, ":")
+						switch {
+						case strings.EqualFold(name, "Content-Length"):
 							n, _ = strconv.Atoi(strings.TrimSpace(v))
+						case strings.EqualFold(name, "Transfer-Encoding"):
+							chunked = true
 						}
 						if line == "\r\n" {
 							break
+						}
+					}
+					if chunked {
+						// Chunks, then trailer lines to an empty one.
+						for {
+							line, err := br.ReadString('\n')
+							if err != nil {
+								return
+							}
+							head.WriteString(line)
+							size, err := strconv.ParseInt(strings.TrimSpace(line), 16, 32)
+							if err != nil {
+								return
+							}
+							if size == 0 {
+								break
+							}
+							chunk := make([]byte, size+2)
+							if _, err := io.ReadFull(br, chunk); err != nil {
+								return
+							}
+							head.Write(chunk)
+						}
+						for {
+							line, err := br.ReadString('\n')
+							if err != nil {
+								return
+							}
+							head.WriteString(line)
+							if line == "\r\n" {
+								break
+							}
 						}
 					}
 					body := make([]byte, n)
@@ -101,8 +137,10 @@ var anyRequestID = regexp.MustCompile(`(?m)^X-Request-Id: [0-9a-f]{32}\r\n`)
 // replica transport writes (forwarded.go) reaches the replica in the bytes
 // fasthttp's header API would have sent, for requests of every shape: with
 // a body beyond the transport's write buffer, a head beyond it, the
-// client's own request ID (kept) or an empty one (replaced), HTTP/1.0, and
-// the client's forwarding headers (the header API's way), cookies. For an
+// client's own request ID (kept) or an empty one (replaced), HTTP/1.0,
+// the client's forwarding headers, chunked bodies with trailer fields (the
+// last two the header API's way: a chunked request may be written with
+// trailers after its body), cookies. For an
 // empty request ID the lines are the same but for their order: the header
 // API sets the ID in the empty one's place, the transport writes it last,
 // which also tells that the transport wrote it.
@@ -128,6 +166,9 @@ func TestForwardedBytesAsHeaderAPI(t *testing.T) {
 		{"empty request ID", "POST /ingest HTTP/1.1\r\nHost: orders.example\r\nX-Request-Id: \r\nContent-Length: 2\r\n\r\nhi", true},
 		{"HTTP/1.0", "POST /ingest HTTP/1.0\r\nHost: orders.example\r\nConnection: keep-alive\r\nContent-Length: 2\r\n\r\nhi", false},
 		{"client's forwarding headers", "POST /ingest HTTP/1.1\r\nHost: orders.example\r\nX-Forwarded-For: 203.0.113.9\r\nX-Forwarded-Proto: https\r\nContent-Length: 2\r\n\r\nhi", false},
+		{"chunked, trailer fields", "POST /ingest HTTP/1.1\r\nHost: orders.example\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n0\r\nX-T: 1\r\n\r\n", false},
+		{"chunked, empty body, trailer fields", "POST /ingest HTTP/1.1\r\nHost: orders.example\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nX-T: 1\r\n\r\n", false},
+		{"announced trailer", "POST /ingest HTTP/1.1\r\nHost: orders.example\r\nTrailer: X-T\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nX-T: 1\r\n\r\n", false},
 		{"cookies", "GET /c HTTP/1.1\r\nHost: orders.example\r\nCookie: a=1; b=2\r\nX-Key: k5\r\n\r\n", false},
 	}
 	send := func(addr, raw string) string {

@@ -260,10 +260,23 @@ func refusedRequest(ctx *fasthttp.RequestCtx) verdict {
 	switch {
 	case !te:
 		return vOK
+	case emptyChunked(h, s):
+		return vOK
 	case cl >= 0:
 		return vLengthConflict
 	}
 	return vNotChunked
+}
+
+// emptyChunked reports whether fasthttp read the request's body as
+// chunked and found it empty: it then gives the request a Content-Length
+// of 0 and drops Transfer-Encoding, as it does for "identity". The head
+// scan kept the field's value: one "chunked", and no Content-Length
+// field. A head the scan did not follow (pipelined) cannot tell, and
+// keeps the conflict's 400.
+func emptyChunked(h *fasthttp.RequestHeader, s *headScan) bool {
+	return h.ContentLength() == 0 && s != nil && s.st == hsDone && !s.cl && s.te == 1 && !s.teBad &&
+		bytes.EqualFold(bytes.Trim(s.teBuf[:s.teLen], " \t\r"), strChunked)
 }
 
 // headTooLarge answers a head that filled server.max_header_bytes: 414

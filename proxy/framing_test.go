@@ -565,3 +565,33 @@ func testHeaderReceivedCtx(t *testing.T, reduce bool) {
 		t.Fatalf("%d hook calls (want %d), %d requests whose handler got another context than requestCtxOf found", n, conns*perConn, bad.Load())
 	}
 }
+
+// TestEmptyChunkedBody: an empty chunked body (fasthttp then gives the
+// request a Content-Length of 0 and drops Transfer-Encoding) is
+// forwarded, trailer fields or not; "identity", which fasthttp also
+// drops, and chunked with a Content-Length are still refused.
+func TestEmptyChunkedBody(t *testing.T) {
+	rep := startReplica(t, "r0")
+	_, addr := startProxy(t, nil, rep)
+	for _, c := range []struct {
+		raw    string
+		status int
+	}{
+		{"POST /ingest HTTP/1.1\r\nHost: orders.example\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 200},
+		{"POST /ingest HTTP/1.1\r\nHost: orders.example\r\ntransfer-encoding: Chunked \r\n\r\n0\r\nX-T: 1\r\n\r\n", 200},
+		{"POST /ingest HTTP/1.1\r\nHost: orders.example\r\nTransfer-Encoding: identity\r\n\r\n", 400},
+		{"POST /ingest HTTP/1.1\r\nHost: orders.example\r\nTransfer-Encoding: chunked\r\nContent-Length: 0\r\n\r\n0\r\n\r\n", 400},
+	} {
+		rc := dialRaw(t, addr)
+		rc.send(t, c.raw)
+		if r := rc.read(t); r.status != c.status {
+			t.Errorf("%q: %v, want %d", c.raw, r, c.status)
+		}
+	}
+	if n := rep.count.Load(); n != 2 {
+		t.Errorf("the replica got %d requests, want the 2 empty chunked ones", n)
+	}
+	if b := rep.last.Load().Body(); len(b) != 0 {
+		t.Errorf("the replica got body %q, want none", b)
+	}
+}

@@ -69,6 +69,7 @@ func (p *Proxy) handled(ctx *fasthttp.RequestCtx) {
 		ctx.Response.Reset()
 		p.respondError(ctx, nil, lrInternal, fasthttp.StatusBadGateway, "internal proxy error", "")
 	}
+	releaseFwd(ctx.Conn()) // after the access log, which may read its request ID
 }
 
 // route matches the request's set and admits it (admit).
@@ -222,10 +223,7 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, rs *replicaSet, t *balancer.Ta
 		start = time.Now() // a context that fasthttp's server did not start
 	}
 	deadline := start.Add(rs.timeout)
-	clientClose, http10, fs := prepareRequest(ctx, deadline, !p.opts.headerAPIForwarding)
-	if fs != nil {
-		defer func() { fs.armed = false }()
-	}
+	clientClose, http10, fwd := prepareRequest(ctx, deadline, !p.opts.headerAPIForwarding)
 	var ring []byte
 	if rs.routeHdr != nil {
 		ring = rs.st.ringID(t)
@@ -301,7 +299,7 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, rs *replicaSet, t *balancer.Ta
 		}
 		pool := b.pool.Load()
 		var err error
-		if fs != nil {
+		if fwd != nil {
 			// The transport adds the forwarding headers and keeps to
 			// the deadline (forwarded.go).
 			err = b.hc.Do(&ctx.Request, &ctx.Response)
@@ -385,7 +383,7 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, rs *replicaSet, t *balancer.Ta
 		if ce := p.log.Check(zapcore.DebugLevel, "upstream attempt failed"); ce != nil {
 			ce.Write(zap.String("set", rs.name), zap.String("replica", b.name), zap.Stringer("kind", lastKind), zap.Error(err), zap.Int("attempt", i+1))
 		}
-		if !sameRetried && (lastKind == errStale || (lastKind == errReusedClosed && rs.replayable(&ctx.Request.Header))) {
+		if !sameRetried && (lastKind == errStale || (lastKind == errReusedClosed && rs.replayable(&ctx.Request.Header, fwd))) {
 			// The pooled connection was dead, not necessarily the replica.
 			// Its other idle connections are suspect too (a restart or an
 			// idle timeout closes them all): drop them, and try the same
@@ -410,7 +408,7 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, rs *replicaSet, t *balancer.Ta
 				break
 			}
 		}
-		if lastKind == errReplyTooLarge || !lastKind.neverSent() && !rs.replayable(&ctx.Request.Header) {
+		if lastKind == errReplyTooLarge || !lastKind.neverSent() && !rs.replayable(&ctx.Request.Header, fwd) {
 			break
 		}
 		if !time.Now().Before(deadline) {
@@ -457,8 +455,12 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, rs *replicaSet, t *balancer.Ta
 // have reached a replica: its method is idempotent, or it carries the
 // set's idempotency header. It is asked only after a failed attempt, so
 // that a request that succeeds at once looks no header up.
-func (rs *replicaSet) replayable(h *fasthttp.RequestHeader) bool {
-	return isIdempotent(h.Method()) || len(rs.idem) > 0 && len(h.PeekBytes(rs.idem)) > 0
+// fwd is the request's forwarding state (forwarded.go), or nil: an
+// idempotency header that is X-Request-Id counts where keyway gave the
+// request its ID, which every attempt carries, as the header API path
+// has it in the header.
+func (rs *replicaSet) replayable(h *fasthttp.RequestHeader, fwd *fwdReq) bool {
+	return isIdempotent(h.Method()) || len(rs.idem) > 0 && (len(h.PeekBytes(rs.idem)) > 0 || rs.idemIsID && fwd.requestID() != nil)
 }
 
 func isIdempotent(m []byte) bool {

@@ -366,28 +366,36 @@ func removableToken(tok []byte) bool {
 // front end reads after the handler to frame its answer.
 //
 // For a request from a connection keyway accepted whose head names none
-// of X-Forwarded-For, -Proto and -Host, the forwarding headers are left to
-// the replica transport (forwarded.go): fs is the connection's state,
-// armed with deadline, and the request goes out with Do, not DoDeadline.
-// fs is nil for any other request, whose forwarding headers are set here,
-// and for every request when splice is off (a test hook).
-func prepareRequest(ctx *fasthttp.RequestCtx, deadline time.Time, splice bool) (clientClose, http10 bool, fs *fwdState) {
+// of X-Forwarded-For, -Proto, -Host, Transfer-Encoding and Trailer, the
+// forwarding headers are left to the replica transport (forwarded.go): r
+// holds their lines and deadline, and the request goes out with Do, not
+// DoDeadline. r is nil for any other request, whose forwarding headers are
+// set here, and for every request when splice is off (a test hook).
+func prepareRequest(ctx *fasthttp.RequestCtx, deadline time.Time, splice bool) (clientClose, http10 bool, r *fwdReq) {
 	f := requestFieldsOf(ctx)
-	if splice && f&(fXFF|fXFProto|fXFHost) == 0 {
-		if fs = fwdOf(ctx.Conn()); fs != nil {
+	// A Transfer-Encoding or Trailer field may make fasthttp write the
+	// request chunked, with trailer fields after the body: the transport
+	// splices its lines only where the body follows the head as it is.
+	if splice && f&(fXFF|fXFProto|fXFHost|fTransferEncoding|fTrailer) == 0 {
+		if slot := fwdSlot(ctx.Conn()); slot != nil {
 			clientClose, http10 = rewriteHop(ctx, f)
-			fs.armed, fs.deadline, fs.ownID = true, deadline, true
+			r = fwdReqs.Get().(*fwdReq)
+			r.deadline, r.ownID = deadline, true
 			if f&fRequestID != 0 {
 				if len(ctx.Request.Header.PeekBytes(hdrRequestID)) > 0 {
-					fs.ownID = false // the client's own goes on
+					r.ownID = false // the client's own goes on
 				} else {
 					ctx.Request.Header.DelBytes(hdrRequestID) // an empty one: replaced
 				}
 			}
-			if fs.ownID {
-				appendRequestID(fs.id[:0])
+			if r.ownID {
+				appendRequestID(r.id[:0])
 			}
-			return clientClose, http10, fs
+			// Built before the first attempt: fasthttp's writing of it
+			// may rewrite Host (from the URI).
+			r.lines = appendForwardLines(r.lines[:0], ctx, r)
+			*slot = r // released by handled, after the access log
+			return clientClose, http10, r
 		}
 	}
 	clientClose, http10 = rewriteRequest(ctx, f)

@@ -76,7 +76,7 @@ func (l tlsHeadListener) Accept() (net.Conn, error) {
 type headConn struct {
 	net.Conn
 	head headScan
-	fwd  fwdState
+	fwd  *fwdReq // the request being forwarded (forwarded.go)
 }
 
 func (c *headConn) Read(b []byte) (int, error) {
@@ -94,7 +94,7 @@ func (c *headConn) Read(b []byte) (int, error) {
 type tlsHeadConn struct {
 	*tlsconfig.Conn
 	head headScan
-	fwd  fwdState
+	fwd  *fwdReq // the request being forwarded (forwarded.go)
 }
 
 func (c *tlsHeadConn) Read(b []byte) (int, error) {
@@ -120,7 +120,7 @@ type lingerConn struct {
 	linger atomic.Bool
 	scan   bool // follow request heads in head (not beneath TLS); only these park
 	head   headScan
-	fwd    fwdState
+	fwd    *fwdReq   // the request being forwarded (forwarded.go)
 	ps     parkState // parking while idle (park.go)
 }
 

@@ -166,6 +166,7 @@ type replicaSet struct {
 	prefix   []byte
 	sources  []keySource
 	idem     []byte
+	idemIsID bool              // idem is X-Request-Id
 	routeHdr []byte            // route_context.header; nil when off
 	tls      *tlsconfig.Client // tls, loaded; nil when off
 	maxBody  int
@@ -380,6 +381,7 @@ func newGeneration(st *setState, sc SetConfig, up *tlsconfig.Client) *replicaSet
 	}
 	if h := sc.Retries.IdempotencyHeader; h != "" {
 		rs.idem = []byte(h)
+		rs.idemIsID = asciiEqualFold(rs.idem, hdrRequestID)
 	}
 	if h := sc.RouteContext.Header; h != "" {
 		rs.routeHdr = []byte(h)
