@@ -21,10 +21,11 @@ import (
 // For a request from a client connection keyway accepted whose head names
 // none of the first three nor Transfer-Encoding or Trailer (almost every
 // request: fields tells), prepareRequest leaves them out of the header and
-// builds their lines in a fwdReq the connection holds instead; the replica clients' transport (fwdTransport) then writes them
-// after fasthttp's head, in the same bytes as the header API would, and
-// sets the exchange's deadlines from the request's own. Any other request
-// gets the header API and DoDeadline, as before.
+// builds their lines in a fwdReq the connection holds instead; the
+// replica clients' transport (fwdTransport) then writes them after
+// fasthttp's head, in the same bytes as the header API would, and sets the
+// exchange's deadlines from the request's own. Any other request gets the
+// header API and DoDeadline, as before.
 
 // fwdReq is the forwarding state of a request being forwarded: taken
 // from a pool by prepareRequest and held by its client connection (one
@@ -42,15 +43,10 @@ var fwdReqs = sync.Pool{New: func() any { return &fwdReq{lines: make([]byte, 0, 
 
 // fwdSlot returns where a client connection keyway accepted holds its
 // request's fwdReq (nil while none is armed), or nil for any other
-// connection.
+// connection (clientStateOf).
 func fwdSlot(c net.Conn) **fwdReq {
-	switch c := c.(type) {
-	case *lingerConn:
-		return &c.fwd
-	case *headConn:
-		return &c.fwd
-	case *tlsHeadConn:
-		return &c.fwd
+	if s := clientStateOf(c); s != nil {
+		return &s.fwd
 	}
 	return nil
 }

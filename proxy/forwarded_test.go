@@ -122,13 +122,7 @@ func startBytesReplica(t *testing.T) *rawBytesReplica {
 
 func (r *rawBytesReplica) next(t *testing.T) string {
 	t.Helper()
-	select {
-	case s := <-r.got:
-		return s
-	case <-time.After(5 * time.Second):
-		t.Fatal("the replica received no request in 5s")
-		return ""
-	}
+	return within(t, r.got, 5*time.Second, "the replica to receive a request")
 }
 
 var anyRequestID = regexp.MustCompile(`(?m)^X-Request-Id: [0-9a-f]{32}\r\n`)
@@ -270,26 +264,12 @@ func TestFwdWriter(t *testing.T) {
 // TestForwardedTransportDeadline: a replica that does not answer gets the
 // request's deadline from the transport: a 504 within timeouts.request.
 func TestForwardedTransportDeadline(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			defer c.Close() // read nothing, answer nothing
-		}
-	}()
-	_, addr := startProxyOpts(t, Options{}, func(c *Config) {
-		c.ReplicaSets[0].Replicas = 1
-		c.ReplicaSets[0].Static = []StaticReplica{{Name: "mute", Addr: ln.Addr().String(), Weight: 1}}
+	mute, release := slowReplica(t, "mute")
+	t.Cleanup(release)
+	_, addr := startProxy(t, func(c *Config) {
 		c.ReplicaSets[0].Timeouts.Request = 300 * time.Millisecond
 		c.ReplicaSets[0].Timeouts.Connect = 100 * time.Millisecond
-	})
+	}, mute)
 	rc := dialRaw(t, addr)
 	start := time.Now()
 	rc.send(t, "POST /ingest HTTP/1.1\r\nHost: orders.example\r\nX-Key: k\r\nContent-Length: 2\r\n\r\nhi")
@@ -299,32 +279,5 @@ func TestForwardedTransportDeadline(t *testing.T) {
 	}
 	if d := time.Since(start); d < 300*time.Millisecond {
 		t.Errorf("answered after %v, before timeouts.request (300ms)", d)
-	}
-}
-
-// TestHeadEnd: the head's end is found from the body's length where the
-// body follows whole, by following the lines otherwise, and not at all in
-// bytes without one.
-func TestHeadEnd(t *testing.T) {
-	head := "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 10\r\n\r\n"
-	body := "0123\r\n\r\n89"
-	for _, c := range []struct {
-		p       string
-		bodyLen int
-		want    int
-	}{
-		{head + body, 10, len(head)},
-		{head + body[:4], 10, len(head)}, // part of the body: the lines are followed
-		{head + body[:8], 10, len(head)}, // a CRLF CRLF in that part is not taken
-		{head, 0, len(head)},
-		{head, 10, len(head)},
-		{"GET / HTTP/1.1\r\n\r\n", 0, 18},
-		{"GET / HTTP/1.1\r\nHost: a\r\n", 0, -1},
-		{"GET / HTTP/1.1\r\nHost: a\n\r\n", 0, -1}, // bare LF lines are not fasthttp's
-		{"", 0, -1},
-	} {
-		if got := headEnd([]byte(c.p), c.bodyLen); got != c.want {
-			t.Errorf("headEnd(%q, %d) = %d, want %d", c.p, c.bodyLen, got, c.want)
-		}
 	}
 }

@@ -296,19 +296,36 @@ func (s *headScan) keepTE(b []byte) {
 // whole.
 func (s *headScan) dropTE() { s.teBad, s.teLen = true, 0 }
 
-// headScanOf returns the scan of a client connection, or nil for one
-// keyway does not scan (ciphertext beneath TLS, a connection keyway did
+// clientState is what keyway keeps on a client connection it accepted
+// for the request being served on it: its head's scan and, while it is
+// forwarded, its forwarding state (forwarded.go).
+type clientState struct {
+	head headScan
+	fwd  *fwdReq
+}
+
+// clientStateOf returns the state of a client connection, or nil for one
+// keyway does not follow (ciphertext beneath TLS, a connection keyway did
 // not accept itself: tests that drive the handler directly).
-func headScanOf(c net.Conn) *headScan {
+func clientStateOf(c net.Conn) *clientState {
 	switch c := c.(type) {
 	case *lingerConn:
 		if c.scan {
-			return &c.head
+			return &c.clientState
 		}
 	case *headConn:
-		return &c.head
+		return &c.clientState
 	case *tlsHeadConn:
-		return &c.head
+		return &c.clientState
+	}
+	return nil
+}
+
+// headScanOf returns the scan of a client connection, or nil
+// (clientStateOf).
+func headScanOf(c net.Conn) *headScan {
+	if s := clientStateOf(c); s != nil {
+		return &s.head
 	}
 	return nil
 }

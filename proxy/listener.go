@@ -75,8 +75,7 @@ func (l tlsHeadListener) Accept() (net.Conn, error) {
 // must not be copied.
 type headConn struct {
 	net.Conn
-	head headScan
-	fwd  *fwdReq // the request being forwarded (forwarded.go)
+	clientState
 }
 
 func (c *headConn) Read(b []byte) (int, error) {
@@ -93,8 +92,7 @@ func (c *headConn) Read(b []byte) (int, error) {
 // ConnectionState), and NetConn for markLinger. It must not be copied.
 type tlsHeadConn struct {
 	*tlsconfig.Conn
-	head headScan
-	fwd  *fwdReq // the request being forwarded (forwarded.go)
+	clientState
 }
 
 func (c *tlsHeadConn) Read(b []byte) (int, error) {
@@ -119,9 +117,8 @@ type lingerConn struct {
 	p      *Proxy
 	linger atomic.Bool
 	scan   bool // follow request heads in head (not beneath TLS); only these park
-	head   headScan
-	fwd    *fwdReq   // the request being forwarded (forwarded.go)
-	ps     parkState // parking while idle (park.go)
+	clientState
+	ps parkState // parking while idle (park.go)
 }
 
 func (c *lingerConn) Read(b []byte) (int, error) {
