@@ -64,6 +64,11 @@ type Config struct {
 	// (pair.go): the two targets named here run at once on the proxy's
 	// core, each under its own load at every rate of Rates.
 	Pair []string `json:"pair,omitempty"`
+	// PairAlternate > 0 makes the paired mode measure the two targets in
+	// turn instead of at once: slices of this length, A B B A A B ...,
+	// each target alone on the proxy's core while it is loaded (the full
+	// run's regime), the two still within the same seconds of the round.
+	PairAlternate time.Duration `json:"pair_alternate,omitempty"`
 	// Instructions > 0 replaces every other measurement with the
 	// instruction-count mode (instructions.go): each proxy under
 	// cachegrind, this many requests.
@@ -282,7 +287,11 @@ func (c *Config) validate() error {
 			errs = append(errs, errors.New("-pair cannot be combined with -saturation or -tls"))
 		case c.LatencyDuration <= 0:
 			errs = append(errs, errors.New("-pair needs a positive -latency-duration"))
+		case c.PairAlternate < 0 || c.PairAlternate > c.LatencyDuration/2:
+			errs = append(errs, fmt.Errorf("-pair-alternate %v: want 0 (both targets at once) or a slice of at most half of -latency-duration (%v), e.g. 1s", c.PairAlternate, c.LatencyDuration))
 		}
+	} else if c.PairAlternate != 0 {
+		errs = append(errs, errors.New("-pair-alternate needs -pair"))
 	} else if len(c.Targets) == 0 {
 		errs = append(errs, errors.New("no targets"))
 	}

@@ -88,6 +88,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.Float64Var(&cfg.Sat.Bound, "sat-recovery-bound", 1.5, "saturation: recovered when the sliding-window p99 is within this multiple of the base p99")
 	cfg.Sat.Window, cfg.Sat.Step, cfg.Sat.Hold = 500*time.Millisecond, 100*time.Millisecond, time.Second
 	pair := fs.String("pair", "", "paired mode instead of the other measurements: two targets A,B (a proxy of -targets, or keyway@REV built from a git revision) run at once on the proxy's core, each under its own open-loop load at every -rates rate for -latency-duration, fresh processes each round; prints A ÷ B CPU per request and p50 per round's median (see docs/benchmarks.md)")
+	fs.DurationVar(&cfg.PairAlternate, "pair-alternate", 0, "paired mode: measure A and B in turn, in slices of this length (A B B A A B ...), each alone on the proxy's core while loaded, instead of both at once; 0: at once (a target can wait two slices for its next turn: keep that under keyway's server.park_idle_after, 2s, so that its client connections do not park in between; 500ms does)")
 	fs.IntVar(&cfg.Instructions, "instructions", 0, "instruction-count mode instead of the other measurements: each proxy of -targets under valgrind's cachegrind, a short and a long run on fresh processes, this many requests apart (2000 is plenty); prints instructions per request and the functions they go to (needs valgrind)")
 	quiet := fs.Bool("quiet", false, "no progress lines on stderr")
 	if err := fs.Parse(args); err != nil {

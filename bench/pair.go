@@ -159,7 +159,11 @@ func (h *Harness) pairRound(ctx context.Context, ts [2]*target, round int) []Pai
 	var out []PairRun
 	for _, rate := range h.cfg.Rates {
 		pr := PairRun{Round: round + 1, Rate: rate, First: ts[first].name, LoadAvg: loadAvg()}
-		a, b, err := runPairLatency(ctx, rts, &h.cfg, rate, min(h.cfg.Warmup, time.Second), h.cfg.LatencyDuration, uint64(round*1000+rate))
+		run := runPairLatency
+		if h.cfg.PairAlternate > 0 {
+			run = runAlternating
+		}
+		a, b, err := run(ctx, rts, &h.cfg, rate, min(h.cfg.Warmup, time.Second), h.cfg.LatencyDuration, uint64(round*1000+rate))
 		if err != nil {
 			pr.Failure = err.Error()
 			h.logf("pair round %d at %d/s: %v", round+1, rate, err)
@@ -256,6 +260,71 @@ func runPairLatency(ctx context.Context, rts [2]*running, cfg *Config, rate int,
 	return lrs[0], lrs[1], nil
 }
 
+// runAlternating is runPairLatency in turns (-pair-alternate): each
+// target is loaded alone, in slices of cfg.PairAlternate, in the order
+// A B B A A B B A ..., until each has had d; its CPU is read around each
+// of its slices and added up. So each proxy runs alone on the core while
+// it is measured, as in the full run (the other one idles beside it), and
+// whatever the machine does over the round's seconds still falls on both
+// alike: a drift in the machine's speed cancels over each A B B A.
+func runAlternating(ctx context.Context, rts [2]*running, cfg *Config, rate int, warm, d time.Duration, seed uint64) (a, b latencyRun, err error) {
+	var attacks [2]func(d time.Duration, keep bool) attackResult
+	for i, rt := range rts {
+		c := newHTTPClient(64, loadSpec{})
+		defer c.CloseIdleConnections()
+		tr := keyTargeter(loadSpec{}.url(rt.addr), cfg.Keys, cfg.Body, seed+uint64(i))
+		attacks[i] = func(d time.Duration, keep bool) attackResult { return attack(ctx, c, tr, rate, 16, d, keep) }
+	}
+	if warm > 0 {
+		attacks[0](warm, false)
+		attacks[1](warm, false)
+	}
+	var res [2]attackResult
+	var cpu, sys [2]float64
+	for k, order := range alternation(d, cfg.PairAlternate) {
+		for _, i := range order {
+			c0, s0, err := treeCPUSys(rts[i].p.pid())
+			if err != nil {
+				return a, b, fmt.Errorf("proxy stats: %w", err)
+			}
+			r := attacks[i](cfg.PairAlternate, true)
+			c1, s1, err := treeCPUSys(rts[i].p.pid())
+			if err != nil {
+				return a, b, fmt.Errorf("proxy stats: %w", err)
+			}
+			cpu[i] += c1 - c0
+			sys[i] += s1 - s0
+			if k == 0 {
+				res[i] = r
+			} else {
+				res[i] = mergeAttacks(res[i], r)
+			}
+			if err := ctx.Err(); err != nil {
+				return a, b, err
+			}
+		}
+	}
+	var lrs [2]latencyRun
+	for i := range lrs {
+		if lrs[i], err = newLatencyRun(res[i], rate, time.Duration(res[i].seconds*float64(time.Second))); err != nil {
+			return a, b, fmt.Errorf("%s: %w", []string{"A", "B"}[i], err)
+		}
+		lrs[i].setCPUSys(cpu[i], sys[i], res[i].seconds)
+	}
+	return lrs[0], lrs[1], nil
+}
+
+// alternation is the order of runAlternating's slices: for d in slices
+// of length slice (at least one each), pairs of turns A B, B A, A B, ...
+func alternation(d, slice time.Duration) [][2]int {
+	n := max(1, int((d+slice/2)/slice))
+	out := make([][2]int, n)
+	for k := range out {
+		out[k] = [2]int{k % 2, 1 - k%2}
+	}
+	return out
+}
+
 // mergeAttacks is the result of two attacks in a row, as one.
 func mergeAttacks(x, y attackResult) attackResult {
 	out := attackResult{requests: x.requests + y.requests, errors: x.errors + y.errors, answered: x.answered + y.answered,
@@ -315,7 +384,11 @@ func (r *Report) pairMarkdown(b *strings.Builder) {
 	if a == bn {
 		a, bn = a+" (A)", bn+" (B)"
 	}
-	fmt.Fprintf(b, "### Paired: A = %s and B = %s on CPU 0 at once, each under its own open-loop load (vegeta, %v per round)\n\n", a, bn, r.Config.LatencyDuration)
+	if alt := r.Config.PairAlternate; alt > 0 {
+		fmt.Fprintf(b, "### Paired in turns: A = %s and B = %s on CPU 0, each loaded alone in %v slices (A B B A A B ...), open loop (vegeta, %v each per round)\n\n", a, bn, alt, r.Config.LatencyDuration)
+	} else {
+		fmt.Fprintf(b, "### Paired: A = %s and B = %s on CPU 0 at once, each under its own open-loop load (vegeta, %v per round)\n\n", a, bn, r.Config.LatencyDuration)
+	}
 	b.WriteString("| rate | A CPU µs/req (kernel) | B CPU µs/req (kernel) | **A ÷ B CPU per request** | A p50 ms | B p50 ms | A ÷ B p50 | A p99 ms | B p99 ms | rounds |\n|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, s := range r.PairSummary {
 		rounds := fmt.Sprint(s.CPURatio.n())
@@ -332,7 +405,11 @@ func (r *Report) pairMarkdown(b *strings.Builder) {
 			fs(s.ACPU, "%.1f"), fs(s.ASys, "%.1f"), fs(s.BCPU, "%.1f"), fs(s.BSys, "%.1f"), fs(s.CPURatio, "%.3f"),
 			fs(s.AP50, "%.3f"), fs(s.BP50, "%.3f"), fs(s.P50Ratio, "%.3f"), fs(s.AP99, "%.3f"), fs(s.BP99, "%.3f"), rounds)
 	}
-	b.WriteString("\nEach ratio is the median of per-round ratios, both figures of a round taken over the same seconds. Two copies of one build measured 0.98–1.02 per round here.\n\n")
+	if r.Config.PairAlternate > 0 {
+		b.WriteString("\nEach ratio is the median of per-round ratios, both figures of a round taken in alternating slices over the same seconds.\n\n")
+	} else {
+		b.WriteString("\nEach ratio is the median of per-round ratios, both figures of a round taken over the same seconds. Two copies of one build measured 0.98–1.02 per round here.\n\n")
+	}
 	for _, run := range r.PairRuns {
 		if run.Failure != "" {
 			fmt.Fprintf(b, "- round %d at %d/s failed: %s\n", run.Round, run.Rate, run.Failure)

@@ -78,13 +78,60 @@ func TestSummarisePairs(t *testing.T) {
 	}
 }
 
+// TestAlternation: the turns of -pair-alternate are A B, B A, A B, ...,
+// as many pairs as slices fit in the duration (rounded), at least one.
+func TestAlternation(t *testing.T) {
+	for _, tc := range []struct {
+		d, slice time.Duration
+		want     [][2]int
+	}{
+		{d: 4 * time.Second, slice: time.Second, want: [][2]int{{0, 1}, {1, 0}, {0, 1}, {1, 0}}},
+		{d: 2500 * time.Millisecond, slice: time.Second, want: [][2]int{{0, 1}, {1, 0}, {0, 1}}},
+		{d: 2400 * time.Millisecond, slice: time.Second, want: [][2]int{{0, 1}, {1, 0}}},
+		{d: time.Second, slice: 2 * time.Second, want: [][2]int{{0, 1}}},
+	} {
+		if got := alternation(tc.d, tc.slice); !slices.Equal(got, tc.want) {
+			t.Errorf("alternation(%v, %v) = %v; want %v", tc.d, tc.slice, got, tc.want)
+		}
+	}
+	base := Config{Pair: []string{"keyway", "haproxy"}, Rates: []int{1000}, Duration: time.Second, Connections: 1, Replicas: 1, Keys: 1, Rounds: 1, LoadGen: "auto", LatencyDuration: 10 * time.Second}
+	for _, tc := range []struct {
+		alt  time.Duration
+		pair bool
+		err  string
+	}{
+		{alt: time.Second, pair: true},
+		{alt: 5 * time.Second, pair: true},
+		{alt: 6 * time.Second, pair: true, err: "-pair-alternate 6s"},
+		{alt: -time.Second, pair: true, err: "-pair-alternate -1s"},
+		{alt: time.Second, err: "-pair-alternate needs -pair"},
+	} {
+		c := base
+		c.PairAlternate = tc.alt
+		if !tc.pair {
+			c.Pair, c.Targets = nil, []string{"keyway"}
+		}
+		err := c.validate()
+		if tc.err == "" && err != nil || tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)) {
+			t.Errorf("alternate %v, pair %v: %v; want %q", tc.alt, tc.pair, err, tc.err)
+		}
+	}
+}
+
 // TestPairSmoke pairs keyway with itself for two short rounds: both sides
 // are measured over the same seconds, each with its own CPU figure, and
-// the report says so.
+// the report says so; at once, and in turns (-pair-alternate).
 func TestPairSmoke(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds keyway and runs load for a few seconds; skipped under -short")
 	}
+	t.Run("at once", func(t *testing.T) { pairSmoke(t, 0, "A = keyway (A) and B = keyway (B) on CPU 0 at once") })
+	t.Run("in turns", func(t *testing.T) {
+		pairSmoke(t, 500*time.Millisecond, "Paired in turns: A = keyway (A) and B = keyway (B) on CPU 0, each loaded alone in 500ms slices")
+	})
+}
+
+func pairSmoke(t *testing.T, alt time.Duration, title string) {
 	repo, err := moduleRoot()
 	if err != nil {
 		t.Fatal(err)
@@ -93,7 +140,7 @@ func TestPairSmoke(t *testing.T) {
 	cfg := Config{
 		Pair: []string{"keyway", "keyway"}, Rates: []int{300}, LatencyDuration: time.Second, Warmup: 200 * time.Millisecond,
 		Duration: time.Second, Connections: 1, Replicas: 3, Body: 256, Keys: 300, Rounds: 2, LoadGen: "vegeta",
-		Pin: false, OutDir: out, Repo: repo, Race: raceEnabled, Log: testLog{t},
+		Pin: false, OutDir: out, Repo: repo, Race: raceEnabled, Log: testLog{t}, PairAlternate: alt,
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -125,7 +172,7 @@ func TestPairSmoke(t *testing.T) {
 	if len(rep.PairSummary) != 1 || rep.PairSummary[0].CPURatio == nil || rep.PairSummary[0].CPURatio.N != 2 {
 		t.Fatalf("summary %+v", rep.PairSummary)
 	}
-	for _, want := range []string{"A = keyway (A) and B = keyway (B)", "A ÷ B CPU per request", "| 300/s |"} {
+	for _, want := range []string{title, "A ÷ B CPU per request", "| 300/s |"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("report lacks %q", want)
 		}
