@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -19,7 +20,9 @@ import (
 // targets measured one after the other: two copies of one build agree
 // within a few per cent, where the interleaved runs of the full harness
 // move ±15% on this machine. It is the instrument for changes of a few
-// per cent, and for the moderate-rate goals against HAProxy.
+// per cent, and for the moderate-rate goals against HAProxy. With
+// -pair-alternate the two take turns instead (runAlternating): each is
+// loaded alone, as in the full run, in short slices over the same seconds.
 //
 // A target is a name of -targets (not direct), or keyway@REV: keyway
 // built from the git revision REV, so that two builds can be paired
@@ -196,6 +199,23 @@ func deref(p *float64) float64 {
 	return *p
 }
 
+// pairAttacks are the open-loop attacks at rate on the two targets, each
+// through a client of its own; closeIdle closes the clients' connections.
+func pairAttacks(ctx context.Context, rts [2]*running, cfg *Config, rate int, seed uint64) (attacks [2]func(d time.Duration, keep bool) attackResult, closeIdle func()) {
+	var clients [2]*http.Client
+	for i, rt := range rts {
+		c := newHTTPClient(64, loadSpec{})
+		clients[i] = c
+		tr := keyTargeter(loadSpec{}.url(rt.addr), cfg.Keys, cfg.Body, seed+uint64(i))
+		attacks[i] = func(d time.Duration, keep bool) attackResult { return attack(ctx, c, tr, rate, 16, d, keep) }
+	}
+	return attacks, func() {
+		for _, c := range clients {
+			c.CloseIdleConnections()
+		}
+	}
+}
+
 // runPairLatency warms both targets up at the rate, then attacks both at
 // once for d, reading both processes' CPU time before and after.
 //
@@ -206,13 +226,8 @@ func deref(p *float64) float64 {
 // 10% apart, the follower's higher), so each leads for half of d: the
 // first half A's schedule leads, the second half B's.
 func runPairLatency(ctx context.Context, rts [2]*running, cfg *Config, rate int, warm, d time.Duration, seed uint64) (a, b latencyRun, err error) {
-	var attacks [2]func(d time.Duration, keep bool) attackResult
-	for i, rt := range rts {
-		c := newHTTPClient(64, loadSpec{})
-		defer c.CloseIdleConnections()
-		tr := keyTargeter(loadSpec{}.url(rt.addr), cfg.Keys, cfg.Body, seed+uint64(i))
-		attacks[i] = func(d time.Duration, keep bool) attackResult { return attack(ctx, c, tr, rate, 16, d, keep) }
-	}
+	attacks, closeIdle := pairAttacks(ctx, rts, cfg, rate, seed)
+	defer closeIdle()
 	offset := time.Second / time.Duration(2*rate)
 	// both runs both attacks for d, the leader's schedule offset ahead.
 	both := func(d time.Duration, keep bool, leader int) (res [2]attackResult) {
@@ -268,13 +283,8 @@ func runPairLatency(ctx context.Context, rts [2]*running, cfg *Config, rate int,
 // whatever the machine does over the round's seconds still falls on both
 // alike: a drift in the machine's speed cancels over each A B B A.
 func runAlternating(ctx context.Context, rts [2]*running, cfg *Config, rate int, warm, d time.Duration, seed uint64) (a, b latencyRun, err error) {
-	var attacks [2]func(d time.Duration, keep bool) attackResult
-	for i, rt := range rts {
-		c := newHTTPClient(64, loadSpec{})
-		defer c.CloseIdleConnections()
-		tr := keyTargeter(loadSpec{}.url(rt.addr), cfg.Keys, cfg.Body, seed+uint64(i))
-		attacks[i] = func(d time.Duration, keep bool) attackResult { return attack(ctx, c, tr, rate, 16, d, keep) }
-	}
+	attacks, closeIdle := pairAttacks(ctx, rts, cfg, rate, seed)
+	defer closeIdle()
 	if warm > 0 {
 		attacks[0](warm, false)
 		attacks[1](warm, false)
