@@ -49,6 +49,7 @@ func TestSmoke(t *testing.T) {
 		Pin:             false, // never pin the test process
 		OutDir:          out,
 		Repo:            repo,
+		Keyway:          testKeyway(t),
 		Race:            raceEnabled,
 		Log:             testLog{t},
 	}

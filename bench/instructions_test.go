@@ -77,7 +77,7 @@ func TestInstructionsSmoke(t *testing.T) {
 	}
 	cfg := Config{
 		Instructions: 100, Targets: []string{"direct", "keyway"}, Duration: time.Second, Connections: 1, Replicas: 3, Body: 256, Keys: 300,
-		Rounds: 1, LoadGen: "vegeta", Pin: false, OutDir: t.TempDir(), Repo: repo, Log: testLog{t},
+		Rounds: 1, LoadGen: "vegeta", Pin: false, OutDir: t.TempDir(), Repo: repo, Keyway: testKeyway(t), Log: testLog{t},
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()

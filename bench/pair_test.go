@@ -140,7 +140,7 @@ func pairSmoke(t *testing.T, alt time.Duration, title string) {
 	cfg := Config{
 		Pair: []string{"keyway", "keyway"}, Rates: []int{300}, LatencyDuration: time.Second, Warmup: 200 * time.Millisecond,
 		Duration: time.Second, Connections: 1, Replicas: 3, Body: 256, Keys: 300, Rounds: 2, LoadGen: "vegeta",
-		Pin: false, OutDir: out, Repo: repo, Race: raceEnabled, Log: testLog{t}, PairAlternate: alt,
+		Pin: false, OutDir: out, Repo: repo, Keyway: testKeyway(t), Race: raceEnabled, Log: testLog{t}, PairAlternate: alt,
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

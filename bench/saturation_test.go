@@ -260,7 +260,7 @@ func TestSaturationSmoke(t *testing.T) {
 			Base: time.Second, Duration: time.Second, Recovery: 3 * time.Second, Timeout: 10 * time.Second,
 			Window: 500 * time.Millisecond, Step: 100 * time.Millisecond, Bound: 1.5, Hold: time.Second,
 		},
-		OutDir: t.TempDir(), Repo: repo, Race: raceEnabled, Log: testLog{t},
+		OutDir: t.TempDir(), Repo: repo, Keyway: testKeyway(t), Race: raceEnabled, Log: testLog{t},
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
