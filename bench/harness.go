@@ -288,7 +288,7 @@ func (c *Config) validate() error {
 		case c.LatencyDuration <= 0:
 			errs = append(errs, errors.New("-pair needs a positive -latency-duration"))
 		case c.PairAlternate < 0 || c.PairAlternate > c.LatencyDuration/2:
-			errs = append(errs, fmt.Errorf("-pair-alternate %v: want 0 (both targets at once) or a slice of at most half of -latency-duration (%v), e.g. 1s", c.PairAlternate, c.LatencyDuration))
+			errs = append(errs, fmt.Errorf("-pair-alternate %v: want 0 (both targets at once) or a slice of at most half of -latency-duration (%v), e.g. 500ms", c.PairAlternate, c.LatencyDuration))
 		}
 	} else if c.PairAlternate != 0 {
 		errs = append(errs, errors.New("-pair-alternate needs -pair"))
