@@ -5,7 +5,6 @@ import (
 	"maps"
 	"net"
 	"net/http"
-	"os"
 	"os/exec"
 	"regexp"
 	"strconv"
@@ -66,17 +65,17 @@ func TestForwardHeaders(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			cmd := exec.Command(ts[0].bin, args...)
-			cmd.Env = append(os.Environ(), env.procEnv...)
-			cmd.Dir = dir
-			if err := cmd.Start(); err != nil {
+			// Stopped as the harness stops a target, SIGTERM first: nginx's
+			// and HAProxy's workers outlive a master killed with SIGKILL.
+			p, err := startProc(name, dir, -1, env.procEnv, append([]string{ts[0].bin}, args...)...)
+			if err != nil {
 				t.Fatal(err)
 			}
-			defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+			defer p.stop(5 * time.Second)
 			addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
-			if err := waitReady(ctx, addr, 15*time.Second, func() bool { return cmd.ProcessState == nil }, nil); err != nil {
+			if err := waitReady(ctx, addr, 15*time.Second, p.alive, nil); err != nil {
 				t.Fatal(err)
 			}
 			send := func(hdr map[string]string) map[string]string {
