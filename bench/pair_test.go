@@ -185,6 +185,9 @@ func pairSmoke(t *testing.T, alt time.Duration, title string) {
 	if err := json.Unmarshal(b, &got); err != nil || len(got.PairRuns) != 2 || len(got.PairSummary) != 1 {
 		t.Fatalf("results.json: %v, %d pair runs", err, len(got.PairRuns))
 	}
+	if got.Config.PairAlternate != alt {
+		t.Errorf("results.json records pair_alternate %v; the run used %v", got.Config.PairAlternate, alt)
+	}
 }
 
 // TestProcessCPUTime: the process CPU clock counts this process's CPU in
