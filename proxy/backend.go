@@ -14,6 +14,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"keyway/balancer"
+	"keyway/proxy/internal/wire"
 )
 
 // Backend is the proxy's long-lived state for one replica: its keep-alive
@@ -24,6 +25,7 @@ type Backend struct {
 	_        noCopy
 	name     string
 	addr     string
+	tlsName  string // the server name its TLS connections verify ("" without TLS, or insecure_skip_verify)
 	hc       *fasthttp.HostClient
 	inflight atomic.Int64
 	// lastOK and lastFail are when (Unix nanoseconds) the replica last
@@ -77,7 +79,7 @@ func (b *Backend) Inflight() int64 { return b.inflight.Load() }
 // dead or about to be. Its idle connections close now; connections in use
 // close when their request hands them back (forward compares the
 // generation), and any that slips back into the pool fails its next reuse
-// as stale before writing (staleCheckConn). Safe for concurrent use.
+// as stale before writing (wire.ReplicaConn). Safe for concurrent use.
 func (b *Backend) retirePool() {
 	b.pool.Add(1)
 	b.hc.CloseIdleConnections()
@@ -137,18 +139,10 @@ func handshakeHint(err error) string {
 		return "; the replica's certificate expired (or is not valid yet): renew it"
 	case errors.As(err, &record):
 		return "; the replica does not speak TLS at this address: turn the set's tls.enabled off, or point it at the replica's TLS port"
-	case isRemoteAlert(err):
+	case wire.IsRemoteAlert(err):
 		return "; the replica refused the handshake: if it requires a client certificate (mTLS), check the set's tls.cert_file and tls.key_file, and that its CA trusts them"
 	}
 	return ""
-}
-
-// isRemoteAlert reports whether err is a TLS alert the replica sent (a
-// refused handshake), as crypto/tls reports it: a *net.OpError with Op
-// "remote error".
-func isRemoteAlert(err error) bool {
-	var oe *net.OpError
-	return errors.As(err, &oe) && oe.Op == "remote error"
 }
 
 // dialFunc opens a connection to a replica. Tests replace net.DialTimeout
@@ -193,13 +187,9 @@ func newHostClient(rep balancer.Replica, sc *SetConfig, dial dialFunc, pool *ato
 					return nil, &HandshakeError{Addr: addr, ServerName: tlsCfg.ServerName, Err: err}
 				}
 				_ = c.SetDeadline(time.Time{})
-				w := newStaleCheckConn(tc, gen, pool)
-				if s, ok := w.(*staleCheckConn); ok {
-					s.serverName = tlsCfg.ServerName
-				}
-				return w, nil
+				return wire.NewReplicaConn(tc, gen, pool), nil
 			}
-			return newStaleCheckConn(c, gen, pool), nil
+			return wire.NewReplicaConn(c, gen, pool), nil
 		},
 		NoDefaultUserAgentHeader:      true,
 		DisableHeaderNamesNormalizing: true,
@@ -208,13 +198,10 @@ func newHostClient(rep balancer.Replica, sc *SetConfig, dial dialFunc, pool *ato
 		MaxConnWaitTimeout:            100 * time.Millisecond,
 		MaxIdleConnDuration:           sc.Timeouts.Idle,
 		// No ReadTimeout or WriteTimeout: every exchange goes through
-		// DoDeadline with its request's deadline (timeouts.request from
-		// the request's start), which bounds the write and the read
-		// already and never later than these would; each would cost
-		// fasthttp a clock read and a comparison per exchange.
-		// Writes the forwarding headers of most requests itself and keeps
-		// to their deadlines (forwarded.go).
-		Transport:                 fwdTransport{},
+		// wire.RoundTrip with its request's deadline (timeouts.request
+		// from the request's start), which bounds the pool wait, the write
+		// and the read. Do is never called: no transport, and the retry
+		// settings below only guard against a future caller.
 		MaxIdemponentCallAttempts: 1, // keyway owns every retry
 		RetryIfErr:                func(*fasthttp.Request, int, error) (bool, bool) { return false, false },
 		ConnPoolStrategy:          fasthttp.LIFO,
@@ -269,27 +256,22 @@ func (k errKind) neverSent() bool {
 // client could take: 101, one not three digits, or 600-999.
 var errBadStatus = errors.New("the replica's reply has no final status code from 200 to 599")
 
-// classifyAttempt classifies a failed attempt whose response is resp: a
-// reset or close of a reused connection before the first response byte is
-// errReusedClosed (lostReusedConn), and a TLS alert on a fresh connection
-// before the first response byte is errTLS (tlsRefused), whatever error
-// fasthttp made of them. It returns the error to report: err, or for
-// errTLS the HandshakeError behind it.
-func classifyAttempt(err error, resp *fasthttp.Response) (errKind, error) {
-	k := classify(err)
-	if k != errStale && staleAtSend(resp) {
-		// fasthttp reports a failed first read its own way.
-		return errStale, errStaleConn
+// classifyAttempt classifies a failed attempt on b from its outcome: a
+// reset or close of a reused connection before the first reply byte is
+// errReusedClosed, and a TLS alert on a fresh connection before the first
+// reply byte is errTLS, whatever error fasthttp made of them. It returns
+// the error to report: o.Err, or for errTLS the HandshakeError behind it.
+func classifyAttempt(o wire.Outcome, b *Backend) (errKind, error) {
+	k := classify(o.Err)
+	switch {
+	case o.Stale:
+		return errStale, wire.ErrStale
+	case k == errReset && o.LostReused:
+		return errReusedClosed, o.Err
+	case !k.neverSent() && o.TLSRefused != nil:
+		return errTLS, &HandshakeError{Addr: b.addr, ServerName: b.tlsName, Err: o.TLSRefused}
 	}
-	if k == errReset && lostReusedConn(resp) {
-		return errReusedClosed, err
-	}
-	if !k.neverSent() {
-		if herr := tlsRefused(resp); herr != nil {
-			return errTLS, herr
-		}
-	}
-	return k, err
+	return k, o.Err
 }
 
 func classify(err error) errKind {
@@ -300,8 +282,8 @@ func classify(err error) errKind {
 		return errDial
 	case errors.As(err, &he):
 		return errTLS
-	case errors.Is(err, errStaleConn), errors.Is(err, errNoHeadEnd):
-		// errNoHeadEnd: the transport wrote nothing (forwarded.go).
+	case errors.Is(err, wire.ErrStale), errors.Is(err, wire.ErrNoHeadEnd):
+		// ErrNoHeadEnd: nothing was written.
 		return errStale
 	case errors.Is(err, fasthttp.ErrNoFreeConns):
 		return errNoFreeConns

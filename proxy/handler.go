@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"keyway/balancer"
+	"keyway/proxy/internal/wire"
 )
 
 // localReason says why keyway answered a request itself.
@@ -285,11 +286,8 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, rs *replicaSet, t *balancer.Ta
 		}
 		shed = localReasons
 		tried++
-		// No ctx.Response.Reset() before a retry: DoDeadline resets the
-		// response itself but keeps its no-default-Content-Type flag,
-		// which Reset would clear (and fasthttp would then add
-		// text/plain). keyway_retries_total counts retries on another
-		// candidate.
+		// wire.RoundTrip resets the response. keyway_retries_total counts
+		// retries on another candidate.
 		if i > 0 && !same {
 			rs.retries.Inc()
 		}
@@ -298,14 +296,12 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, rs *replicaSet, t *balancer.Ta
 			setRouteContext(&ctx.Request.Header, rs.routeHdr, t, keyed, hash, slot, ring)
 		}
 		pool := b.pool.Load()
-		var err error
+		var lines []byte
 		if fwd != nil {
-			// The transport adds the forwarding headers and keeps to
-			// the deadline (forwarded.go).
-			err = b.hc.Do(&ctx.Request, &ctx.Response)
-		} else {
-			err = b.hc.DoDeadline(&ctx.Request, &ctx.Response, deadline)
+			lines = fwd.lines // the forwarding headers, written after the head
 		}
+		out := wire.RoundTrip(b.hc, &ctx.Request, &ctx.Response, deadline, lines)
+		err := out.Err
 		var valid bool
 		var reply fields // the reply's fields (scanReply)
 		b.release(rs.limits.perReplica)
@@ -365,7 +361,7 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, rs *replicaSet, t *balancer.Ta
 			p.logAccess(ctx, rs, b.name, "", code, tried, ctx.Time(), upstream)
 			return
 		}
-		lastKind, lastErr = classifyAttempt(err, &ctx.Response)
+		lastKind, lastErr = classifyAttempt(out, b)
 		err = lastErr
 		b.ctr.upErrs[lastKind].Add(1)
 		if lastKind == errDial && isRefused(err) {

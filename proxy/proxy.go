@@ -458,6 +458,7 @@ func (p *Proxy) newBackend(st *setState, r balancer.Replica) *Backend {
 	var tlsCfg *tls.Config
 	if gen.tls != nil {
 		tlsCfg = gen.tls.Config(r.Name, r.Addr)
+		b.tlsName = tlsCfg.ServerName
 	}
 	b.hc = newHostClient(r, &cfg, p.opts.dial, &b.pool, tlsCfg)
 	p.metrics.bind(b, st.name)

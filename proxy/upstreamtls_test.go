@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"crypto/tls"
 	"errors"
-	"io"
 	"net"
 	"os"
 	"slices"
@@ -181,80 +180,6 @@ func peerSpoke(c net.Conn) (first byte, ok bool) {
 func warnLogs(t testing.TB) (*zap.Logger, *observer.ObservedLogs) {
 	core, logs := observer.New(zapcore.WarnLevel)
 	return zap.New(zapcore.NewTee(zaptest.NewLogger(t).Core(), core)), logs
-}
-
-// The stale check over TLS, without fasthttp: a replica that closes an
-// idle connection sends its close_notify alert first. Whether its FIN
-// follows or not yet, the next write on the connection must fail as stale
-// before sending anything; so must any other record the replica sent
-// unasked. An idle connection the replica left alone is reused.
-func TestStaleCheckOverTLS(t *testing.T) {
-	dir := t.TempDir()
-	ca := testcerts.New(t)
-	srvCfg := issueServer(t, ca, dir, "replica", "127.0.0.1")
-	for _, version := range []uint16{tls.VersionTLS12, tls.VersionTLS13} {
-		for name, tc := range map[string]struct {
-			holdFIN bool
-			act     func(s *tls.Conn) // on the idle connection, server side
-			stale   bool
-		}{
-			"close_notify and FIN":  {act: func(s *tls.Conn) { s.Close() }, stale: true},
-			"close_notify, no FIN":  {holdFIN: true, act: func(s *tls.Conn) { s.Close() }, stale: true},
-			"unasked record":        {act: func(s *tls.Conn) { s.Write([]byte("HTTP/1.1 408 Request Timeout\r\n\r\n")) }, stale: true},
-			"nothing: reused as is": {act: func(*tls.Conn) {}},
-		} {
-			t.Run(tls.VersionName(version)+", "+name, func(t *testing.T) {
-				c, s := tcpPair(t)
-				var under net.Conn = s
-				if tc.holdFIN {
-					under = finHeld{s}
-				}
-				cfg := srvCfg.Clone()
-				cfg.MaxVersion = version
-				server := tls.Server(under, cfg)
-				client := tls.Client(c, &tls.Config{RootCAs: ca.Pool(), ServerName: "127.0.0.1", ClientSessionCache: tls.NewLRUClientSessionCache(1)})
-				done := make(chan error, 1)
-				go func() { done <- server.Handshake() }()
-				if err := client.Handshake(); err != nil {
-					t.Fatal(err)
-				}
-				if err := within(t, done, 5*time.Second, "the server's handshake"); err != nil {
-					t.Fatal(err)
-				}
-				w := newStaleCheckConn(client, 0, nil).(*staleCheckConn)
-				if !w.isTLS {
-					t.Fatal("the wrapper does not know it wraps TLS")
-				}
-				exchange(t, w, server)
-				tc.act(server)
-				if tc.stale {
-					poll.Until(t, 5*time.Second, "the replica's record to reach the proxy's socket", func() bool { _, ok := peerSpoke(c); return ok })
-				}
-				if first, _ := peerSpoke(c); tc.holdFIN && version == tls.VersionTLS12 && first != 21 {
-					t.Fatalf("the first byte waiting is %d, want 21 (a TLS 1.2 alert record)", first)
-				}
-				// Idle for longer than timeouts.request: fasthttp left a read
-				// deadline in the past.
-				if err := c.SetReadDeadline(time.Now().Add(-time.Second)); err != nil {
-					t.Fatal(err)
-				}
-				_, err := w.Write([]byte("q"))
-				if tc.stale {
-					if !errors.Is(err, errStaleConn) {
-						t.Fatalf("write after the replica's %s: %v, want errStaleConn", name, err)
-					}
-					return
-				}
-				if err != nil {
-					t.Fatalf("write on an idle connection the replica left alone: %v", err)
-				}
-				var b [1]byte
-				if _, err := io.ReadFull(server, b[:]); err != nil || b[0] != 'q' {
-					t.Fatalf("the replica read %q, %v", b[:], err)
-				}
-			})
-		}
-	}
 }
 
 // A replica behind TLS is reached with the set's tls section, or refused
