@@ -4,13 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
-	"io"
 	"net"
 	"net/http"
 	"os"
 	"runtime/debug"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,11 +26,10 @@ const metaTimeout = 2 * time.Second
 
 // Options are an Agent's dependencies. All are optional.
 type Options struct {
-	// Logger receives the agent's logs; gossip logs go to its "gossip"
-	// child. Nil means no logs.
+	// Logger receives the agent's logs. Nil means no logs.
 	Logger *zap.Logger
-	// Registerer receives the agent's and its gossip member's metrics. Nil
-	// means a private registry, served on /metrics.
+	// Registerer receives the agent's metrics. Nil means a private
+	// registry, served on /metrics.
 	Registerer prometheus.Registerer
 	// Gatherer is what /metrics serves. Nil means Registerer when it is
 	// also a Gatherer (a *prometheus.Registry is), else the private
@@ -42,39 +38,27 @@ type Options struct {
 	// Now is the clock used for the boot time and drain durations; nil
 	// means time.Now.
 	Now func() time.Time
-	// Env looks up KEYWAY_GOSSIP_KEY; nil means os.LookupEnv.
-	Env func(string) (string, bool)
 	// Hostname gives the replica name when replica.name is empty; nil
 	// means os.Hostname.
 	Hostname func() (string, error)
-
-	// The supervised process (Config.Command); unused without one.
-
-	// Stdout and Stderr receive the process's output; nil means os.Stdout
-	// and os.Stderr.
-	Stdout, Stderr io.Writer
-	// StartProcess starts the command; nil means a real process in its own
-	// process group (see Process). Tests pass a fake.
-	StartProcess StartFunc
-	// JitterSeed seeds the restart backoff's jitter; 0 means one derived
-	// from the replica name and the boot time, so that agents restarted
-	// together do not restart their processes in step.
-	JitterSeed uint64
 }
 
 // Agent is the sidecar runtime beside one replica: a gossip member with
 // role replica that probes the replica's readiness and advertises its
 // lifecycle state, and drains it on shutdown; it also stops and starts it
-// when proxies stop and start its replica set. Given a command
-// (Config.Command) it also runs the replica's process and supervises it.
-// Construct it with New, then call Run once. Its methods are safe for
+// when proxies stop and start its replica set. Given a Supervisor it also
+// runs the replica's process (Config.Command).
+//
+// server.NewAgent wires it: New builds the runtime, Supervise hands it the
+// supervisor (with a command), and Attach the gossip member whose Sink
+// and MessageHandler it is; then call Run once. Its methods are safe for
 // concurrent use; it must not be copied.
 type Agent struct {
 	cfg      Config
 	log      *zap.Logger
 	now      func() time.Time
 	replica  string
-	node     *membership.Node
+	node     *membership.Node // set by Attach
 	prober   *prober
 	book     *reportBook
 	metrics  *metrics
@@ -110,8 +94,7 @@ type Agent struct {
 	last probeResult // the latest probe, for transition logs; Run's goroutine
 
 	// Supervision (supervise.go, child.go); sup is nil without a command.
-	sup      *supervisor
-	child    *childMetrics
+	sup      *Supervisor
 	stopSup  context.CancelFunc // Run's goroutine
 	childMu  sync.Mutex         // guards childQ
 	childQ   []event            // lifecycle events from the supervisor, for the run loop
@@ -125,21 +108,13 @@ type Agent struct {
 	ln net.Listener
 }
 
-// memberSignal is the membership.Sink: it only wakes the drain loop.
+// memberSignal wakes the run loop when the member list changes (SetMembers).
 type memberSignal chan struct{}
 
-// SetMembers implements membership.Sink without blocking.
-func (s memberSignal) SetMembers([]membership.Member) {
-	select {
-	case s <- struct{}{}:
-	default:
-	}
-}
-
-var _ membership.Sink = memberSignal(nil)
-
-// New validates cfg and wires the agent. It does not listen, bind or
-// probe: Run does.
+// New validates cfg and builds the agent's runtime: its metrics, the
+// readiness prober, the drain report book and the HTTP server. It does not
+// listen, bind or probe: Run does. The gossip member (Attach) and, with a
+// command, the supervisor (Supervise) are built by the caller.
 func New(cfg Config, opts Options) (*Agent, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("agent config: %w", err)
@@ -207,82 +182,69 @@ func New(cfg Config, opts Options) (*Agent, error) {
 		setSignal:  make(chan struct{}, 1),
 		childSig:   make(chan struct{}, 1),
 	}
-	if len(cfg.Command) > 0 {
-		a.child = newChildMetrics()
-		if err := a.child.register(reg); err != nil {
-			return nil, fmt.Errorf("agent metrics: %w", err)
-		}
-		start := opts.StartProcess
-		if start == nil {
-			stdout, stderr := opts.Stdout, opts.Stderr
-			if stdout == nil {
-				stdout = os.Stdout
-			}
-			if stderr == nil {
-				stderr = os.Stderr
-			}
-			start = startCommand(stdout, stderr)
-		}
-		seed := opts.JitterSeed
-		if seed == 0 {
-			h := fnv.New64a()
-			_, _ = io.WriteString(h, cfg.Replica.Set+"/"+name)
-			seed = h.Sum64() ^ uint64(boot)
-		}
-		a.sup = newSupervisor(slices.Clone(cfg.Command), cfg.Supervise, start, realClock{}, seed, log.Named("supervisor"), a.onChild)
-	}
 	a.state.Store(uint32(balancer.StateStarting))
-	gossip := cfg.Gossip
-	if gossip.AdvertisePort == 0 && gossip.BindPort != 0 {
-		// membership passes advertise_port 0 to memberlist as is whenever
-		// an advertise address is set (explicitly, or bind_addr when it is
-		// not 0.0.0.0), and memberlist then advertises port 0 unless it
-		// picked the port itself: peers could not reach this member.
-		// "0 means the bound port" is what the key promises.
-		gossip.AdvertisePort = gossip.BindPort
-	}
-	node, err := membership.New(gossip, membership.Meta{
-		Role:    membership.RoleReplica,
-		Set:     cfg.Replica.Set,
-		Replica: name,
-		Addr:    cfg.Replica.Addr,
-		State:   balancer.StateStarting,
-		Weight:  uint16(cfg.Replica.Weight),
-		Zone:    cfg.Replica.Zone,
-		Boot:    boot,
-	}, membership.Options{
-		Logger:     log.Named("gossip"),
-		Registerer: reg,
-		Sink:       a.members,
-		Messages:   a.onMessage,
-		Env:        opts.Env,
-		Now:        now,
-	})
-	if err != nil {
-		return nil, err
-	}
-	a.node = node
 	if cfg.Listen != "" {
 		a.srv = a.newHTTPServer(gath)
 	}
 	return a, nil
 }
 
+// Supervise makes the agent run the replica's process with s: Run starts
+// s, turns its reports into lifecycle events, and stops it once the
+// replica has drained. Call it at most once, before Run.
+func (a *Agent) Supervise(s *Supervisor) {
+	s.emit = a.onChild
+	a.sup = s
+}
+
+// Attach gives the agent its gossip member, built with Meta as its
+// metadata and the agent as its Sink and MessageHandler (HandleMessage).
+// Run runs it: the member must stay in the cluster while the replica
+// drains. Call it once, before Run.
+func (a *Agent) Attach(n *membership.Node) { a.node = n }
+
+// SetMembers implements membership.Sink without blocking: it only wakes
+// the run loop (and a drain waiting for reports).
+func (a *Agent) SetMembers([]membership.Member) {
+	select {
+	case a.members <- struct{}{}:
+	default:
+	}
+}
+
+var _ membership.Sink = (*Agent)(nil)
+
 // State returns the lifecycle state the agent advertises now.
 func (a *Agent) State() balancer.State { return balancer.State(a.state.Load()) }
 
 // Name returns the agent's gossip node name (the replica name plus a boot
-// suffix): proxies send drain reports to it.
+// suffix): proxies send drain reports to it. Only after Attach.
 func (a *Agent) Name() string { return a.node.Name() }
 
-// Meta returns the metadata the agent advertises.
-func (a *Agent) Meta() membership.Meta { return a.node.Meta() }
+// Meta returns the metadata the agent advertises; before Attach, the
+// metadata its gossip member starts with: role replica, the replica's
+// set, name, address, weight, zone and boot time, state starting.
+func (a *Agent) Meta() membership.Meta {
+	if a.node != nil {
+		return a.node.Meta()
+	}
+	return membership.Meta{
+		Role:    membership.RoleReplica,
+		Set:     a.cfg.Replica.Set,
+		Replica: a.replica,
+		Addr:    a.cfg.Replica.Addr,
+		State:   balancer.StateStarting,
+		Weight:  uint16(a.cfg.Replica.Weight),
+		Zone:    a.cfg.Replica.Zone,
+		Boot:    a.book.boot,
+	}
+}
 
 // GossipAddr returns the advertised gossip address, or "" before Run
-// has bound it.
+// has bound it. Only after Attach.
 func (a *Agent) GossipAddr() string { return a.node.GossipAddr() }
 
-// Started is closed once Run has bound the gossip port.
+// Started is closed once Run has bound the gossip port. Only after Attach.
 func (a *Agent) Started() <-chan struct{} { return a.node.Started() }
 
 // Listen opens the agent's HTTP listener, if one is configured and not yet
@@ -328,6 +290,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	if !a.ran.CompareAndSwap(false, true) {
 		return errors.New("agent: Run called twice")
 	}
+	if a.node == nil {
+		return errors.New("agent: no gossip member attached (Attach)")
+	}
 	if err := a.Listen(); err != nil {
 		return err
 	}
@@ -358,7 +323,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		zap.String("probe", a.prober.url), zap.String("http", httpAddr), zap.Stringer("state", a.State()),
 	}
 	if a.sup != nil {
-		fields = append(fields, zap.Strings("command", a.cfg.Command))
+		fields = append(fields, zap.Strings("command", a.sup.argv))
 	}
 	a.log.Info("agent started", fields...)
 	a.startSupervisor(ctx)

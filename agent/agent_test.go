@@ -243,11 +243,14 @@ func TestNewRejectsBadConfig(t *testing.T) {
 	if err != nil || a.Meta().Replica != "orders-7" || a.Meta().State != balancer.StateStarting || a.Meta().Role != membership.RoleReplica {
 		t.Fatalf("New with the host name as replica name: %v %+v", err, a.Meta())
 	}
+	if err := a.Run(t.Context()); err == nil || !strings.Contains(err.Error(), "Attach") {
+		t.Fatalf("Run without a gossip member: %v", err)
+	}
 }
 
 // With a fixed gossip port and a specific bind address, the agent
-// advertises that port (membership alone would advertise port 0) and peers
-// reach it.
+// advertises that port (memberlist alone would advertise port 0:
+// membership fills in the bound port) and peers reach it.
 func TestFixedGossipPortIsAdvertised(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -9,8 +9,8 @@ import (
 )
 
 // The agent's side of supervision: it starts and stops the supervisor
-// (supervise.go), and turns each of its reports into a log line, metrics,
-// an audit message to every alive proxy and, for starts, unexpected exits
+// (supervise.go), and turns each of its reports into a log line, an audit
+// message to every alive proxy and, for starts, unexpected exits
 // and give-ups, a lifecycle event for the run loop.
 
 // startSupervisor starts the supervisor, when there is a command, on a
@@ -22,7 +22,7 @@ func (a *Agent) startSupervisor(ctx context.Context) {
 	}
 	supCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	a.stopSup = stop
-	go a.sup.Run(supCtx)
+	go a.sup.run(supCtx)
 }
 
 // stopChild stops the supervised process (SIGTERM, SIGKILL after
@@ -56,7 +56,6 @@ func (a *Agent) Repair() error {
 // event is queued for the run loop.
 func (a *Agent) onChild(ev childEvent) {
 	a.logChild(ev)
-	a.countChild(ev)
 	a.reportChild(ev)
 	var le event
 	switch {
@@ -93,10 +92,10 @@ func (a *Agent) logChild(ev childEvent) {
 	sup := a.cfg.Supervise
 	switch ev.Kind {
 	case childStart:
-		a.log.Info("replica process started", zap.Int("pid", ev.Pid), zap.Strings("command", a.cfg.Command))
+		a.log.Info("replica process started", zap.Int("pid", ev.Pid), zap.Strings("command", a.sup.argv))
 	case childExit:
 		if ev.Reason == reasonStartError {
-			a.log.Error("replica process could not be started", zap.Strings("command", a.cfg.Command), zap.Error(ev.Err),
+			a.log.Error("replica process could not be started", zap.Strings("command", a.sup.argv), zap.Error(ev.Err),
 				zap.Int("restarts", ev.Restarts))
 			return
 		}
@@ -121,24 +120,6 @@ func (a *Agent) logChild(ev childEvent) {
 			zap.Int("max_restarts", sup.MaxRestarts), zap.Duration("window", sup.Window))
 	case childRepair:
 		a.log.Info("replica process repaired; starting it again")
-	}
-}
-
-func (a *Agent) countChild(ev childEvent) {
-	m := a.child
-	switch ev.Kind {
-	case childStart:
-		m.starts.Inc()
-		m.running.Set(1)
-	case childExit:
-		m.exits.WithLabelValues(ev.Reason).Inc()
-		m.running.Set(0)
-	case childRestart:
-		m.restarts.Inc()
-	case childGiveUp:
-		m.gaveUp.Inc()
-	case childRepair:
-		m.repairs.Inc()
 	}
 }
 

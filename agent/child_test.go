@@ -100,7 +100,7 @@ func (cs *children) last() *child {
 // children.
 func startSupervising(t *testing.T, cfg agent.Config, cs *children) *running {
 	t.Helper()
-	return runAgent(t, cfg, agent.Options{StartProcess: cs.start, JitterSeed: 1})
+	return runAgent(t, cfg, cs.start)
 }
 
 // auditProxy is a gossip member with role proxy that keeps every replica

@@ -15,11 +15,12 @@ import (
 // the hold itself (Meta.Held): proxies remember it, and drain a new
 // incarnation of the replica (this agent restarted) again until undrained.
 
-// onMessage is the membership.MessageHandler: commands go to their
-// handlers (admin drains and set stops on to the run loop), everything
-// else to the drain report book. It runs on the membership message worker
-// and never blocks, except for a rolling restart (onRestartReplica).
-func (a *Agent) onMessage(from string, msg []byte) {
+// HandleMessage is the agent's membership.MessageHandler: commands go to
+// their handlers (admin drains and set stops on to the run loop),
+// everything else to the drain report book. It runs on the membership
+// message worker and never blocks, except for a rolling restart
+// (onRestartReplica).
+func (a *Agent) HandleMessage(from string, msg []byte) {
 	switch membership.MessageKind(msg) {
 	case membership.RepairKind:
 		a.onRepair(from, msg)

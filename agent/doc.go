@@ -2,6 +2,9 @@
 // beside one replica of a replica set, joins the gossip cluster as a member
 // with role replica, probes the replica's readiness over HTTP and
 // advertises the replica's address and lifecycle state to every proxy.
+// The package is the runtime and its parts; server.NewAgent
+// (server/agent.go) wires them: New, a Supervisor with a command, and the
+// gossip member (Attach).
 //
 // # Lifecycle
 //

@@ -7,9 +7,9 @@ import (
 	"io"
 )
 
-// startCommand refuses: supervising a process needs Unix process groups
+// StartCommand refuses: supervising a process needs Unix process groups
 // and signals.
-func startCommand(io.Writer, io.Writer) StartFunc {
+func StartCommand(io.Writer, io.Writer) StartFunc {
 	return func([]string) (Process, error) {
 		return nil, errors.New("agent: supervising the replica's process (-- CMD) needs a Unix system")
 	}

@@ -21,7 +21,7 @@ import (
 // (a descendant may hold the pipe open).
 const waitDelay = time.Second
 
-// startCommand returns the StartFunc that runs argv as a real process:
+// StartCommand returns the StartFunc that runs argv as a real process:
 //
 //   - in a process group of its own, so that a terminal's Ctrl-C (SIGINT
 //     to the foreground group) reaches the agent only, which drains first;
@@ -35,7 +35,7 @@ const waitDelay = time.Second
 //
 // When the process exits, whatever it left running in its group is
 // killed, so that a restart starts clean and nothing outlives the agent.
-func startCommand(stdout, stderr io.Writer) StartFunc {
+func StartCommand(stdout, stderr io.Writer) StartFunc {
 	return func(argv []string) (Process, error) {
 		cmd := exec.Command(argv[0], argv[1:]...)
 		cmd.Stdout, cmd.Stderr = stdout, stderr
@@ -61,7 +61,7 @@ func childEnv(env []string) []string {
 	return out
 }
 
-// execProcess is a Process started by startCommand.
+// execProcess is a Process started by StartCommand.
 type execProcess struct {
 	cmd *exec.Cmd
 	pid int // also the process group ID

@@ -37,7 +37,7 @@ func (s *syncBuffer) String() string {
 func startSh(t *testing.T, script string) (Process, *syncBuffer, *syncBuffer) {
 	t.Helper()
 	var out, errb syncBuffer
-	p, err := startCommand(&out, &errb)([]string{"/bin/sh", "-c", script})
+	p, err := StartCommand(&out, &errb)([]string{"/bin/sh", "-c", script})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +120,7 @@ func TestExecProcess(t *testing.T) {
 		poll.Until(t, 5*time.Second, "the leftover to be gone", func() bool { return gone(grandchild) })
 	})
 	t.Run("cannot start", func(t *testing.T) {
-		if _, err := startCommand(nil, nil)([]string{"/nonexistent/orders-pipeline"}); err == nil {
+		if _, err := StartCommand(nil, nil)([]string{"/nonexistent/orders-pipeline"}); err == nil {
 			t.Fatal("no error")
 		}
 	})

@@ -122,7 +122,7 @@ type running struct {
 
 func startAgent(t *testing.T, cfg agent.Config) *running {
 	t.Helper()
-	r := runAgent(t, cfg, agent.Options{})
+	r := runAgent(t, cfg, nil)
 	select {
 	case <-r.Started():
 	case err := <-r.done:
@@ -131,17 +131,33 @@ func startAgent(t *testing.T, cfg agent.Config) *running {
 	return r
 }
 
-// runAgent runs an agent with opts (its Logger and Registerer are the
-// test's) until the test ends; it does not wait for it to start.
-func runAgent(t *testing.T, cfg agent.Config, opts agent.Options) *running {
+// runAgent builds an agent as server.NewAgent wires one: the runtime,
+// with a command a supervisor (starting its processes with start, jitter
+// seed 1), and a gossip member bound to the agent; with the test's logger
+// and registry. (The agent's tests stay below server, which imports every
+// component.) It runs the agent until the test ends; it does not wait for
+// it to start.
+func runAgent(t *testing.T, cfg agent.Config, start agent.StartFunc) *running {
 	t.Helper()
 	log, logs := testLogger(t)
 	reg := prometheus.NewPedanticRegistry()
-	opts.Logger, opts.Registerer = log, reg
-	a, err := agent.New(cfg, opts)
+	a, err := agent.New(cfg, agent.Options{Logger: log, Registerer: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
+	if len(cfg.Command) > 0 {
+		sup, err := agent.NewSupervisor(cfg.Command, cfg.Supervise, agent.SupervisorOptions{
+			Start: start, Seed: 1, Logger: log.Named("supervisor"), Registerer: reg})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.Supervise(sup)
+	}
+	node, err := membership.New(cfg.Gossip, a.Meta(), membership.Options{Logger: log.Named("gossip"), Registerer: reg, Sink: a, Messages: a.HandleMessage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Attach(node)
 	if err := a.Listen(); err != nil {
 		t.Fatal(err)
 	}

@@ -30,8 +30,8 @@ type metrics struct {
 	setCommands *prometheus.CounterVec
 }
 
-// childMetrics count what happens to the supervised process; registered
-// only when the agent supervises one.
+// childMetrics count what happens to the supervised process; the
+// Supervisor owns them, so they exist only when the agent supervises one.
 type childMetrics struct {
 	starts   prometheus.Counter
 	exits    *prometheus.CounterVec // reason
@@ -62,6 +62,24 @@ func newChildMetrics() *childMetrics {
 		m.exits.WithLabelValues(r)
 	}
 	return m
+}
+
+// count records one report of the supervisor.
+func (m *childMetrics) count(ev childEvent) {
+	switch ev.Kind {
+	case childStart:
+		m.starts.Inc()
+		m.running.Set(1)
+	case childExit:
+		m.exits.WithLabelValues(ev.Reason).Inc()
+		m.running.Set(0)
+	case childRestart:
+		m.restarts.Inc()
+	case childGiveUp:
+		m.gaveUp.Inc()
+	case childRepair:
+		m.repairs.Inc()
+	}
 }
 
 func (m *childMetrics) register(reg prometheus.Registerer) error {

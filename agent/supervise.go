@@ -1,15 +1,20 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
+	"os"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 )
 
@@ -23,11 +28,12 @@ import (
 // budget) until a set start resumes it with a fresh process.
 //
 // The supervisor is a loop on its own goroutine that owns the process. It
-// knows nothing of gossip or lifecycle states: it reports every start,
-// exit, scheduled restart, give-up and repair to a callback (the agent's
-// onChild), in order, from its goroutine. The process is reached through
+// knows nothing of gossip or lifecycle states: it counts every start,
+// exit, scheduled restart, give-up and repair (keyway_agent_child_*) and
+// reports it to a callback (the agent's onChild), in order, from its
+// goroutine. The process is reached through
 // Process and StartFunc, and time through clock, so that the state
-// machine is tested with a fake process and a fake clock; startCommand
+// machine is tested with a fake process and a fake clock; StartCommand
 // (exec_unix.go) is the real one.
 
 // Process is one run of the supervised command. Wait is called once, on a
@@ -197,16 +203,18 @@ func (t realTimer) Stop() bool          { return t.t.Stop() }
 // starts the process again.
 var errPaused = errors.New("agent: the replica's set is stopped; its process stays stopped until the set is started")
 
-// supervisor runs one command; see the top of this file. Construct it
-// with newSupervisor and call Run once; repair, restart, pause, resume and
-// quiesce are safe for concurrent use. It must not be copied.
-type supervisor struct {
-	argv  []string
-	cfg   SuperviseConfig
-	start StartFunc
-	clock clock
-	log   *zap.Logger
-	// emit receives every event, in order, on Run's goroutine. It must
+// Supervisor runs the replica's command; see the top of this file. Build it
+// with NewSupervisor and hand it to Agent.Supervise, which runs it; repair,
+// restart, pause, resume and quiesce are safe for concurrent use. It must
+// not be copied.
+type Supervisor struct {
+	argv    []string
+	cfg     SuperviseConfig
+	start   StartFunc
+	clock   clock
+	log     *zap.Logger
+	metrics *childMetrics // nil: not counted
+	// emit receives every event, in order, on run's goroutine. It must
 	// not block for long, and must not call the supervisor.
 	emit func(childEvent)
 
@@ -216,10 +224,10 @@ type supervisor struct {
 	resumes    chan chan error
 	quiesceC   chan struct{} // closed by quiesce
 	quiesceOne sync.Once
-	running    atomic.Bool   // Run is running
-	done       chan struct{} // closed when Run returns
+	running    atomic.Bool   // run is running
+	done       chan struct{} // closed when run returns
 
-	// Owned by Run's goroutine.
+	// Owned by run's goroutine.
 	rnd      *rand.Rand
 	budget   budget
 	proc     Process
@@ -231,8 +239,52 @@ type supervisor struct {
 	paused   bool      // stopped on purpose (a set stop); until resume
 }
 
-func newSupervisor(argv []string, cfg SuperviseConfig, start StartFunc, c clock, seed uint64, log *zap.Logger, emit func(childEvent)) *supervisor {
-	return &supervisor{
+// SupervisorOptions are a Supervisor's dependencies. All are optional.
+type SupervisorOptions struct {
+	// Start starts the command; nil means StartCommand(os.Stdout,
+	// os.Stderr). Tests pass a fake.
+	Start StartFunc
+	// Seed seeds the restart backoff's jitter; 0 means a random one, so
+	// that agents restarted together do not restart their processes in
+	// step.
+	Seed uint64
+	// Logger receives the supervisor's logs; nil means none.
+	Logger *zap.Logger
+	// Registerer receives the keyway_agent_child_* metrics; nil means
+	// they are not registered.
+	Registerer prometheus.Registerer
+}
+
+// NewSupervisor builds the supervisor of argv (Config.Command, not empty)
+// with cfg (Config.Supervise, validated). It starts nothing: the agent
+// runs it (Agent.Supervise).
+func NewSupervisor(argv []string, cfg SuperviseConfig, opts SupervisorOptions) (*Supervisor, error) {
+	if len(argv) == 0 {
+		return nil, errors.New("agent: no command to supervise")
+	}
+	m := newChildMetrics()
+	if opts.Registerer != nil {
+		if err := m.register(opts.Registerer); err != nil {
+			return nil, fmt.Errorf("agent metrics: %w", err)
+		}
+	}
+	start := opts.Start
+	if start == nil {
+		start = StartCommand(os.Stdout, os.Stderr)
+	}
+	seed := opts.Seed
+	if seed == 0 {
+		seed = rand.Uint64()
+	}
+	s := newSupervisor(slices.Clone(argv), cfg, start, realClock{}, seed, cmp.Or(opts.Logger, zap.NewNop()), nil)
+	s.metrics = m
+	return s, nil
+}
+
+// newSupervisor builds a Supervisor with its clock and emit given; tests
+// build theirs with it.
+func newSupervisor(argv []string, cfg SuperviseConfig, start StartFunc, c clock, seed uint64, log *zap.Logger, emit func(childEvent)) *Supervisor {
+	return &Supervisor{
 		argv: argv, cfg: cfg, start: start, clock: c, log: log, emit: emit,
 		repairs:  make(chan chan error),
 		restarts: make(chan chan error),
@@ -245,11 +297,11 @@ func newSupervisor(argv []string, cfg SuperviseConfig, start StartFunc, c clock,
 	}
 }
 
-// Run starts the command, then restarts it after every unexpected exit
+// run starts the command, then restarts it after every unexpected exit
 // (or gives up) until ctx is done; then it stops the process (SIGTERM,
-// SIGKILL after stop_grace), waits for it to exit, and returns. Run may be
-// called once.
-func (s *supervisor) Run(ctx context.Context) {
+// SIGKILL after stop_grace), waits for it to exit, and returns. The agent
+// calls it once.
+func (s *Supervisor) run(ctx context.Context) {
 	s.running.Store(true)
 	defer close(s.done)
 	defer s.running.Store(false)
@@ -292,15 +344,23 @@ func (s *supervisor) Run(ctx context.Context) {
 	}
 }
 
+// report counts ev and hands it to emit.
+func (s *Supervisor) report(ev childEvent) {
+	if s.metrics != nil {
+		s.metrics.count(ev)
+	}
+	s.emit(ev)
+}
+
 // quiesce tells the supervisor to restart the process no more: the agent
 // is draining. The process keeps running until Run's ctx is done.
-func (s *supervisor) quiesce() {
+func (s *Supervisor) quiesce() {
 	s.quiesceOne.Do(func() { close(s.quiesceC) })
 }
 
 // repair asks Run to reset the restart budget and start the process
 // again after giving up.
-func (s *supervisor) repair() error {
+func (s *Supervisor) repair() error {
 	if !s.running.Load() {
 		return ErrNotRunning
 	}
@@ -316,7 +376,7 @@ func (s *supervisor) repair() error {
 // restart asks Run to stop the process (SIGTERM, SIGKILL after
 // stop_grace) and start it again: a rolling restart. The stop is not an
 // unexpected exit and uses no restart budget.
-func (s *supervisor) restart() error {
+func (s *Supervisor) restart() error {
 	if !s.running.Load() {
 		return ErrNotRunning
 	}
@@ -336,19 +396,19 @@ func (s *supervisor) restart() error {
 // returns once the process has exited (at once when none runs), or
 // ErrNotRunning once the agent is shutting down (its drain stops the
 // process) or Run has returned.
-func (s *supervisor) pause() error { return s.ask(s.pauses) }
+func (s *Supervisor) pause() error { return s.ask(s.pauses) }
 
 // resume ends a pause: unless a process still runs (a set stop abandoned
 // before it stopped the process), it starts a fresh one at once with a
 // fresh restart budget, whatever happened before (a give-up, a pending
 // restart). It returns once the start has been attempted (a failed start
 // counts as an exit, with backoff), or ErrNotRunning as pause does.
-func (s *supervisor) resume() error { return s.ask(s.resumes) }
+func (s *Supervisor) resume() error { return s.ask(s.resumes) }
 
 // ask sends a request to Run and waits for its answer. Unlike repair and
 // restart it does not fail before Run has started: the agent asks only
 // after starting it, and the request waits for Run's loop.
-func (s *supervisor) ask(c chan chan error) error {
+func (s *Supervisor) ask(c chan chan error) error {
 	reply := make(chan error, 1)
 	select {
 	case c <- reply:
@@ -358,7 +418,7 @@ func (s *supervisor) ask(c chan chan error) error {
 	}
 }
 
-func (s *supervisor) onPause() error {
+func (s *Supervisor) onPause() error {
 	if s.checkQuiesced() {
 		return ErrNotRunning
 	}
@@ -368,7 +428,7 @@ func (s *supervisor) onPause() error {
 	return nil
 }
 
-func (s *supervisor) onResume() error {
+func (s *Supervisor) onResume() error {
 	if s.checkQuiesced() {
 		return ErrNotRunning
 	}
@@ -383,7 +443,7 @@ func (s *supervisor) onResume() error {
 	return nil
 }
 
-func (s *supervisor) onRestart() error {
+func (s *Supervisor) onRestart() error {
 	if s.checkQuiesced() {
 		return ErrNotRunning
 	}
@@ -397,7 +457,7 @@ func (s *supervisor) onRestart() error {
 	return nil
 }
 
-func (s *supervisor) onRepair() error {
+func (s *Supervisor) onRepair() error {
 	switch {
 	case s.checkQuiesced():
 		return ErrNotRunning
@@ -406,14 +466,14 @@ func (s *supervisor) onRepair() error {
 	}
 	s.failed = false
 	s.budget.reset()
-	s.emit(childEvent{Kind: childRepair})
+	s.report(childEvent{Kind: childRepair})
 	s.launch()
 	return nil
 }
 
 // launch starts a process; a failure to start counts as an unexpected
 // exit.
-func (s *supervisor) launch() {
+func (s *Supervisor) launch() {
 	p, err := s.start(s.argv)
 	if err != nil {
 		s.afterExit(childEvent{Kind: childExit, Exit: Exit{Code: -1}, Reason: reasonStartError, Err: err})
@@ -423,11 +483,11 @@ func (s *supervisor) launch() {
 	exited := make(chan Exit, 1)
 	s.exited = exited
 	go func() { exited <- p.Wait() }()
-	s.emit(childEvent{Kind: childStart, Pid: p.Pid()})
+	s.report(childEvent{Kind: childStart, Pid: p.Pid()})
 }
 
 // onExit handles an exit the supervisor did not cause.
-func (s *supervisor) onExit(ex Exit) {
+func (s *Supervisor) onExit(ex Exit) {
 	ev := childEvent{Kind: childExit, Pid: s.proc.Pid(), Exit: ex, Reason: reasonExitCode, Uptime: s.clock.Now().Sub(s.since)}
 	if ex.Signal != "" {
 		ev.Reason = reasonSignal
@@ -438,28 +498,28 @@ func (s *supervisor) onExit(ex Exit) {
 
 // afterExit reports an unexpected exit, then schedules a restart or gives
 // up. Once quiesced it only reports.
-func (s *supervisor) afterExit(ev childEvent) {
+func (s *Supervisor) afterExit(ev childEvent) {
 	if s.checkQuiesced() {
 		ev.Restarts = s.budget.used(s.clock.Now())
-		s.emit(ev)
+		s.report(ev)
 		return
 	}
 	n, giveUp := s.budget.exit(s.clock.Now())
 	ev.Restarts = n - 1
-	s.emit(ev)
+	s.report(ev)
 	if giveUp {
 		s.failed = true
-		s.emit(childEvent{Kind: childGiveUp, Restarts: n - 1})
+		s.report(childEvent{Kind: childGiveUp, Restarts: n - 1})
 		return
 	}
 	d := backoff(s.cfg.BackoffMin, s.cfg.BackoffMax, n, s.rnd.Float64())
 	s.retry = s.clock.NewTimer(d)
-	s.emit(childEvent{Kind: childRestart, Restarts: n, Backoff: d})
+	s.report(childEvent{Kind: childRestart, Restarts: n, Backoff: d})
 }
 
 // checkQuiesced reports whether quiesce was called; the first time it
 // notices, it cancels a pending restart.
-func (s *supervisor) checkQuiesced() bool {
+func (s *Supervisor) checkQuiesced() bool {
 	if !s.quiesced && s.quiesceC != nil {
 		select {
 		case <-s.quiesceC:
@@ -471,7 +531,7 @@ func (s *supervisor) checkQuiesced() bool {
 	return s.quiesced
 }
 
-func (s *supervisor) cancelRetry() {
+func (s *Supervisor) cancelRetry() {
 	if s.retry != nil {
 		s.retry.Stop()
 		s.retry = nil
@@ -480,7 +540,7 @@ func (s *supervisor) cancelRetry() {
 
 // stop ends the running process, if any: SIGTERM to its group, then
 // SIGKILL once stop_grace has passed, and waits for it to exit.
-func (s *supervisor) stop() {
+func (s *Supervisor) stop() {
 	if s.proc == nil {
 		return
 	}
@@ -505,5 +565,5 @@ func (s *supervisor) stop() {
 	ev.Uptime = s.clock.Now().Sub(s.since)
 	ev.Restarts = s.budget.used(s.clock.Now())
 	s.proc, s.exited = nil, nil
-	s.emit(ev)
+	s.report(ev)
 }

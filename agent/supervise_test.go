@@ -173,7 +173,7 @@ func (s *fakeStarter) proc() *fakeProc {
 
 // supRig is a supervisor under test: its events arrive on events.
 type supRig struct {
-	sup    *supervisor
+	sup    *Supervisor
 	clk    *fakeClock
 	st     *fakeStarter
 	events chan childEvent
@@ -191,7 +191,7 @@ func startSupervisor(t *testing.T, cfg SuperviseConfig, st *fakeStarter) *supRig
 	r.sup = newSupervisor([]string{"replica", "--name", "orders-0"}, cfg, st.start, r.clk, 42, zaptest.NewLogger(t), func(ev childEvent) { r.events <- ev })
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
-	go func() { defer close(r.done); r.sup.Run(ctx) }()
+	go func() { defer close(r.done); r.sup.run(ctx) }()
 	t.Cleanup(func() {
 		cancel()
 		// A process still running ends at SIGKILL; the grace timer is

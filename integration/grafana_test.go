@@ -148,13 +148,17 @@ replica_sets:
 		t.Fatal(err)
 	}
 	// An agent that supervises a process registers every keyway_agent_
-	// family, the child_* ones included. New binds and starts nothing.
+	// family: the runtime's, and the supervisor's child_* ones (as
+	// server's buildAgent wires them). They bind and start nothing.
 	acfg := agent.DefaultConfig()
 	acfg.Listen = ""
 	acfg.Replica.Set, acfg.Replica.Name, acfg.Replica.Addr = "orders", "orders-0", "127.0.0.1:1"
-	acfg.Gossip.BindAddr, acfg.Gossip.BindPort, acfg.Gossip.Join = "127.0.0.1", 0, []string{"127.0.0.1:1"}
+	acfg.Gossip.Join = []string{"127.0.0.1:1"}
 	acfg.Command = []string{"true"}
 	if _, err := agent.New(acfg, agent.Options{Registerer: rec}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := agent.NewSupervisor(acfg.Command, acfg.Supervise, agent.SupervisorOptions{Registerer: rec}); err != nil {
 		t.Fatal(err)
 	}
 	p, err := proxy.New(cfg.Config, proxy.Options{Registerer: rec})

@@ -2,7 +2,9 @@ package server
 
 import (
 	"context"
+	"io"
 
+	"github.com/hashicorp/memberlist"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.uber.org/zap"
@@ -12,6 +14,7 @@ import (
 	"keyway/config"
 	"keyway/internal/buildinfo"
 	"keyway/logging"
+	"keyway/membership"
 )
 
 // AgentNode is one keyway agent process: the sidecar runtime beside one
@@ -23,26 +26,85 @@ type AgentNode struct {
 	a    *agent.Agent
 }
 
-// NewAgent builds an agent node from cfg. It opens no listener and starts
-// no goroutine; the agent binds its gossip and HTTP listeners in Run.
+// NewAgent builds an agent node from cfg: its logs, its metrics, and the
+// agent (buildAgent). It opens no listener and starts no goroutine; the
+// agent binds its gossip and HTTP listeners in Run.
 func NewAgent(cfg agent.Config, opts Options) (*AgentNode, error) {
 	logs, err := logging.New(cfg.Log, orDiscard(opts.Stderr), orDiscard(opts.Stdout))
 	if err != nil {
 		return nil, err
 	}
+	// One registry for the node, served on the agent's /metrics: Go
+	// runtime, process, build info, and what the components register.
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	reg.MustRegister(buildinfo.Collector()) // keyway_build_info{version,commit,go_version}
-	// The supervised replica process (cfg.Command) writes to the agent's
-	// own stdout and stderr.
-	a, err := agent.New(cfg, agent.Options{Logger: logs.App.Named("agent"), Registerer: reg, Gatherer: reg,
-		Stdout: orDiscard(opts.Stdout), Stderr: orDiscard(opts.Stderr)})
+	a, err := buildAgent(cfg, agentDeps{
+		log: logs.App.Named("agent"), reg: reg,
+		// The supervised replica process writes to the agent's own
+		// stdout and stderr.
+		stdout: orDiscard(opts.Stdout), stderr: orDiscard(opts.Stderr),
+		transport: opts.GossipTransport,
+	})
 	if err != nil {
 		logs.Close()
 		return nil, err
 	}
 	logs.App.Info("keyway agent starting", zap.String("version", opts.Version), zap.String("config", config.AgentSummary(cfg)))
 	return &AgentNode{logs: logs, log: logs.App, a: a}, nil
+}
+
+// agentDeps are what buildAgent wires an agent to.
+type agentDeps struct {
+	log *zap.Logger
+	// reg receives every metric and is what /metrics serves.
+	reg            *prometheus.Registry
+	stdout, stderr io.Writer // the supervised process's output
+	// transport wraps the gossip transport (Options.GossipTransport).
+	transport func(*memberlist.NetTransport) memberlist.NodeAwareTransport
+}
+
+// buildAgent wires one agent, in the order its parts depend on each
+// other. It is how every agent is built: a keyway agent process
+// (NewAgent) and each demo replica's (demo.go). It binds nothing and
+// starts nothing: the agent's Run binds its listeners, runs the gossip
+// member and the supervisor, and stops them in reverse once the replica
+// has drained.
+func buildAgent(cfg agent.Config, d agentDeps) (*agent.Agent, error) {
+	// 1. The runtime: it validates cfg, names the replica (replica.name,
+	// else the host name), probes its readiness, drives the lifecycle
+	// state machine, collects drain reports and serves /healthz, /readyz
+	// and /metrics.
+	a, err := agent.New(cfg, agent.Options{Logger: d.log, Registerer: d.reg, Gatherer: d.reg})
+	if err != nil {
+		return nil, err
+	}
+
+	// 2. With a command (`-- CMD`), the supervisor: it runs the replica's
+	// process, restarts it with backoff and gives up as failed; the agent
+	// turns its reports into lifecycle events and stops it once drained.
+	if len(cfg.Command) > 0 {
+		sup, err := agent.NewSupervisor(cfg.Command, cfg.Supervise, agent.SupervisorOptions{
+			Start: agent.StartCommand(d.stdout, d.stderr), Logger: d.log.Named("supervisor"), Registerer: d.reg,
+		})
+		if err != nil {
+			return nil, err
+		}
+		a.Supervise(sup)
+	}
+
+	// 3. Gossip: a member with role replica that advertises the replica
+	// (its set, name, address and state: the agent's Meta). The agent is
+	// its sink (member changes wake the drain) and its message handler
+	// (drain reports, operator drains, set stops, repairs, restarts).
+	node, err := membership.New(cfg.Gossip, a.Meta(), membership.Options{
+		Logger: d.log.Named("gossip"), Registerer: d.reg, Sink: a, Messages: a.HandleMessage, Transport: d.transport,
+	})
+	if err != nil {
+		return nil, err
+	}
+	a.Attach(node)
+	return a, nil
 }
 
 // Run runs the agent until ctx is done and the replica has drained (see

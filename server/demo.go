@@ -5,10 +5,12 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 
 	"keyway/admin"
@@ -109,7 +111,9 @@ func (d *Demo) Run(ctx context.Context) error {
 			return nil
 		}
 		for _, dr := range d.replicas {
-			a, err := agent.New(d.agentConfig(dr, d.Proxy.GossipAddr()), agent.Options{Logger: d.logs.App.Named("agent")})
+			a, err := buildAgent(d.agentConfig(dr, d.Proxy.GossipAddr()), agentDeps{
+				log: d.logs.App.Named("agent"), reg: prometheus.NewRegistry(), stdout: io.Discard, stderr: io.Discard,
+			})
 			if err != nil {
 				return err
 			}

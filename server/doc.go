@@ -7,7 +7,10 @@
 //     the proxy, the admin API and what it shows, gossip discovery. Run
 //     starts them and stops them in stages; Reload (reload.go) applies a
 //     changed configuration file while it runs.
-//   - NewAgent builds an agent node, the sidecar beside one replica.
+//   - NewAgent builds an agent node, the sidecar beside one replica
+//     (agent.go, buildAgent): the agent's runtime, the supervisor of the
+//     replica's process when there is a command, and the gossip member
+//     bound to the agent. The demo's agents are built the same way.
 //   - NewDemo builds the first-try setup of `keyway demo`: a proxy node
 //     and demo replicas behind agents, on loopback.
 //

@@ -38,7 +38,7 @@ type Options struct {
 	Load func() (config.Config, error)
 	// Version is logged at start.
 	Version string
-	// GossipTransport, if non-nil, wraps the proxy's gossip transport
+	// GossipTransport, if non-nil, wraps the node's gossip transport
 	// (membership.Options.Transport): a hook for tests that cut a node's
 	// gossip in-process (internal/gossipfault) and for special networks.
 	// Nil in production.
