@@ -296,53 +296,6 @@ func TestAccessLineHostile(t *testing.T) {
 	}
 }
 
-func TestAppendJSONBody(t *testing.T) {
-	cases := map[string]struct {
-		in, want string
-		max      int
-	}{
-		"plain":        {"abc", "abc", 10},
-		"quote":        {`a"b\c`, `a\"b\\c`, 10},
-		"controls":     {"\x00\n\r\t\x1f\x7f", `\u0000\n\r\t\u001f\u007f`, 10},
-		"invalid":      {"a\xffb\xc3", `a\ufffdb\ufffd`, 10},
-		"js":           {"\u2028\u2029", `\u2028\u2029`, 10},
-		"utf8 kept":    {"é😀", "é😀", 10},
-		"cut":          {"abcdef", "abc", 3},
-		"cut at rune":  {"aé", "a", 2},
-		"cut at emoji": {"ab😀", "ab", 5},
-	}
-	for name, tc := range cases {
-		t.Run(name, func(t *testing.T) {
-			got, cut := appendJSONBody(nil, tc.in, tc.max)
-			if string(got) != tc.want || cut != (len(tc.in) > tc.max) {
-				t.Fatalf("appendJSONBody(%q, %d) = %q %v, want %q", tc.in, tc.max, got, cut, tc.want)
-			}
-			gotB, _ := appendJSONBody(nil, []byte(tc.in), tc.max)
-			if !bytes.Equal(got, gotB) {
-				t.Fatalf("string and []byte differ: %q, %q", got, gotB)
-			}
-		})
-	}
-}
-
-// FuzzAppendJSONString: any bytes make a valid JSON string that decodes
-// to the input when it is valid UTF-8.
-func FuzzAppendJSONString(f *testing.F) {
-	for _, s := range []string{"", "a", "\"\\", "\x00\xff", "\u2028", "é😀", "\xed\xa0\x80"} {
-		f.Add([]byte(s))
-	}
-	f.Fuzz(func(t *testing.T, in []byte) {
-		out, _ := appendJSONString(nil, in, len(in))
-		var s string
-		if err := json.Unmarshal(out, &s); err != nil {
-			t.Fatalf("%q -> %q: %v", in, out, err)
-		}
-		if utf8.Valid(in) && s != string(in) {
-			t.Fatalf("%q -> %q -> %q", in, out, s)
-		}
-	})
-}
-
 func TestRedactKeySegments(t *testing.T) {
 	seg := func(n ...int) []keySource {
 		out := []keySource{{kind: keyHeader, name: []byte("X-Key")}}
