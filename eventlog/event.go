@@ -13,8 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"time"
-
-	"keyway/internal/jsonstr"
+	"unicode/utf8"
 )
 
 // Event kinds: the catalogue of docs/audit.md. Producers that may not
@@ -96,10 +95,6 @@ func reserved(key string) bool {
 // as its String(); anything else as encoding/json writes it. A value that
 // cannot be written (NaN, a channel, a method that panics) is written as
 // a string describing it, so MarshalJSON never fails.
-//
-// Strings are escaped by internal/jsonstr, as in the access log: invalid
-// UTF-8 becomes U+FFFD, and control characters, DEL, U+2028 and U+2029
-// are escaped, so that a line never spans lines.
 func (e Event) MarshalJSON() ([]byte, error) {
 	b, _ := appendEvent(make([]byte, 0, 256), &e, nil)
 	return b, nil
@@ -111,16 +106,16 @@ func appendEvent(dst []byte, e *Event, keys []string) ([]byte, []string) {
 	dst = append(dst, `{"ts":"`...)
 	dst = e.Time.UTC().AppendFormat(dst, tsLayout)
 	dst = append(dst, `","node":`...)
-	dst = jsonstr.Append(dst, e.Node)
+	dst = appendString(dst, e.Node)
 	dst = append(dst, `,"kind":`...)
-	dst = jsonstr.Append(dst, e.Kind)
+	dst = appendString(dst, e.Kind)
 	if e.Set != "" {
 		dst = append(dst, `,"set":`...)
-		dst = jsonstr.Append(dst, e.Set)
+		dst = appendString(dst, e.Set)
 	}
 	if e.Replica != "" {
 		dst = append(dst, `,"replica":`...)
-		dst = jsonstr.Append(dst, e.Replica)
+		dst = appendString(dst, e.Replica)
 	}
 	if len(e.Fields) > 0 {
 		keys = keys[:0]
@@ -132,7 +127,7 @@ func appendEvent(dst []byte, e *Event, keys []string) ([]byte, []string) {
 		slices.Sort(keys)
 		for _, k := range keys {
 			dst = append(dst, ',')
-			dst = jsonstr.Append(dst, k)
+			dst = appendString(dst, k)
 			dst = append(dst, ':')
 			dst = appendValue(dst, e.Fields[k])
 		}
@@ -145,14 +140,14 @@ func appendEvent(dst []byte, e *Event, keys []string) ([]byte, []string) {
 func appendValue(dst []byte, v any) (out []byte) {
 	defer func() {
 		if r := recover(); r != nil {
-			out = jsonstr.Append(dst, fmt.Sprintf("!panic: %v", r))
+			out = appendString(dst, fmt.Sprintf("!panic: %v", r))
 		}
 	}()
 	switch v := v.(type) {
 	case nil:
 		return append(dst, "null"...)
 	case string:
-		return jsonstr.Append(dst, v)
+		return appendString(dst, v)
 	case bool:
 		return strconv.AppendBool(dst, v)
 	case int:
@@ -180,7 +175,7 @@ func appendValue(dst []byte, v any) (out []byte) {
 	case float64:
 		return appendFloat(dst, v, 64)
 	case time.Duration:
-		return jsonstr.Append(dst, v.String())
+		return appendString(dst, v.String())
 	case time.Time:
 		dst = append(dst, '"')
 		dst = v.UTC().AppendFormat(dst, tsLayout)
@@ -188,9 +183,9 @@ func appendValue(dst []byte, v any) (out []byte) {
 	case json.Marshaler, encoding.TextMarshaler:
 		return appendMarshal(dst, v)
 	case error:
-		return jsonstr.Append(dst, v.Error())
+		return appendString(dst, v.Error())
 	case fmt.Stringer:
-		return jsonstr.Append(dst, v.String())
+		return appendString(dst, v.String())
 	}
 	return appendMarshal(dst, v)
 }
@@ -200,7 +195,7 @@ func appendValue(dst []byte, v any) (out []byte) {
 func appendMarshal(dst []byte, v any) []byte {
 	b, err := json.Marshal(v)
 	if err != nil {
-		return jsonstr.Append(dst, fmt.Sprintf("%v", v))
+		return appendString(dst, fmt.Sprintf("%v", v))
 	}
 	return append(dst, b...)
 }
@@ -209,13 +204,65 @@ func appendMarshal(dst []byte, v any) []byte {
 // which JSON cannot carry, become the strings "NaN", "+Inf" and "-Inf".
 func appendFloat(dst []byte, f float64, bits int) []byte {
 	if math.IsNaN(f) || math.IsInf(f, 0) {
-		return jsonstr.Append(dst, strconv.FormatFloat(f, 'g', -1, bits))
+		return appendString(dst, strconv.FormatFloat(f, 'g', -1, bits))
 	}
 	abs, format := math.Abs(f), byte('f')
 	if abs != 0 && (bits == 64 && (abs < 1e-6 || abs >= 1e21) || bits == 32 && (float32(abs) < 1e-6 || float32(abs) >= 1e21)) {
 		format = 'e'
 	}
 	return strconv.AppendFloat(dst, f, format, -1, bits)
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendString appends s as a JSON string. Invalid UTF-8 becomes U+FFFD;
+// control characters and U+2028/U+2029 are escaped, so a line never
+// contains a raw newline.
+func appendString(dst []byte, s string) []byte {
+	dst = append(dst, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		if b := s[i]; b < utf8.RuneSelf {
+			if b >= 0x20 && b != '"' && b != '\\' {
+				i++
+				continue
+			}
+			dst = append(dst, s[start:i]...)
+			switch b {
+			case '"', '\\':
+				dst = append(dst, '\\', b)
+			case '\n':
+				dst = append(dst, '\\', 'n')
+			case '\r':
+				dst = append(dst, '\\', 'r')
+			case '\t':
+				dst = append(dst, '\\', 't')
+			default:
+				dst = append(dst, '\\', 'u', '0', '0', hexDigits[b>>4], hexDigits[b&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		if r == '\u2028' || r == '\u2029' {
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, '\\', 'u', '2', '0', '2', hexDigits[r&0xf])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	dst = append(dst, s[start:]...)
+	return append(dst, '"')
 }
 
 // UnmarshalJSON reads one line back. ts is required; node, kind, set and

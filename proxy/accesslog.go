@@ -2,16 +2,15 @@ package proxy
 
 import (
 	"bytes"
-	"math"
 	"net"
 	"net/netip"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/valyala/fasthttp"
 
 	"keyway/balancer"
-	"keyway/internal/jsonstr"
 )
 
 // The access log: one JSON object per request, one line each, built by
@@ -42,11 +41,9 @@ type accessLine struct {
 	out []byte // the key's logged form
 }
 
-// logAccess writes one access-log line, if the access log is on. rs is nil
-// and replica "" when there was none; reason is "" when a replica
-// answered, else why keyway answered itself; start is when the request
-// was read; upstream is the time spent in exchanges with replicas.
-func (p *Proxy) logAccess(ctx *fasthttp.RequestCtx, rs *replicaSet, replica, reason string, status, attempts int, start time.Time, upstream time.Duration) {
+// logAccess writes one access-log line for r, if the access log is on:
+// reason is "" when a replica answered, else why keyway answered itself.
+func (p *Proxy) logAccess(r *request, reason string, status int) {
 	if p.access == nil {
 		return
 	}
@@ -54,7 +51,7 @@ func (p *Proxy) logAccess(ctx *fasthttp.RequestCtx, rs *replicaSet, replica, rea
 	if l == nil {
 		l = &accessLine{buf: make([]byte, 0, 1024)}
 	}
-	l.buf = p.appendAccess(l, ctx, rs, replica, reason, status, attempts, start, upstream)
+	l.buf = p.appendAccess(l, r, reason, status)
 	_, _ = p.access.Write(l.buf)
 	if cap(l.buf) <= maxPooledLine && cap(l.tmp) <= maxPooledLine {
 		p.accessBufs.Put(l)
@@ -62,7 +59,8 @@ func (p *Proxy) logAccess(ctx *fasthttp.RequestCtx, rs *replicaSet, replica, rea
 }
 
 // appendAccess builds the line in l.buf[:0] and returns it.
-func (p *Proxy) appendAccess(l *accessLine, ctx *fasthttp.RequestCtx, rs *replicaSet, replica, reason string, status, attempts int, start time.Time, upstream time.Duration) []byte {
+func (p *Proxy) appendAccess(l *accessLine, r *request, reason string, status int) []byte {
+	ctx, rs, start, replica := r.ctx, r.rs, r.start, r.replica()
 	now := time.Now()
 	b := append(l.buf[:0], `{"time":"`...)
 	b = start.UTC().AppendFormat(b, time.RFC3339Nano)
@@ -70,7 +68,7 @@ func (p *Proxy) appendAccess(l *accessLine, ctx *fasthttp.RequestCtx, rs *replic
 	b = append(b, `","request_id":`...)
 	id := ctx.Request.Header.PeekBytes(hdrRequestID)
 	if len(id) == 0 {
-		id = armedFwd(ctx.Conn()).requestID() // keyway's, written by the replica transport
+		id = r.requestID() // keyway's, written after the head by the round trip
 	}
 	if len(id) == 0 {
 		// keyway answered before forwarding, which sets one: give the line
@@ -107,7 +105,7 @@ func (p *Proxy) appendAccess(l *accessLine, ctx *fasthttp.RequestCtx, rs *replic
 	b = append(b, `","replica":`...)
 	b, _ = appendJSONString(b, replica, len(replica))
 	b = append(b, `,"attempts":`...)
-	b = strconv.AppendInt(b, int64(attempts), 10)
+	b = strconv.AppendInt(b, int64(r.tried), 10)
 	b = append(b, `,"bytes_in":`...)
 	b = strconv.AppendInt(b, int64(len(ctx.Request.Body())), 10)
 	b = append(b, `,"bytes_out":`...)
@@ -115,7 +113,7 @@ func (p *Proxy) appendAccess(l *accessLine, ctx *fasthttp.RequestCtx, rs *replic
 	b = append(b, `,"duration":`...)
 	b = appendSeconds(b, now.Sub(start))
 	b = append(b, `,"upstream_duration":`...)
-	b = appendSeconds(b, upstream)
+	b = appendSeconds(b, r.upstream)
 	if reason != "" {
 		b = append(b, `,"reason":"`...)
 		b = append(b, reason...) // keyway's own words: no escaping needed
@@ -155,7 +153,8 @@ func appendAddr(b []byte, a net.Addr) []byte {
 	}
 	// Not TCP (tests' in-memory pipes): rare, so the allocation is fine;
 	// escaped, since the address's String is not ours.
-	b, _ = jsonstr.AppendEscaped(b, a.String(), math.MaxInt)
+	s := a.String()
+	b, _ = appendJSONBody(b, s, len(s))
 	return b
 }
 
@@ -299,10 +298,76 @@ func unhexDigit(c byte) (byte, bool) {
 }
 
 // appendJSONString appends s, cut to at most max bytes, as a JSON string
-// (quoted) and reports whether it was cut: keyway's one escaper,
-// jsonstr.AppendCut, under the name the proxy's files use.
+// (quoted) and reports whether it was cut.
 func appendJSONString[S string | []byte](b []byte, s S, max int) ([]byte, bool) {
-	return jsonstr.AppendCut(b, s, max)
+	b = append(b, '"')
+	b, cut := appendJSONBody(b, s, max)
+	return append(b, '"'), cut
+}
+
+// appendJSONBody appends s, cut to at most max bytes at a UTF-8 boundary,
+// escaped for the inside of a JSON string: quotes, backslashes, control
+// characters and DEL escaped; invalid UTF-8 replaced by U+FFFD; U+2028
+// and U+2029 escaped (JavaScript line terminators). Whatever a client
+// sends, the line stays one valid JSON object.
+func appendJSONBody[S string | []byte](b []byte, s S, max int) ([]byte, bool) {
+	cut := false
+	if len(s) > max {
+		cut = true
+		// Back off to the start of a UTF-8 sequence (at most 3 bytes) so
+		// a character is not split into a replacement character.
+		n := max
+		for k := 0; k < 3 && n > 0 && !utf8.RuneStart(s[n]); k++ {
+			n--
+		}
+		if !utf8.RuneStart(s[n]) {
+			n = max
+		}
+		s = s[:n]
+	}
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c >= 0x20 && c != '"' && c != '\\' && c < 0x7f {
+			i++
+			continue
+		}
+		if c < utf8.RuneSelf {
+			b = append(b, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		// At most 4 bytes converted: on the stack, for either type.
+		r, size := utf8.DecodeRuneInString(string(s[i:min(i+utf8.UTFMax, len(s))]))
+		switch {
+		case r == utf8.RuneError && size == 1:
+			b = append(b, s[start:i]...)
+			b = append(b, `\ufffd`...)
+		case r == '\u2028' || r == '\u2029':
+			b = append(b, s[start:i]...)
+			b = append(b, `\u202`...)
+			b = append(b, hexDigits[r&0xf])
+		default:
+			i += size
+			continue
+		}
+		i += size
+		start = i
+	}
+	return append(b, s[start:]...), cut
 }
 
 // parseErrorReason names, for the access log, why keyway answered a
@@ -320,3 +385,5 @@ func parseErrorReason(status int) string {
 	}
 	return "malformed"
 }
+
+const hexDigits = "0123456789abcdef"

@@ -256,7 +256,8 @@ func TestAccessLineHostile(t *testing.T) {
 		ctx.Request.Header.Set("X-Request-Id", "id"+h)
 		ctx.Response.SetBodyString("ok")
 		l := &accessLine{}
-		line := p.appendAccess(l, &ctx, rs, "rep\"\x01", "", 200, 1, time.Now(), time.Millisecond)
+		r := request{ctx: &ctx, rs: rs, start: time.Now(), named: "rep\"\x01", tried: 1, upstream: time.Millisecond}
+		line := p.appendAccess(l, &r, "", 200)
 		if !bytes.HasSuffix(line, []byte("}\n")) || bytes.Count(line, []byte("\n")) != 1 {
 			t.Fatalf("%q: not one line: %q", h, line)
 		}

@@ -217,8 +217,9 @@ func BenchmarkAccessLine(b *testing.B) {
 			l := &accessLine{}
 			start := time.Now()
 			b.ReportAllocs()
+			r := request{ctx: &ctx, rs: rs, start: start, named: "orders-1", tried: 1, upstream: time.Millisecond}
 			for b.Loop() {
-				l.buf = p.appendAccess(l, &ctx, rs, "orders-1", "", 200, 1, start, time.Millisecond)
+				l.buf = p.appendAccess(l, &r, "", 200)
 			}
 			b.ReportMetric(float64(len(l.buf)), "bytes/line")
 		})

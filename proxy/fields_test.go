@@ -194,7 +194,7 @@ func BenchmarkRewriteHeaders(b *testing.B) {
 					reply = fieldsAll
 				}
 				prepareResponse(&ctx, close, reply)
-				restoreRequest(&ctx, http10)
+				restoreRequest(&request{ctx: &ctx, http10: http10})
 			}
 		})
 	}

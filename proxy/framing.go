@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"strconv"
-	"time"
-	"unsafe"
 
 	"github.com/valyala/fasthttp"
 )
@@ -71,31 +69,33 @@ var tokenChars = func() (t [256]bool) {
 // checkFraming returns keyway's answer to a request whose head it must
 // not forward, or the zero verdict.
 func checkFraming(h *fasthttp.RequestHeader) verdict {
-	return checkFramingScanned(h, nil)
+	v, _, _ := checkHead(h, nil)
+	return v
 }
 
-// checkFramingScanned is checkFraming for a head the connection's scan s
-// followed (nil: none did): the fields come from the scan where it can
-// tell, else from the raw header block.
-func checkFramingScanned(h *fasthttp.RequestHeader, s *headScan) verdict {
+// checkHead is checkFraming for a head the connection's scan s followed
+// (nil: none did): the fields come from the scan where it can tell, else
+// from the raw header block. It also returns the fields, and whether they
+// are known (else the verdict came from fasthttp's parsed fields).
+func checkHead(h *fasthttp.RequestHeader, s *headScan) (verdict, fields, bool) {
 	// fasthttp takes a bare-LF empty line as the head's end only when a
 	// CRLF CRLF follows somewhere in what it has buffered (a body, the
 	// next request); without one it waits (see headScan). Refuse such a
 	// head always, so that the answer does not depend on what came after
 	// it in the same read.
 	if bareEnd(h.RawHeaders()) {
-		return vBareLF
+		return vBareLF, 0, false
 	}
 	// fasthttp takes any HTTP/<digit>.<digit>; RFC 9112 §2.3: a 1.x
 	// request with a higher minor version is served as 1.1, another major
 	// version is refused with 505.
 	if p := h.Protocol(); len(p) != len("HTTP/1.1") || !bytes.HasPrefix(p, strHTTP1Prefix) || p[7] < '0' || p[7] > '9' {
-		return vVersion
+		return vVersion, 0, false
 	}
 	if bytes.Equal(h.Method(), strMethodConnect) {
 		// A replica is not a tunnel; RFC 9110 §9.3.6 makes CONNECT a
 		// proxy's method, and keyway is a reverse proxy.
-		return vConnect
+		return vConnect, 0, false
 	}
 	// With Transfer-Encoding: chunked fasthttp drops a Content-Length and
 	// reads the chunks (RFC 9112 §6.3 allows it, closing the connection
@@ -113,11 +113,11 @@ func checkFramingScanned(h *fasthttp.RequestHeader, s *headScan) verdict {
 	}
 	if ok {
 		if f&fContentLength != 0 && (h.ContentLength() == -1 || f&fTransferEncoding != 0 && len(h.PeekBytes(hdrTransferEncoding)) > 0) {
-			return vLengthConflict
+			return vLengthConflict, f, true
 		}
-		return vOK
+		return vOK, f, true
 	}
-	return fieldsVerdict(h)
+	return fieldsVerdict(h), 0, false
 }
 
 // fieldsVerdict is checkFraming's verdict on the fields, from the header
@@ -171,45 +171,36 @@ func rawHasHeader(raw, name []byte) bool {
 // token, and a request with such a name is refused, which overwrites it.
 var hdrRefused = []byte("Keyway Refused")
 
-// headerReceived is fasthttp's HeaderReceived hook. A request keyway
-// refuses is marked and given an empty body: fasthttp then calls the
-// handler at once, which answers from the verdict (a body read, or the
-// wait for a body the request's own framing may never complete, would
-// delay the answer, and fasthttp resets the header when a body read
-// fails). The connection is closed after the answer, so whatever the
-// client sent after the head is never read as a request.
-//
-// The verdict is left on the connection's head scan (judged), where the
-// handler finds it without looking the mark up among the fields; the
-// mark (hdrRefused) is what the handler reads for a connection keyway
-// does not scan.
+// headerReceived is fasthttp's HeaderReceived hook: it refuses, before
+// any body is read, a head whose body keyway must not wait for. A head
+// ending in a bare-LF empty line, and a chunked request that also has a
+// Content-Length (fasthttp would read the chunks, which the client may
+// never end: a smuggling attempt or a broken client). Such a request is
+// given an empty body, so that fasthttp calls the handler at once, and is
+// marked: Connection: close, which the handler's verdict (headVerdict)
+// checks before it looks the mark up. The connection is closed after the
+// answer, so whatever the client sent after the head is never read as a
+// request. Every other verdict waits for the handler, where the head's
+// scan makes it cheap; a body fasthttp reads first is framed unambiguously
+// by Content-Length. The hook sees the header alone: it looks at no
+// connection.
 func (p *Proxy) headerReceived(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
-	s := headScanOf(requestCtxOf(h).Conn())
-	v := checkFramingScanned(h, s)
+	v := vOK
+	switch raw := h.RawHeaders(); {
+	case bareEnd(raw):
+		v = vBareLF
+	case h.ContentLength() == -1 && rawHasHeader(raw, hdrContentLength):
+		v = vLengthConflict
+	}
 	if v != vOK {
 		h.SetContentLength(0)
 		h.DelBytes(hdrTransferEncoding)
 		h.DelBytes(hdrExpect)
+		h.SetConnectionClose()
 		h.SetBytesKV(hdrRefused, []byte{'0' + byte(v)})
-	}
-	if s != nil {
-		s.judged, s.verdict = true, v
 	}
 	return fasthttp.RequestConfig{}
 }
-
-// requestCtxOf returns the request context whose request's header h is.
-// fasthttp's server calls HeaderReceived with &ctx.Request.Header of the
-// connection's context and nothing else: the hook gets no other way to
-// its connection, which the head scan belongs to. TestHeaderReceivedCtx
-// holds fasthttp to that (and calls this from its own hook); nothing else
-// may call it: for a header outside a RequestCtx it returns garbage.
-func requestCtxOf(h *fasthttp.RequestHeader) *fasthttp.RequestCtx {
-	return (*fasthttp.RequestCtx)(unsafe.Add(unsafe.Pointer(h), -int(headerInCtx)))
-}
-
-// headerInCtx is the offset of ctx.Request.Header in a RequestCtx.
-const headerInCtx = unsafe.Offsetof(fasthttp.RequestCtx{}.Request) + unsafe.Offsetof(fasthttp.Request{}.Header)
 
 // refused returns the verdict headerReceived left on a request.
 func refused(h *fasthttp.RequestHeader) verdict {
@@ -219,37 +210,42 @@ func refused(h *fasthttp.RequestHeader) verdict {
 	return vOK
 }
 
-// refusedRequest is refused, and refuses a head the scan saw end in a
-// bare LF, and "Transfer-Encoding: identity"
-// too: fasthttp reads it as no coding at all (the body framed by
-// Content-Length, or empty) and drops the field, but RFC 9112 has no
-// identity coding: chunked is not the final coding, so the body's length
-// cannot be determined (section 6.3), and with Content-Length it is the
-// Transfer-Encoding and Content-Length conflict that other readers frame
-// differently. The request's head scan knows whether it had a
-// Transfer-Encoding field; for a head it did not follow, the raw fields
-// are searched.
-func refusedRequest(ctx *fasthttp.RequestCtx) verdict {
-	h := &ctx.Request.Header
-	s := headScanOf(ctx.Conn())
-	var v verdict
-	if s != nil && s.judged {
-		v = s.verdict
-	} else {
-		v = refused(h)
+// headVerdict is keyway's verdict on the request's head, from its
+// connection's scan where it followed the head (one pass over the head's
+// bytes, as they were read, found its framing and fields), else from the
+// raw header block. It notes the head's fields in r.fields. Besides
+// checkHead's verdicts it refuses a head the scan saw end in a bare LF,
+// and "Transfer-Encoding: identity": fasthttp reads it as no coding at all
+// (the body framed by Content-Length, or empty) and drops the field, but
+// RFC 9112 has no identity coding: chunked is not the final coding, so the
+// body's length cannot be determined (section 6.3), and with
+// Content-Length it is the Transfer-Encoding and Content-Length conflict
+// that other readers frame differently.
+func (p *Proxy) headVerdict(r *request) verdict {
+	h := &r.ctx.Request.Header
+	r.fields = fieldsAll
+	if h.ConnectionClose() {
+		if v := refused(h); v != vOK {
+			return v
+		}
 	}
-	if v != vOK {
-		return v
-	}
+	s := headScanOf(r.ctx.Conn())
 	if s != nil && s.st == hsBare {
 		// A head fasthttp took although it ended in a bare LF, which
-		// checkFraming cannot see: a request line ended by a bare LF and
+		// checkHead cannot see: a request line ended by a bare LF and
 		// then an empty line "\r\n" (fasthttp's empty header block).
 		return vBareLF
 	}
+	v, f, known := checkHead(h, s)
+	if v != vOK {
+		return v
+	}
 	cl := h.ContentLength()
 	if cl == -1 {
-		return vOK // chunked: read as such
+		return vOK // chunked: read as such; its trailer fields are unknown
+	}
+	if known {
+		r.fields = f
 	}
 	var te bool
 	if s != nil && s.st == hsDone {
@@ -382,17 +378,11 @@ func validParams(b []byte) bool {
 	return true
 }
 
-// refuseFraming answers a request checkFraming refused and closes its
-// connection: what follows on it cannot be trusted to start a request.
-func (p *Proxy) refuseFraming(ctx *fasthttp.RequestCtx, v verdict) {
-	status, msg := verdicts[v].status, verdicts[v].msg
-	p.metrics.malformed.Inc()
-	p.metrics.counters.noSet[codeClass(status)].Add(1)
-	ctx.Response.Reset()
-	writeJSONError(ctx, status, msg, "", "")
-	ctx.SetConnectionClose()
-	markLinger(ctx.Conn())
-	p.logAccess(ctx, nil, "", parseErrorReason(status), status, 0, time.Now(), 0)
+// refusal is keyway's answer to a head it refuses. The connection is
+// closed after it, lingering: what follows on it cannot be trusted to
+// start a request.
+func refusal(v verdict) answer {
+	return answer{status: verdicts[v].status, msg: verdicts[v].msg, conn: connLinger, why: parseErrorReason(verdicts[v].status)}
 }
 
 // errMalformedReply is a reply fasthttp read but keyway does not relay.

@@ -3,7 +3,6 @@ package proxy
 import (
 	"bufio"
 	"bytes"
-	"fmt"
 	"io"
 	"net"
 	"slices"
@@ -490,82 +489,7 @@ func TestReplySwitchedProtocols(t *testing.T) {
 	}
 }
 
-// TestHeaderReceivedCtx holds fasthttp to what requestCtxOf relies on:
-// its server calls HeaderReceived with the header of the very request
-// context the handler then gets, for every request, pipelined or not, on
-// every connection.
-func TestHeaderReceivedCtx(t *testing.T) {
-	for _, reduce := range []bool{false, true} {
-		t.Run(fmt.Sprintf("reduce_memory=%v", reduce), func(t *testing.T) { testHeaderReceivedCtx(t, reduce) })
-	}
-}
-
-// testHeaderReceivedCtx is TestHeaderReceivedCtx with fasthttp's
-// ReduceMemoryUsage (server.reduce_memory) on or off.
-func testHeaderReceivedCtx(t *testing.T, reduce bool) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	seen := map[*fasthttp.RequestHeader]*fasthttp.RequestCtx{}
-	var hooks, bad atomic.Int64
-	srv := &fasthttp.Server{
-		ReduceMemoryUsage: reduce,
-		HeaderReceived: func(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
-			hooks.Add(1)
-			mu.Lock()
-			seen[h] = requestCtxOf(h)
-			mu.Unlock()
-			return fasthttp.RequestConfig{}
-		},
-		Handler: func(ctx *fasthttp.RequestCtx) {
-			mu.Lock()
-			got, ok := seen[&ctx.Request.Header]
-			delete(seen, &ctx.Request.Header)
-			mu.Unlock()
-			if !ok || got != ctx {
-				bad.Add(1)
-			}
-		},
-	}
-	go srv.Serve(ln) //nolint:errcheck
-	defer srv.Shutdown()
-	const conns, perConn = 3, 4
-	var wg sync.WaitGroup
-	for range conns {
-		wg.Go(func() {
-			c, err := net.Dial("tcp", ln.Addr().String())
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			defer c.Close()
-			c.SetDeadline(time.Now().Add(10 * time.Second)) //nolint:errcheck
-			// Two requests one at a time, then two pipelined in one write.
-			br := bufio.NewReader(c)
-			req := "POST /a HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\n\r\nhi"
-			for _, batch := range []int{1, 1, 2} {
-				if _, err := io.WriteString(c, strings.Repeat(req, batch)); err != nil {
-					t.Error(err)
-					return
-				}
-				for range batch {
-					var resp fasthttp.Response
-					if err := resp.Read(br); err != nil || resp.StatusCode() != 200 {
-						t.Errorf("response: %v %d", err, resp.StatusCode())
-						return
-					}
-				}
-			}
-		})
-	}
-	wg.Wait()
-	if n := hooks.Load(); n != conns*perConn || bad.Load() != 0 {
-		t.Fatalf("%d hook calls (want %d), %d requests whose handler got another context than requestCtxOf found", n, conns*perConn, bad.Load())
-	}
-}
-
+// drops, and chunked with a Content-Length are still refused.
 // TestEmptyChunkedBody: an empty chunked body (fasthttp then gives the
 // request a Content-Length of 0 and drops Transfer-Encoding) is
 // forwarded, trailer fields or not; "identity", which fasthttp also

@@ -55,11 +55,7 @@ type headScan struct {
 	// odd says that the head has a line rawFields cannot read: a folded
 	// continuation line, a line without a colon, a name that is not a
 	// token. Its fields are then not known from the scan.
-	odd bool
-	// judged says that headerReceived took this head's verdict from the
-	// scan, and verdict is that verdict.
-	judged  bool
-	verdict verdict
+	odd     bool
 	te      uint8
 	nameN   uint8 // hsName: bytes of the name so far (saturating)
 	teLen   uint8
@@ -297,11 +293,9 @@ func (s *headScan) keepTE(b []byte) {
 func (s *headScan) dropTE() { s.teBad, s.teLen = true, 0 }
 
 // clientState is what keyway keeps on a client connection it accepted
-// for the request being served on it: its head's scan and, while it is
-// forwarded, its forwarding state (forwarded.go).
+// for the request being served on it: its head's scan.
 type clientState struct {
 	head headScan
-	fwd  *fwdReq
 }
 
 // clientStateOf returns the state of a client connection, or nil for one

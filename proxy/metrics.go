@@ -136,3 +136,18 @@ func (m *metrics) forgetSet(set string) {
 	m.fleet.longest.DeletePartialMatch(l)
 	m.fleet.held.DeletePartialMatch(l)
 }
+
+// noSetAnswer is the keyway_local_responses_total series of an answer to
+// a request of no set, by its access-log reason; nil for a panic's
+// answer, which is counted nowhere.
+func (m *metrics) noSetAnswer(why string) prometheus.Counter {
+	switch why {
+	case "no_set":
+		return m.noSet
+	case "body_too_large":
+		return m.noSetBodyBig
+	case "internal":
+		return nil
+	}
+	return m.malformed
+}

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"crypto/tls"
@@ -697,33 +696,3 @@ func allDownPolicy(failOpen bool) string {
 type fasthttpLogger struct{ s *zap.SugaredLogger }
 
 func (l fasthttpLogger) Printf(format string, args ...any) { l.s.Warnf(format, args...) }
-
-// matchSet returns the replica set of a request, or nil.
-func (p *Proxy) matchSet(host, path []byte) *replicaSet {
-	if i := bytes.LastIndexByte(host, ':'); i >= 0 && bytes.IndexByte(host[i:], ']') < 0 {
-		host = host[:i]
-	}
-	for _, rs := range p.routes.Load().sets {
-		if len(rs.host) > 0 && !bytes.EqualFold(rs.host, host) {
-			continue
-		}
-		if !hasPathPrefix(path, rs.prefix) {
-			continue
-		}
-		return rs
-	}
-	return nil
-}
-
-// hasPathPrefix matches whole segments: "/orders" matches "/orders" and
-// "/orders/x" but not "/ordersx"; a prefix ending in '/' is a plain prefix.
-func hasPathPrefix(path, prefix []byte) bool {
-	if !bytes.HasPrefix(path, prefix) {
-		return false
-	}
-	if len(path) == len(prefix) || prefix[len(prefix)-1] == '/' {
-		return true
-	}
-	c := path[len(prefix)]
-	return c == '/' || c == '?'
-}

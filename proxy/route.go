@@ -1,15 +1,153 @@
 package proxy
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strconv"
+	"time"
 
 	"github.com/valyala/fasthttp"
 
 	"keyway/balancer"
 )
+
+// route is the request's way to its candidates: the set its host and path
+// match, the set's bounds (body size, the memory guard, its in-flight
+// bound), its key, and the routing decision (decide); then forward.
+func (p *Proxy) route(r *request) {
+	ctx := r.ctx
+	if len(ctx.Host()) == 0 {
+		// HTTP/1.1 without Host fasthttp refuses itself; an HTTP/1.0
+		// request may lack it, but keyway routes by it and a replica
+		// needs one.
+		p.reply(r, refusal(vNoHost))
+		return
+	}
+	uri := ctx.URI()
+	path := uri.PathOriginal()
+	if r.rs = p.matchSet(ctx.Host(), path); r.rs == nil {
+		p.reply(r, answer{status: fasthttp.StatusNotFound, why: "no_set",
+			msg: "no replica set matches host " + strconv.Quote(string(ctx.Host())) + " and path " + strconv.Quote(string(path))})
+		return
+	}
+	rs := r.rs
+	if len(ctx.Request.Body()) > rs.maxBody {
+		p.reply(r, answer{reason: lrBodyTooLarge, status: fasthttp.StatusRequestEntityTooLarge, conn: connClose,
+			msg: "request body exceeds max_body_bytes (" + ByteSize(rs.maxBody).String() + ") of this replica set"})
+		return
+	}
+	if p.mem.over.Load() {
+		p.reply(r, answer{reason: lrMemory, status: fasthttp.StatusServiceUnavailable, retry: time.Second,
+			msg: "keyway's heap is above server.max_heap_bytes: the request was not delivered; retry later"})
+		return
+	}
+	p.admit(r, path, uri)
+}
+
+// admit holds the request's share of the memory guard's body budget and
+// of its set's in-flight bound while it is dispatched, or sheds it.
+func (p *Proxy) admit(r *request, path []byte, uri *fasthttp.URI) {
+	rs := r.rs
+	if g := p.mem; g.maxBody > 0 {
+		if n := int64(len(r.ctx.Request.Body())); n > 0 {
+			defer g.releaseBody(n)
+			if !g.admitBody(n) {
+				p.reply(r, answer{reason: lrMemory, status: fasthttp.StatusServiceUnavailable, retry: time.Second,
+					msg: "the request bodies in flight would exceed server.max_inflight_body_bytes: the request was not delivered; retry later"})
+				return
+			}
+		}
+	}
+	if bound := rs.limits.set; bound > 0 {
+		st := rs.st
+		defer st.inflight.Add(-1)
+		if st.inflight.Add(1) > bound {
+			p.reply(r, answer{reason: lrSetOverloaded, status: rs.limits.status, retry: time.Second, msg: rs.limits.setMsg})
+			return
+		}
+	}
+	p.dispatch(r, path, uri)
+}
+
+// dispatch keys the request, decides its candidates and forwards it.
+func (p *Proxy) dispatch(r *request, path []byte, uri *fasthttp.URI) {
+	rs := r.rs
+	t := rs.router.Table()
+	hash, status := rs.key(&r.ctx.Request.Header, path, uri)
+	var buf [8]uint16
+	cands, d := p.decide(rs, t, status, hash, buf[:0])
+	if d.allDown {
+		rs.allDown.Inc()
+	}
+	if len(cands) == 0 {
+		a := answer{reason: d.reason, status: d.status, msg: d.msg}
+		if d.reason == lrStopped {
+			// A stopped set stays stopped until an operator starts it:
+			// producers need not retry every second.
+			a.retry = 10 * time.Second
+		}
+		r.named = d.replica
+		p.reply(r, a)
+		return
+	}
+	p.forward(r, t, cands, status == balancer.KeyOK, hash)
+}
+
+// key looks for the request's key in the set's sources, in order: the
+// first source that is present decides (a malformed key is KeyInvalid, not
+// skipped). path is the raw request path.
+func (rs *replicaSet) key(h *fasthttp.RequestHeader, path []byte, uri *fasthttp.URI) (uint64, balancer.KeyStatus) {
+	for i := range rs.sources {
+		src := &rs.sources[i]
+		var hash uint64
+		var status balancer.KeyStatus
+		switch src.kind {
+		case keyHeader:
+			hash, status = balancer.HashHeader(h.PeekBytes(src.name))
+		case keyPathSegment:
+			hash, status = balancer.HashPathSegment(path, src.segment)
+		default:
+			hash, status = balancer.HashQuery(uri.QueryString(), src.name)
+		}
+		if status != balancer.KeyMissing {
+			return hash, status
+		}
+	}
+	return 0, balancer.KeyMissing
+}
+
+// matchSet returns the replica set of a request, or nil.
+func (p *Proxy) matchSet(host, path []byte) *replicaSet {
+	if i := bytes.LastIndexByte(host, ':'); i >= 0 && bytes.IndexByte(host[i:], ']') < 0 {
+		host = host[:i]
+	}
+	for _, rs := range p.routes.Load().sets {
+		if len(rs.host) > 0 && !bytes.EqualFold(rs.host, host) {
+			continue
+		}
+		if !hasPathPrefix(path, rs.prefix) {
+			continue
+		}
+		return rs
+	}
+	return nil
+}
+
+// hasPathPrefix matches whole segments: "/orders" matches "/orders" and
+// "/orders/x" but not "/ordersx"; a prefix ending in '/' is a plain prefix.
+func hasPathPrefix(path, prefix []byte) bool {
+	if !bytes.HasPrefix(path, prefix) {
+		return false
+	}
+	if len(path) == len(prefix) || prefix[len(prefix)-1] == '/' {
+		return true
+	}
+	c := path[len(prefix)]
+	return c == '/' || c == '?'
+}
 
 // decision is how a request is routed, besides the slots it tries (which
 // decide returns apart: escape analysis is field-insensitive, and the
@@ -104,6 +242,47 @@ func (p *Proxy) decide(rs *replicaSet, t *balancer.Table[*Backend], ks balancer.
 	}
 	d.reason, d.status, d.msg = lrNoReplica, fasthttp.StatusServiceUnavailable, msgNoReplica
 	return nil, d
+}
+
+// keyless picks candidates for a request without a key, or nil.
+func (p *Proxy) keyless(rs *replicaSet, t *balancer.Table[*Backend], dst []uint16) []uint16 {
+	rot := t.Rotation()
+	if len(rot) == 0 || rs.cfg.Fallback == balancer.FallbackReject {
+		return nil
+	}
+	var first int
+	switch rs.cfg.Fallback {
+	case balancer.FallbackRandom:
+		first, _ = t.RandomSlot()
+	case balancer.FallbackLeastInflight:
+		// Power of two choices between two distinct replicas: drawing both
+		// with replacement would send a quarter of the requests to a
+		// blocked replica of two.
+		first = int(rot[0])
+		if n := len(rot); n > 1 {
+			i := rand.IntN(n)
+			j := rand.IntN(n - 1)
+			if j >= i {
+				j++
+			}
+			a, b := int(rot[i]), int(rot[j])
+			if t.Backend(b).inflight.Load() < t.Backend(a).inflight.Load() {
+				a = b
+			}
+			first = a
+		}
+	default:
+		first, _ = t.NextRoundRobin()
+	}
+	// Retries go to the following replicas of the rotation.
+	i := 0
+	for i < len(rot) && int(rot[i]) != first {
+		i++
+	}
+	for n := 0; n < min(len(rot), rs.attempts, cap(dst)); n++ {
+		dst = append(dst, rot[(i+n)%len(rot)])
+	}
+	return dst
 }
 
 // oneSlot returns dst holding slot alone. dst must have room for one.

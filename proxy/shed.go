@@ -98,20 +98,6 @@ func (l *limits) saturatedFor(resp *fasthttp.ResponseHeader, f fields) (time.Dur
 	return min(hold, l.maxHold), true
 }
 
-// shed answers a request keyway sheds: status with Retry-After after
-// wait, and a JSON body naming the set and the replica.
-func (p *Proxy) shed(ctx *fasthttp.RequestCtx, rs *replicaSet, reason localReason, status int, wait time.Duration, msg, replica string, attempts int, upstream time.Duration) {
-	rs.counts.shed.Add(1)
-	switch reason {
-	case lrSetOverloaded:
-		rs.counts.setShed[0].Add(1)
-	case lrMemory:
-		rs.counts.setShed[1].Add(1)
-	}
-	p.answer(ctx, rs, reason, status, msg, replica, attempts, upstream)
-	ctx.Response.Header.SetBytesKV(hdrRetryAfter, retryAfter(wait))
-}
-
 // replicaQueue is a replica's short FIFO of requests waiting for one of
 // its limits.max_inflight_per_replica slots (limits.max_queued_per_replica
 // long, each waiting at most limits.max_queue_wait). A releasing request

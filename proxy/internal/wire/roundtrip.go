@@ -14,8 +14,8 @@ import (
 
 // Outcome is what became of one exchange with a replica, as a value: the
 // error, and what the replica connection saw of it, which the error alone
-// cannot tell (fasthttp reads any failure before a reply's first byte as
-// io.EOF, see TestContractFirstByteEOF).
+// cannot tell (fasthttp reports any failure at a reply's first byte as
+// io.EOF).
 type Outcome struct {
 	// Err is nil when the replica's reply was read whole into the
 	// response.
