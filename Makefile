@@ -28,7 +28,7 @@ bench:           ## hot-path micro-benchmarks
 FUZZTIME ?= 5m
 FUZZMINIMIZE ?= 5s
 FUZZ_TARGETS := \
-	./proxy:FuzzFrontEnd ./proxy:FuzzReplicaResponse ./proxy:FuzzHeadScan ./proxy:FuzzAppendJSONString \
+	./proxy:FuzzFrontEnd ./proxy:FuzzReplicaResponse ./proxy:FuzzHeadScan ./internal/jsonstr:FuzzAppendJSONString \
 	./config:FuzzLoadBytes ./config:FuzzDiff \
 	./balancer:FuzzHashPathSegment ./balancer:FuzzHashQuery ./balancer:FuzzKeySources \
 	./membership:FuzzDecodeMeta ./membership:FuzzMetaRoundTrip ./membership:FuzzUserMessage

@@ -13,7 +13,8 @@ import (
 	"slices"
 	"strconv"
 	"time"
-	"unicode/utf8"
+
+	"keyway/internal/jsonstr"
 )
 
 // Event kinds: the catalogue of docs/audit.md. Producers that may not
@@ -95,6 +96,10 @@ func reserved(key string) bool {
 // as its String(); anything else as encoding/json writes it. A value that
 // cannot be written (NaN, a channel, a method that panics) is written as
 // a string describing it, so MarshalJSON never fails.
+//
+// Strings are escaped by internal/jsonstr, as in the access log: invalid
+// UTF-8 becomes U+FFFD, and control characters, DEL, U+2028 and U+2029
+// are escaped, so that a line never spans lines.
 func (e Event) MarshalJSON() ([]byte, error) {
 	b, _ := appendEvent(make([]byte, 0, 256), &e, nil)
 	return b, nil
@@ -106,16 +111,16 @@ func appendEvent(dst []byte, e *Event, keys []string) ([]byte, []string) {
 	dst = append(dst, `{"ts":"`...)
 	dst = e.Time.UTC().AppendFormat(dst, tsLayout)
 	dst = append(dst, `","node":`...)
-	dst = appendString(dst, e.Node)
+	dst = jsonstr.Append(dst, e.Node)
 	dst = append(dst, `,"kind":`...)
-	dst = appendString(dst, e.Kind)
+	dst = jsonstr.Append(dst, e.Kind)
 	if e.Set != "" {
 		dst = append(dst, `,"set":`...)
-		dst = appendString(dst, e.Set)
+		dst = jsonstr.Append(dst, e.Set)
 	}
 	if e.Replica != "" {
 		dst = append(dst, `,"replica":`...)
-		dst = appendString(dst, e.Replica)
+		dst = jsonstr.Append(dst, e.Replica)
 	}
 	if len(e.Fields) > 0 {
 		keys = keys[:0]
@@ -127,7 +132,7 @@ func appendEvent(dst []byte, e *Event, keys []string) ([]byte, []string) {
 		slices.Sort(keys)
 		for _, k := range keys {
 			dst = append(dst, ',')
-			dst = appendString(dst, k)
+			dst = jsonstr.Append(dst, k)
 			dst = append(dst, ':')
 			dst = appendValue(dst, e.Fields[k])
 		}
@@ -140,14 +145,14 @@ func appendEvent(dst []byte, e *Event, keys []string) ([]byte, []string) {
 func appendValue(dst []byte, v any) (out []byte) {
 	defer func() {
 		if r := recover(); r != nil {
-			out = appendString(dst, fmt.Sprintf("!panic: %v", r))
+			out = jsonstr.Append(dst, fmt.Sprintf("!panic: %v", r))
 		}
 	}()
 	switch v := v.(type) {
 	case nil:
 		return append(dst, "null"...)
 	case string:
-		return appendString(dst, v)
+		return jsonstr.Append(dst, v)
 	case bool:
 		return strconv.AppendBool(dst, v)
 	case int:
@@ -175,7 +180,7 @@ func appendValue(dst []byte, v any) (out []byte) {
 	case float64:
 		return appendFloat(dst, v, 64)
 	case time.Duration:
-		return appendString(dst, v.String())
+		return jsonstr.Append(dst, v.String())
 	case time.Time:
 		dst = append(dst, '"')
 		dst = v.UTC().AppendFormat(dst, tsLayout)
@@ -183,9 +188,9 @@ func appendValue(dst []byte, v any) (out []byte) {
 	case json.Marshaler, encoding.TextMarshaler:
 		return appendMarshal(dst, v)
 	case error:
-		return appendString(dst, v.Error())
+		return jsonstr.Append(dst, v.Error())
 	case fmt.Stringer:
-		return appendString(dst, v.String())
+		return jsonstr.Append(dst, v.String())
 	}
 	return appendMarshal(dst, v)
 }
@@ -195,7 +200,7 @@ func appendValue(dst []byte, v any) (out []byte) {
 func appendMarshal(dst []byte, v any) []byte {
 	b, err := json.Marshal(v)
 	if err != nil {
-		return appendString(dst, fmt.Sprintf("%v", v))
+		return jsonstr.Append(dst, fmt.Sprintf("%v", v))
 	}
 	return append(dst, b...)
 }
@@ -204,65 +209,13 @@ func appendMarshal(dst []byte, v any) []byte {
 // which JSON cannot carry, become the strings "NaN", "+Inf" and "-Inf".
 func appendFloat(dst []byte, f float64, bits int) []byte {
 	if math.IsNaN(f) || math.IsInf(f, 0) {
-		return appendString(dst, strconv.FormatFloat(f, 'g', -1, bits))
+		return jsonstr.Append(dst, strconv.FormatFloat(f, 'g', -1, bits))
 	}
 	abs, format := math.Abs(f), byte('f')
 	if abs != 0 && (bits == 64 && (abs < 1e-6 || abs >= 1e21) || bits == 32 && (float32(abs) < 1e-6 || float32(abs) >= 1e21)) {
 		format = 'e'
 	}
 	return strconv.AppendFloat(dst, f, format, -1, bits)
-}
-
-const hexDigits = "0123456789abcdef"
-
-// appendString appends s as a JSON string. Invalid UTF-8 becomes U+FFFD;
-// control characters and U+2028/U+2029 are escaped, so a line never
-// contains a raw newline.
-func appendString(dst []byte, s string) []byte {
-	dst = append(dst, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		if b := s[i]; b < utf8.RuneSelf {
-			if b >= 0x20 && b != '"' && b != '\\' {
-				i++
-				continue
-			}
-			dst = append(dst, s[start:i]...)
-			switch b {
-			case '"', '\\':
-				dst = append(dst, '\\', b)
-			case '\n':
-				dst = append(dst, '\\', 'n')
-			case '\r':
-				dst = append(dst, '\\', 'r')
-			case '\t':
-				dst = append(dst, '\\', 't')
-			default:
-				dst = append(dst, '\\', 'u', '0', '0', hexDigits[b>>4], hexDigits[b&0xf])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, `\ufffd`...)
-			i += size
-			start = i
-			continue
-		}
-		if r == '\u2028' || r == '\u2029' {
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, '\\', 'u', '2', '0', '2', hexDigits[r&0xf])
-			i += size
-			start = i
-			continue
-		}
-		i += size
-	}
-	dst = append(dst, s[start:]...)
-	return append(dst, '"')
 }
 
 // UnmarshalJSON reads one line back. ts is required; node, kind, set and

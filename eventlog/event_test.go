@@ -59,8 +59,8 @@ func TestEventLineFormat(t *testing.T) {
 		},
 		"escaping": {
 			ev: Event{Time: t0, Node: "n", Kind: "k",
-				Fields: map[string]any{"s": "q\"b\\n\nt\tc\x01 é \xff \u2028"}},
-			want: `{` + ts + `,"node":"n","kind":"k","s":"q\"b\\n\nt\tc\u0001 é \ufffd \u2028"}`,
+				Fields: map[string]any{"s": "q\"b\\n\nt\tc\x01\x7f é \xff \u2028"}},
+			want: `{` + ts + `,"node":"n","kind":"k","s":"q\"b\\n\nt\tc\u0001\u007f é \ufffd \u2028"}`,
 		},
 		"value types": {
 			ev: Event{Time: t0, Node: "n", Kind: "k", Fields: map[string]any{

@@ -2,15 +2,16 @@ package proxy
 
 import (
 	"bytes"
+	"math"
 	"net"
 	"net/netip"
 	"strconv"
 	"time"
-	"unicode/utf8"
 
 	"github.com/valyala/fasthttp"
 
 	"keyway/balancer"
+	"keyway/internal/jsonstr"
 )
 
 // The access log: one JSON object per request, one line each, built by
@@ -153,8 +154,7 @@ func appendAddr(b []byte, a net.Addr) []byte {
 	}
 	// Not TCP (tests' in-memory pipes): rare, so the allocation is fine;
 	// escaped, since the address's String is not ours.
-	s := a.String()
-	b, _ = appendJSONBody(b, s, len(s))
+	b, _ = jsonstr.AppendEscaped(b, a.String(), math.MaxInt)
 	return b
 }
 
@@ -298,76 +298,10 @@ func unhexDigit(c byte) (byte, bool) {
 }
 
 // appendJSONString appends s, cut to at most max bytes, as a JSON string
-// (quoted) and reports whether it was cut.
+// (quoted) and reports whether it was cut: keyway's one escaper,
+// jsonstr.AppendCut, under the name the proxy's files use.
 func appendJSONString[S string | []byte](b []byte, s S, max int) ([]byte, bool) {
-	b = append(b, '"')
-	b, cut := appendJSONBody(b, s, max)
-	return append(b, '"'), cut
-}
-
-// appendJSONBody appends s, cut to at most max bytes at a UTF-8 boundary,
-// escaped for the inside of a JSON string: quotes, backslashes, control
-// characters and DEL escaped; invalid UTF-8 replaced by U+FFFD; U+2028
-// and U+2029 escaped (JavaScript line terminators). Whatever a client
-// sends, the line stays one valid JSON object.
-func appendJSONBody[S string | []byte](b []byte, s S, max int) ([]byte, bool) {
-	cut := false
-	if len(s) > max {
-		cut = true
-		// Back off to the start of a UTF-8 sequence (at most 3 bytes) so
-		// a character is not split into a replacement character.
-		n := max
-		for k := 0; k < 3 && n > 0 && !utf8.RuneStart(s[n]); k++ {
-			n--
-		}
-		if !utf8.RuneStart(s[n]) {
-			n = max
-		}
-		s = s[:n]
-	}
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c >= 0x20 && c != '"' && c != '\\' && c < 0x7f {
-			i++
-			continue
-		}
-		if c < utf8.RuneSelf {
-			b = append(b, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				b = append(b, '\\', c)
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			default:
-				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
-			}
-			i++
-			start = i
-			continue
-		}
-		// At most 4 bytes converted: on the stack, for either type.
-		r, size := utf8.DecodeRuneInString(string(s[i:min(i+utf8.UTFMax, len(s))]))
-		switch {
-		case r == utf8.RuneError && size == 1:
-			b = append(b, s[start:i]...)
-			b = append(b, `\ufffd`...)
-		case r == '\u2028' || r == '\u2029':
-			b = append(b, s[start:i]...)
-			b = append(b, `\u202`...)
-			b = append(b, hexDigits[r&0xf])
-		default:
-			i += size
-			continue
-		}
-		i += size
-		start = i
-	}
-	return append(b, s[start:]...), cut
+	return jsonstr.AppendCut(b, s, max)
 }
 
 // parseErrorReason names, for the access log, why keyway answered a
@@ -385,5 +319,3 @@ func parseErrorReason(status int) string {
 	}
 	return "malformed"
 }
-
-const hexDigits = "0123456789abcdef"
