@@ -25,6 +25,10 @@ ARG COMMIT=
 LABEL org.opencontainers.image.title=keyway org.opencontainers.image.version=${VERSION} org.opencontainers.image.revision=${COMMIT}
 RUN adduser -D -H -u 65532 keyway
 COPY --from=build /out/keyway /usr/local/bin/keyway
+# Keeps the Go runtime's monitor thread out of deep sleep (docs/proxy.md, "The
+# runtime's monitor thread"); set in the image, `keyway proxy` need not
+# re-execute itself at start to set it.
+ENV GODEBUG=schedtrace=2147483647
 USER 65532:65532
 EXPOSE 8080 9901 7946/tcp 7946/udp
 ENTRYPOINT ["keyway"]

@@ -3,14 +3,19 @@
 //
 // # Request path
 //
-// Per request (handler.go): match the replica set by host and raw path
+// Per request, one value (request, handler.go) passed down the path: the
+// head's verdict (framing.go) → match the replica set by host and raw path
 // prefix → take the key from the set's sources in order (header, path
 // segment, query; the first present one decides) → one atomic load of the
 // set's [balancer.Table] → its precomputed candidates for the key's
-// partition → forward with the candidate's [fasthttp.HostClient] → record
-// the outcome (metrics, [Observer]). A request without a key follows the
-// set's fallback policy. In steady state a proxied request allocates
-// nothing (TestHandlerAllocs, BenchmarkProxyRequest).
+// partition (route.go) → forward (forward.go), each attempt one round trip
+// on the candidate's [fasthttp.HostClient] pool (proxy/internal/wire),
+// whose outcome comes back as a value → relay the reply or answer itself
+// (reply.go), and record the outcome (metrics, [Observer], the access
+// log). A request without a key follows the set's fallback policy. In
+// steady state a proxied request allocates nothing (TestHandlerAllocs,
+// BenchmarkProxyRequest). docs/proxy.md lists the walk, and what keyway
+// assumes of fasthttp and Go, each with its contract test.
 //
 // Where a request goes is decided by one function (route.go): the
 // candidates of its key (failover next or strict), the fallback for a
@@ -61,7 +66,7 @@
 //
 // A set with tls.enabled speaks TLS to its replicas (upstreamtls.go): one
 // tls.Config per replica (its server name, its session cache), the
-// handshake done in the dial (backend.go) so that the stale check
-// (staleconn.go) wraps the tls.Conn and peeks at the TCP socket beneath:
+// handshake done in the dial (backend.go) so that the replica connection
+// (wire.ReplicaConn) wraps the tls.Conn and peeks at the TCP socket beneath:
 // a close_notify on an idle pooled connection retires it before reuse.
 package proxy

@@ -86,10 +86,7 @@ func checkHead(h *fasthttp.RequestHeader, s *headScan) (verdict, fields, bool) {
 	if bareEnd(h.RawHeaders()) {
 		return vBareLF, 0, false
 	}
-	// fasthttp takes any HTTP/<digit>.<digit>; RFC 9112 §2.3: a 1.x
-	// request with a higher minor version is served as 1.1, another major
-	// version is refused with 505.
-	if p := h.Protocol(); len(p) != len("HTTP/1.1") || !bytes.HasPrefix(p, strHTTP1Prefix) || p[7] < '0' || p[7] > '9' {
+	if badVersion(h.Protocol()) {
 		return vVersion, 0, false
 	}
 	if bytes.Equal(h.Method(), strMethodConnect) {
@@ -172,23 +169,29 @@ func rawHasHeader(raw, name []byte) bool {
 var hdrRefused = []byte("Keyway Refused")
 
 // headerReceived is fasthttp's HeaderReceived hook: it refuses, before
-// any body is read, a head whose body keyway must not wait for. A head
-// ending in a bare-LF empty line, and a chunked request that also has a
-// Content-Length (fasthttp would read the chunks, which the client may
-// never end: a smuggling attempt or a broken client). Such a request is
-// given an empty body, so that fasthttp calls the handler at once, and is
-// marked: Connection: close, which the handler's verdict (headVerdict)
-// checks before it looks the mark up. The connection is closed after the
-// answer, so whatever the client sent after the head is never read as a
-// request. Every other verdict waits for the handler, where the head's
-// scan makes it cheap; a body fasthttp reads first is framed unambiguously
-// by Content-Length. The hook sees the header alone: it looks at no
-// connection.
+// any body is read, a head keyway can judge from the header alone at no
+// cost: one ending in a bare-LF empty line, a version keyway does not
+// speak, CONNECT, and a chunked request that also has a Content-Length
+// (fasthttp would read the chunks, which the client may never end: a
+// smuggling attempt or a broken client). Such a request is given an empty
+// body, so that fasthttp calls the handler at once, and is marked:
+// Connection: close, which the handler's verdict (headVerdict) checks
+// before it looks the mark up. The connection is closed after the answer,
+// so whatever the client sent after the head is never read as a request.
+// The verdicts that need the head's fields (a header name that is not a
+// token, Transfer-Encoding: identity with or without Content-Length) are
+// the handler's, where the head's scan makes them cheap: fasthttp reads
+// such a request's body first, framed by its Content-Length, as any
+// other's. The hook sees the header alone: it looks at no connection.
 func (p *Proxy) headerReceived(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
 	v := vOK
 	switch raw := h.RawHeaders(); {
 	case bareEnd(raw):
 		v = vBareLF
+	case badVersion(h.Protocol()):
+		v = vVersion
+	case bytes.Equal(h.Method(), strMethodConnect):
+		v = vConnect
 	case h.ContentLength() == -1 && rawHasHeader(raw, hdrContentLength):
 		v = vLengthConflict
 	}
@@ -200,6 +203,14 @@ func (p *Proxy) headerReceived(h *fasthttp.RequestHeader) fasthttp.RequestConfig
 		h.SetBytesKV(hdrRefused, []byte{'0' + byte(v)})
 	}
 	return fasthttp.RequestConfig{}
+}
+
+// badVersion reports whether p is a protocol version keyway refuses with
+// 505: fasthttp takes any HTTP/<digit>.<digit>; RFC 9112 §2.3: a 1.x
+// request with a higher minor version is served as 1.1, another major
+// version is refused.
+func badVersion(p []byte) bool {
+	return len(p) != len("HTTP/1.1") || !bytes.HasPrefix(p, strHTTP1Prefix) || p[7] < '0' || p[7] > '9'
 }
 
 // refused returns the verdict headerReceived left on a request.
