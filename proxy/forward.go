@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 
@@ -125,6 +126,67 @@ func (p *Proxy) admitAttempt(r *request, b *Backend, tr *tries, mayQueue bool) b
 	return true
 }
 
+// acquire takes one of b's bound slots, waiting in b's queue for at most
+// wait when they are all taken and fewer than maxQueued wait already. It
+// reports whether a slot was taken, and whether the request queued.
+func (b *Backend) acquire(bound int64, maxQueued int, wait time.Duration, deadline time.Time) (ok, queued bool) {
+	if b.inflight.Add(1) <= bound {
+		return true, false
+	}
+	b.inflight.Add(-1)
+	if maxQueued <= 0 || wait <= 0 {
+		return false, false
+	}
+	if left := time.Until(deadline); left < wait {
+		// The wait counts against the request's timeout.
+		if wait = left; wait <= 0 {
+			return false, false
+		}
+	}
+	q := &b.queue
+	q.mu.Lock()
+	if len(q.q) >= maxQueued {
+		q.mu.Unlock()
+		return false, false
+	}
+	w := waiterPool.Get().(*queueWaiter)
+	q.q = append(q.q, w)
+	q.waiting.Add(1)
+	// Announced; now a slot freed before this point is seen here, and one
+	// freed after it is handed over.
+	if b.inflight.Add(1) <= bound {
+		q.q = q.q[:len(q.q)-1]
+		q.waiting.Add(-1)
+		q.mu.Unlock()
+		waiterPool.Put(w)
+		return true, true
+	}
+	b.inflight.Add(-1)
+	q.mu.Unlock()
+
+	w.timer.Reset(wait)
+	select {
+	case <-w.ready:
+		w.timer.Stop()
+		waiterPool.Put(w)
+		return true, true
+	case <-w.timer.C:
+	}
+	q.mu.Lock()
+	if i := slices.Index(q.q, w); i >= 0 {
+		q.q = slices.Delete(q.q, i, i+1)
+		q.waiting.Add(-1)
+		q.mu.Unlock()
+		waiterPool.Put(w)
+		return false, true
+	}
+	q.mu.Unlock()
+	// A slot was handed over as the wait ran out: it is this request's.
+	<-w.ready
+	waiterPool.Put(w)
+	return true, true
+}
+
 // exchange is one attempt on b, whose slot the request holds: the wire
 // round trip, then the checks of its reply. It returns the outcome and
 // the reply's fields (scanReply).
@@ -136,7 +198,11 @@ func (p *Proxy) exchange(r *request, b *Backend, tr *tries) (wire.Outcome, field
 		lines = *r.lines
 	}
 	out := wire.RoundTrip(b.hc, &r.ctx.Request, &r.ctx.Response, r.deadline, lines)
-	b.release(rs.limits.perReplica)
+	// The slot back (as release does, written out here: inlined by
+	// hand, no call back into this file on the request's way out).
+	if b.inflight.Add(-1); b.queue.waiting.Load() != 0 {
+		b.handOver(rs.limits.perReplica)
+	}
 	if b.released.Load() || b.pool.Load() != pool {
 		// The pool was retired while this request used it (a reload
 		// renewed it, the replica left, or a new incarnation replaced the
@@ -311,16 +377,6 @@ func isIdempotent(m []byte) bool {
 // lineBufs are the buffers of requests' forwarding lines.
 var lineBufs = sync.Pool{New: func() any { b := make([]byte, 0, 192); return &b }}
 
-// releaseLines gives the request's forwarding lines' buffer back.
-func releaseLines(r *request) {
-	if b := r.lines; b != nil {
-		r.lines = nil
-		if cap(*b) <= 4<<10 {
-			lineBufs.Put(b)
-		}
-	}
-}
-
 // prepare turns the client's request into the one sent upstream:
 // hop-by-hop headers out, forwarding headers in, and keyway's own protocol
 // version (RFC 9110 §2.5: an intermediary sends its own HTTP-version; an
@@ -424,7 +480,9 @@ func rewriteHop(ctx *fasthttp.RequestCtx, f fields) (clientClose, http10 bool) {
 	req := &ctx.Request
 	clientClose = req.Header.ConnectionClose()
 	http10 = !req.Header.IsHTTP11()
-	stripRequestHopByHop(&req.Header, f)
+	if f&hopFields != 0 {
+		stripRequestHopByHop(&req.Header, f)
+	}
 	if f&fExpect != 0 {
 		req.Header.DelBytes(hdrExpect) // the front end already answered 100-continue
 	}
@@ -436,13 +494,6 @@ func rewriteHop(ctx *fasthttp.RequestCtx, f fields) (clientClose, http10 bool) {
 		req.URI().SetSchemeBytes(strHTTP) // the replica speaks plain HTTP
 	}
 	return clientClose, http10
-}
-
-// restoreRequest gives the client's request back its protocol version.
-func restoreRequest(r *request) {
-	if r.http10 {
-		r.ctx.Request.Header.SetProtocolBytes(strHTTP10)
-	}
 }
 
 // appendRequestID appends 32 random hex digits (lower case).

@@ -66,57 +66,6 @@ var tokenChars = func() (t [256]bool) {
 	return t
 }()
 
-// checkFraming returns keyway's answer to a request whose head it must
-// not forward, or the zero verdict.
-func checkFraming(h *fasthttp.RequestHeader) verdict {
-	v, _, _ := checkHead(h, nil)
-	return v
-}
-
-// checkHead is checkFraming for a head the connection's scan s followed
-// (nil: none did): the fields come from the scan where it can tell, else
-// from the raw header block. It also returns the fields, and whether they
-// are known (else the verdict came from fasthttp's parsed fields).
-func checkHead(h *fasthttp.RequestHeader, s *headScan) (verdict, fields, bool) {
-	// fasthttp takes a bare-LF empty line as the head's end only when a
-	// CRLF CRLF follows somewhere in what it has buffered (a body, the
-	// next request); without one it waits (see headScan). Refuse such a
-	// head always, so that the answer does not depend on what came after
-	// it in the same read.
-	if bareEnd(h.RawHeaders()) {
-		return vBareLF, 0, false
-	}
-	if badVersion(h.Protocol()) {
-		return vVersion, 0, false
-	}
-	if bytes.Equal(h.Method(), strMethodConnect) {
-		// A replica is not a tunnel; RFC 9110 §9.3.6 makes CONNECT a
-		// proxy's method, and keyway is a reverse proxy.
-		return vConnect, 0, false
-	}
-	// With Transfer-Encoding: chunked fasthttp drops a Content-Length and
-	// reads the chunks (RFC 9112 §6.3 allows it, closing the connection
-	// after). Such a request is a smuggling attempt or a broken client:
-	// refuse it, as the RFC suggests ("ought to be handled as an error").
-	// The names in the head (the scan's, or the raw block's) tell which
-	// fields there are, and that every name is a token; where they cannot
-	// tell, the header is asked.
-	f, ok := fields(0), false
-	if s != nil {
-		f, ok = s.requestFields(h.RawHeaders())
-	}
-	if !ok {
-		f, ok = rawFields(h.RawHeaders())
-	}
-	if ok {
-		if f&fContentLength != 0 && (h.ContentLength() == -1 || f&fTransferEncoding != 0 && len(h.PeekBytes(hdrTransferEncoding)) > 0) {
-			return vLengthConflict, f, true
-		}
-		return vOK, f, true
-	}
-	return fieldsVerdict(h), 0, false
-}
-
 // fieldsVerdict is checkFraming's verdict on the fields, from the header
 // as fasthttp parsed it.
 func fieldsVerdict(h *fasthttp.RequestHeader) verdict {
@@ -133,17 +82,6 @@ func fieldsVerdict(h *fasthttp.RequestHeader) verdict {
 		}
 	}
 	return vOK
-}
-
-// bareEnd reports whether a raw header block (its fields and the empty
-// line that ends it) ends with an empty line after a bare LF, or with a
-// bare LF as the empty line.
-func bareEnd(raw []byte) bool {
-	n := len(raw)
-	if n < 2 || raw[n-1] != '\n' {
-		return false
-	}
-	return raw[n-2] == '\n' || n >= 4 && raw[n-2] == '\r' && raw[n-3] == '\n' && raw[n-4] != '\r'
 }
 
 // rawHasHeader reports whether the raw header block (name: value lines,
@@ -205,85 +143,12 @@ func (p *Proxy) headerReceived(h *fasthttp.RequestHeader) fasthttp.RequestConfig
 	return fasthttp.RequestConfig{}
 }
 
-// badVersion reports whether p is a protocol version keyway refuses with
-// 505: fasthttp takes any HTTP/<digit>.<digit>; RFC 9112 §2.3: a 1.x
-// request with a higher minor version is served as 1.1, another major
-// version is refused.
-func badVersion(p []byte) bool {
-	return len(p) != len("HTTP/1.1") || !bytes.HasPrefix(p, strHTTP1Prefix) || p[7] < '0' || p[7] > '9'
-}
-
 // refused returns the verdict headerReceived left on a request.
 func refused(h *fasthttp.RequestHeader) verdict {
 	if m := h.PeekBytes(hdrRefused); len(m) == 1 && m[0] > '0' && int(m[0]-'0') < len(verdicts) {
 		return verdict(m[0] - '0')
 	}
 	return vOK
-}
-
-// headVerdict is keyway's verdict on the request's head, from its
-// connection's scan where it followed the head (one pass over the head's
-// bytes, as they were read, found its framing and fields), else from the
-// raw header block. It notes the head's fields in r.fields. Besides
-// checkHead's verdicts it refuses a head the scan saw end in a bare LF,
-// and "Transfer-Encoding: identity": fasthttp reads it as no coding at all
-// (the body framed by Content-Length, or empty) and drops the field, but
-// RFC 9112 has no identity coding: chunked is not the final coding, so the
-// body's length cannot be determined (section 6.3), and with
-// Content-Length it is the Transfer-Encoding and Content-Length conflict
-// that other readers frame differently.
-func (p *Proxy) headVerdict(r *request) verdict {
-	h := &r.ctx.Request.Header
-	r.fields = fieldsAll
-	if h.ConnectionClose() {
-		if v := refused(h); v != vOK {
-			return v
-		}
-	}
-	s := headScanOf(r.ctx.Conn())
-	if s != nil && s.st == hsBare {
-		// A head fasthttp took although it ended in a bare LF, which
-		// checkHead cannot see: a request line ended by a bare LF and
-		// then an empty line "\r\n" (fasthttp's empty header block).
-		return vBareLF
-	}
-	v, f, known := checkHead(h, s)
-	if v != vOK {
-		return v
-	}
-	cl := h.ContentLength()
-	if cl == -1 {
-		return vOK // chunked: read as such; its trailer fields are unknown
-	}
-	if known {
-		r.fields = f
-	}
-	var te bool
-	if s != nil && s.st == hsDone {
-		te = s.te > 0
-	} else {
-		te = rawHasHeader(h.RawHeaders(), hdrTransferEncLower)
-	}
-	switch {
-	case !te:
-		return vOK
-	case emptyChunked(h, s):
-		return vOK
-	case cl >= 0:
-		return vLengthConflict
-	}
-	return vNotChunked
-}
-
-// emptyChunked reports whether fasthttp read the request's body as
-// chunked and found it empty: it then gives the request a Content-Length
-// of 0 and drops Transfer-Encoding, as it does for "identity". The head
-// scan kept the field's value: one "chunked", and no Content-Length
-// field. A head the scan did not follow (pipelined) cannot tell, and
-// keeps the conflict's 400.
-func emptyChunked(h *fasthttp.RequestHeader, s *headScan) bool {
-	return h.ContentLength() == 0 && s != nil && s.st == hsDone && !s.cl && s.te == 1 && !s.teBad &&
-		bytes.EqualFold(bytes.Trim(s.teBuf[:s.teLen], " \t\r"), strChunked)
 }
 
 // headTooLarge answers a head that filled server.max_header_bytes: 414

@@ -265,18 +265,6 @@ func (s *headScan) keepName(b []byte) {
 	s.nameN = uint8(n + len(b))
 }
 
-// requestFields returns the fields named in the head the scan followed to
-// its end, as rawFields would find them in fasthttp's raw header block
-// (raw, h.RawHeaders()), and whether the scan can tell: not for a head it
-// did not follow to a CRLF CRLF end, nor one with a line rawFields cannot
-// read, nor one whose field block is not raw's length (fasthttp keeps no
-// block for a head without fields: raw is empty, the scan's block is the
-// empty line alone).
-func (s *headScan) requestFields(raw []byte) (fields, bool) {
-	ok := s.st == hsDone && !s.odd && (int(s.blockN) == len(raw) || len(raw) == 0 && s.blockN == 2)
-	return s.fields, ok
-}
-
 // keepTE appends b to the Transfer-Encoding values kept.
 func (s *headScan) keepTE(b []byte) {
 	switch {
@@ -296,32 +284,6 @@ func (s *headScan) dropTE() { s.teBad, s.teLen = true, 0 }
 // for the request being served on it: its head's scan.
 type clientState struct {
 	head headScan
-}
-
-// clientStateOf returns the state of a client connection, or nil for one
-// keyway does not follow (ciphertext beneath TLS, a connection keyway did
-// not accept itself: tests that drive the handler directly).
-func clientStateOf(c net.Conn) *clientState {
-	switch c := c.(type) {
-	case *lingerConn:
-		if c.scan {
-			return &c.clientState
-		}
-	case *headConn:
-		return &c.clientState
-	case *tlsHeadConn:
-		return &c.clientState
-	}
-	return nil
-}
-
-// headScanOf returns the scan of a client connection, or nil
-// (clientStateOf).
-func headScanOf(c net.Conn) *headScan {
-	if s := clientStateOf(c); s != nil {
-		return &s.head
-	}
-	return nil
 }
 
 // connState is fasthttp's ConnState hook: it starts a new scan for each

@@ -121,7 +121,12 @@ func setErrorBody(ctx *fasthttp.RequestCtx, msg, set, replica, reason string) {
 func (p *Proxy) relay(r *request, b *Backend, f fields, end time.Time, d time.Duration) {
 	rs, ctx := r.rs, r.ctx
 	code := ctx.Response.StatusCode()
-	if hold, ok := rs.limits.saturatedFor(&ctx.Response.Header, f); ok {
+	var hold time.Duration
+	saturated := false
+	if f&fPressure != 0 { // a pressure header: the only way to say it
+		hold, saturated = rs.limits.saturatedFor(&ctx.Response.Header, f)
+	}
+	if saturated {
 		// The replica's own word that it is full: shed its keyed requests
 		// for a while rather than move them, and take the answer as no
 		// evidence against it (no ejection).
@@ -203,4 +208,21 @@ func codeClass(code int) int {
 		return 5
 	}
 	return code / 100
+}
+
+// releaseLines gives the request's forwarding lines' buffer back.
+func releaseLines(r *request) {
+	if b := r.lines; b != nil {
+		r.lines = nil
+		if cap(*b) <= 4<<10 {
+			lineBufs.Put(b)
+		}
+	}
+}
+
+// restoreRequest gives the client's request back its protocol version.
+func restoreRequest(r *request) {
+	if r.http10 {
+		r.ctx.Request.Header.SetProtocolBytes(strHTTP10)
+	}
 }

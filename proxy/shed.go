@@ -126,75 +126,19 @@ var waiterPool = sync.Pool{New: func() any {
 	return &queueWaiter{ready: make(chan struct{}, 1), timer: t}
 }}
 
-// acquire takes one of b's bound slots, waiting in b's queue for at most
-// wait when they are all taken and fewer than maxQueued wait already. It
-// reports whether a slot was taken, and whether the request queued.
-func (b *Backend) acquire(bound int64, maxQueued int, wait time.Duration, deadline time.Time) (ok, queued bool) {
-	if b.inflight.Add(1) <= bound {
-		return true, false
+// release gives back a slot taken by acquire: to the oldest waiter if one
+// waits and the bound allows (handOver), else to the free slots.
+// exchange writes it out.
+func (b *Backend) release(bound int64) {
+	if b.inflight.Add(-1); b.queue.waiting.Load() != 0 {
+		b.handOver(bound)
 	}
-	b.inflight.Add(-1)
-	if maxQueued <= 0 || wait <= 0 {
-		return false, false
-	}
-	if left := time.Until(deadline); left < wait {
-		// The wait counts against the request's timeout.
-		if wait = left; wait <= 0 {
-			return false, false
-		}
-	}
-	q := &b.queue
-	q.mu.Lock()
-	if len(q.q) >= maxQueued {
-		q.mu.Unlock()
-		return false, false
-	}
-	w := waiterPool.Get().(*queueWaiter)
-	q.q = append(q.q, w)
-	q.waiting.Add(1)
-	// Announced; now a slot freed before this point is seen here, and one
-	// freed after it is handed over.
-	if b.inflight.Add(1) <= bound {
-		q.q = q.q[:len(q.q)-1]
-		q.waiting.Add(-1)
-		q.mu.Unlock()
-		waiterPool.Put(w)
-		return true, true
-	}
-	b.inflight.Add(-1)
-	q.mu.Unlock()
-
-	w.timer.Reset(wait)
-	select {
-	case <-w.ready:
-		w.timer.Stop()
-		waiterPool.Put(w)
-		return true, true
-	case <-w.timer.C:
-	}
-	q.mu.Lock()
-	if i := slices.Index(q.q, w); i >= 0 {
-		q.q = slices.Delete(q.q, i, i+1)
-		q.waiting.Add(-1)
-		q.mu.Unlock()
-		waiterPool.Put(w)
-		return false, true
-	}
-	q.mu.Unlock()
-	// A slot was handed over as the wait ran out: it is this request's.
-	<-w.ready
-	waiterPool.Put(w)
-	return true, true
 }
 
-// release gives back a slot taken by acquire: to the oldest waiter if
-// one waits and the bound allows, else to the pool of free slots.
-func (b *Backend) release(bound int64) {
-	b.inflight.Add(-1)
+// handOver gives a slot just released (release) to the oldest waiter of
+// b's queue, if one waits and the bound allows.
+func (b *Backend) handOver(bound int64) {
 	q := &b.queue
-	if q.waiting.Load() == 0 {
-		return
-	}
 	q.mu.Lock()
 	if len(q.q) > 0 && b.inflight.Add(1) <= bound {
 		w := q.q[0]
