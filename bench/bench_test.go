@@ -25,6 +25,7 @@ func TestSmoke(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds keyway and runs load for a few seconds; skipped under -short")
 	}
+	skipOffLinux(t)
 	repo, err := moduleRoot()
 	if err != nil {
 		t.Fatal(err)

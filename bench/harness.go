@@ -101,6 +101,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	if err := checkPlatform(); err != nil {
+		return nil, err
+	}
 	h := &Harness{cfg: cfg, log: cfg.Log, proxyCPU: -1, loadCPU: -1}
 	if h.log == nil {
 		h.log = io.Discard

@@ -65,6 +65,7 @@ func TestInstructionsSmoke(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds keyway and runs it under valgrind; skipped under -short")
 	}
+	skipOffLinux(t)
 	if _, err := exec.LookPath("valgrind"); err != nil {
 		t.Skip("valgrind not installed")
 	}

@@ -42,6 +42,15 @@ func testKeyway(t *testing.T) string {
 	return keywayBuild.bin
 }
 
+// skipOffLinux skips a test that runs the harness, or reads what it
+// reads from /proc, where the harness does not run (checkPlatform).
+func skipOffLinux(t *testing.T) {
+	t.Helper()
+	if err := checkPlatform(); err != nil {
+		t.Skip(err)
+	}
+}
+
 func TestMain(m *testing.M) {
 	code := m.Run()
 	if keywayBuild.dir != "" {

@@ -125,6 +125,7 @@ func TestPairSmoke(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds keyway and runs load for a few seconds; skipped under -short")
 	}
+	skipOffLinux(t)
 	t.Run("at once", func(t *testing.T) { pairSmoke(t, 0, "A = keyway (A) and B = keyway (B) on CPU 0 at once") })
 	t.Run("in turns", func(t *testing.T) {
 		pairSmoke(t, 500*time.Millisecond, "Paired in turns: A = keyway (A) and B = keyway (B) on CPU 0, each loaded alone in 500ms slices")
@@ -194,6 +195,7 @@ func pairSmoke(t *testing.T, alt time.Duration, title string) {
 // nanoseconds (finer than /proc's 10 ms ticks), grows as it works, and
 // treeCPUSys uses it.
 func TestProcessCPUTime(t *testing.T) {
+	skipOffLinux(t)
 	pid := os.Getpid()
 	t0, ok := processCPUTime(pid)
 	if !ok || t0 <= 0 {

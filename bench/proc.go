@@ -14,8 +14,6 @@ import (
 	"strings"
 	"syscall"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // freePort returns a loopback TCP port that was free a moment ago: it
@@ -58,8 +56,8 @@ func startProc(name, dir string, cpu int, env []string, argv ...string) (*proc, 
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdout, cmd.Stderr = f, f
 	// If the harness dies, its proxies die with it rather than holding
-	// their ports.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	// their ports (on Linux only: procAttr).
+	cmd.SysProcAttr = procAttr()
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
@@ -178,22 +176,6 @@ func preciseCPU(pid int, st procStat) procStat {
 	return st
 }
 
-// processCPUTime reads the CPU clock of process pid (every thread, live
-// and exited; clock_getcpuclockid(3)), in nanoseconds.
-func processCPUTime(pid int) (int64, bool) {
-	// MAKE_PROCESS_CPUCLOCK(pid, CPUCLOCK_SCHED) of the kernel's
-	// posix-timers.h.
-	if pid <= 0 || pid >= 1<<28 {
-		return 0, false
-	}
-	clock := int32((^pid)<<3 | 2)
-	var ts unix.Timespec
-	if err := unix.ClockGettime(clock, &ts); err != nil {
-		return 0, false
-	}
-	return ts.Nano(), true
-}
-
 // tree returns pid and all its live descendants (nginx's master forks its
 // worker; the others are one process).
 func tree(pid int) []int {
@@ -290,51 +272,6 @@ func treeMem(pid int) (memStatus, error) {
 		sum.hwm += m.hwm
 	}
 	return sum, nil
-}
-
-// pinSelf pins every thread of this process to cpu. Threads created later
-// inherit the mask of the thread that creates them, so the whole process
-// stays there; doing it twice catches a thread started in between.
-func pinSelf(cpu int) error {
-	var set unix.CPUSet
-	set.Set(cpu)
-	for range 2 {
-		ents, err := os.ReadDir("/proc/self/task")
-		if err != nil {
-			return err
-		}
-		for _, e := range ents {
-			tid, err := strconv.Atoi(e.Name())
-			if err != nil {
-				continue
-			}
-			if err := unix.SchedSetaffinity(tid, &set); err != nil && !errors.Is(err, unix.ESRCH) {
-				return fmt.Errorf("pin thread %d to cpu %d: %w", tid, cpu, err)
-			}
-		}
-	}
-	return nil
-}
-
-// raiseNoFile raises RLIMIT_NOFILE to at least want (up to the hard limit,
-// or past it when the process may), and returns the soft limit in force.
-// Child processes inherit it, so proxies can hold the idle connections.
-func raiseNoFile(want uint64) (uint64, error) {
-	var rl syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil {
-		return 0, err
-	}
-	if rl.Max < want {
-		r := syscall.Rlimit{Cur: want, Max: want}
-		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &r); err == nil {
-			return want, nil
-		}
-	}
-	rl.Cur = rl.Max
-	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil {
-		return 0, err
-	}
-	return rl.Cur, nil
 }
 
 // loadAvg returns the first three fields of /proc/loadavg.
