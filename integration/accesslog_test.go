@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -99,9 +98,7 @@ replica_sets:
 	if err := os.Rename(logPath, logPath+".1"); err != nil {
 		t.Fatal(err)
 	}
-	if err := syscall.Kill(p.Pid(), syscall.SIGUSR1); err != nil {
-		t.Fatal(err)
-	}
+	kill(t, p.Pid(), sigUSR1)
 	p.WaitLine(t, regexp.MustCompile(`"msg":"access log reopened"`), 10*time.Second)
 	accessPost(t, proxy, "/ingest", "X-Key", "customer-44")
 	poll.Until(t, 5*time.Second, "a new access log file with the line after the rotation", func() bool { return len(readAccessLines(t, logPath)) == 1 })
@@ -177,9 +174,7 @@ func TestSIGUSR1IsHarmlessToAgents(t *testing.T) {
 	a.WaitRotation(t, 1, 30*time.Second)
 	agentHTTP := rep.Agent.WaitLine(t, logField("agent started", "http"), 10*time.Second)[1]
 	for _, p := range []*Proc{rep.Agent, rep.Replica} {
-		if err := syscall.Kill(p.Pid(), syscall.SIGUSR1); err != nil {
-			t.Fatal(err)
-		}
+		kill(t, p.Pid(), sigUSR1)
 	}
 	// Both answer after the signal (a process it ended could not).
 	if resp, err := http.Get("http://" + agentHTTP + "/healthz"); err != nil || resp.StatusCode != 200 {

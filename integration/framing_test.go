@@ -142,9 +142,7 @@ replica_sets:
 		return Metric(admin, "keyway_config_reloads_total", map[string]string{"result": "success"})
 	}
 	before := reloads()
-	if err := syscall.Kill(p.Pid(), syscall.SIGHUP); err != nil {
-		t.Fatal(err)
-	}
+	kill(t, p.Pid(), syscall.SIGHUP)
 	poll.Until(t, 10*time.Second, "the reload", func() bool { return reloads() == before+1 })
 	if code, body := get("/big"); code != 200 || body != big {
 		t.Fatalf("/big after raising max_response_body_bytes to 8KiB: %d, %d bytes", code, len(body))

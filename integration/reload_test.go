@@ -177,9 +177,7 @@ func TestReload100UnderTraffic(t *testing.T) {
 		want := map[bool]string{true: "success", false: "failure"}[valid]
 		before := reloads(want)
 		if (i/2)%2 == 0 {
-			if err := syscall.Kill(p.Pid(), syscall.SIGHUP); err != nil {
-				t.Fatal(err)
-			}
+			kill(t, p.Pid(), syscall.SIGHUP)
 			poll.Until(t, 10*time.Second, fmt.Sprintf("reload %d (SIGHUP, %s) counted", i, want), func() bool { return reloads(want) == before+1 })
 		} else {
 			code, body := post()

@@ -18,7 +18,7 @@ func main() {
 	// agents and demo replicas). Caught, not ignored: an ignored signal
 	// would stay ignored in the processes an agent supervises.
 	usr1 := make(chan os.Signal, 1)
-	signal.Notify(usr1, syscall.SIGUSR1)
+	notifyReopen(usr1)
 	go func() {
 		for range usr1 {
 		}

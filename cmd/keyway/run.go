@@ -266,7 +266,7 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 	usr1 := make(chan os.Signal, 1)
-	signal.Notify(usr1, syscall.SIGUSR1)
+	notifyReopen(usr1)
 	defer signal.Stop(usr1)
 
 	cfg, err := loadConfig(cf)
