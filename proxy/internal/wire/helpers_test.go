@@ -47,10 +47,10 @@ func tcpPair(t *testing.T) (client, server net.Conn) {
 	return client, server
 }
 
-// exchange writes a one-byte request on the wrapped client connection
+// exchangeBytes writes a one-byte request on the wrapped client connection
 // and reads the one-byte answer the server sends: afterwards the
 // connection is one that fasthttp would put back into its pool.
-func exchange(t *testing.T, w, server net.Conn) {
+func exchangeBytes(t *testing.T, w, server net.Conn) {
 	t.Helper()
 	done := make(chan error, 1)
 	go func() {

@@ -22,7 +22,7 @@ import (
 func TestStaleCheckIgnoresPassedReadDeadline(t *testing.T) {
 	c, s := tcpPair(t)
 	w := NewReplicaConn(c, 0, nil)
-	exchange(t, w, s)
+	exchangeBytes(t, w, s)
 	if err := c.SetReadDeadline(time.Now().Add(-time.Second)); err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +44,7 @@ func TestStaleCheckIgnoresPassedReadDeadline(t *testing.T) {
 func TestStaleCheckRefusesUnaskedBytes(t *testing.T) {
 	c, s := tcpPair(t)
 	w := NewReplicaConn(c, 0, nil)
-	exchange(t, w, s)
+	exchangeBytes(t, w, s)
 	if _, err := s.Write([]byte("HTTP/1.1 408 Request Timeout\r\n\r\n")); err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +60,7 @@ func TestStaleCheckReusesAQuietConnection(t *testing.T) {
 	c, s := tcpPair(t)
 	w := NewReplicaConn(c, 0, nil)
 	for range 3 {
-		exchange(t, w, s)
+		exchangeBytes(t, w, s)
 	}
 	var o Outcome
 	w.outcome(&o)
@@ -75,8 +75,8 @@ func TestStaleCheckRefusesAnEarlierIncarnation(t *testing.T) {
 	c, s := tcpPair(t)
 	var pool atomic.Uint64
 	w := NewReplicaConn(c, pool.Load(), &pool)
-	exchange(t, w, s)
-	exchange(t, w, s) // reused within the same generation
+	exchangeBytes(t, w, s)
+	exchangeBytes(t, w, s) // reused within the same generation
 	pool.Add(1)
 	if _, err := w.Write([]byte("q")); !errors.Is(err, ErrStale) {
 		t.Fatalf("reuse after the pool was retired: %v, want ErrStale", err)
@@ -105,7 +105,7 @@ func TestReusedConnectionLostBeforeFirstByte(t *testing.T) {
 			w := NewReplicaConn(c, 0, nil)
 			w.peekFn = func(uintptr) {} // the replica's close comes just after the check
 			if tc.reuse {
-				exchange(t, w, s)
+				exchangeBytes(t, w, s)
 			}
 			if _, err := w.Write([]byte("q")); err != nil {
 				t.Fatal(err)
@@ -142,7 +142,7 @@ func TestReusedConnectionLostBeforeFirstByte(t *testing.T) {
 		c, s := tcpPair(t)
 		w := NewReplicaConn(c, 0, nil)
 		w.peekFn = func(uintptr) {}
-		exchange(t, w, s)
+		exchangeBytes(t, w, s)
 		if err := s.(*net.TCPConn).SetLinger(0); err != nil {
 			t.Fatal(err)
 		}
@@ -225,7 +225,7 @@ func TestStaleCheckOverTLS(t *testing.T) {
 				if !w.isTLS {
 					t.Fatal("the wrapper does not know it wraps TLS")
 				}
-				exchange(t, w, server)
+				exchangeBytes(t, w, server)
 				tc.act(server)
 				if tc.stale {
 					poll.Until(t, 5*time.Second, "the replica's record to reach the proxy's socket", func() bool { return peerSpoke(c) })

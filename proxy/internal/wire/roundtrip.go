@@ -66,32 +66,31 @@ func RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Re
 		return o
 	}
 	conn := cc.Conn()
-	rc, _ := conn.(*ReplicaConn)
-	fail := func(err error) Outcome {
-		if rc != nil {
-			rc.outcome(&o)
-		}
-		if x, ok := err.(interface{ Timeout() bool }); ok && x.Timeout() {
-			err = fasthttp.ErrTimeout
-		} else if err == io.EOF {
-			// As HostClient.Do reports it: the replica closed the
-			// connection before the first reply byte.
-			err = fasthttp.ErrConnectionClosed
-		}
-		o.Err = err
-		hc.CloseConn(cc)
-		return o
+	err = exchange(hc, conn, req, resp, deadline, lines)
+	if rc, ok := conn.(*ReplicaConn); ok {
+		rc.outcome(&o)
 	}
+	switch {
+	case err != nil:
+		o.Err = transportError(err)
+		hc.CloseConn(cc)
+	case req.ConnectionClose() || resp.ConnectionClose():
+		hc.CloseConn(cc)
+	default:
+		hc.ReleaseConn(cc)
+	}
+	return o
+}
 
-	if err = conn.SetWriteDeadline(deadline); err != nil {
-		return fail(err)
+// exchange writes req on conn and reads the reply into resp, both within
+// deadline.
+func exchange(hc *fasthttp.HostClient, conn net.Conn, req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time, lines []byte) error {
+	if err := conn.SetDeadline(deadline); err != nil {
+		return err
 	}
 	req.URI().DisablePathNormalizing = hc.DisablePathNormalizing
-	if err = writeRequest(conn, req, lines); err != nil {
-		return fail(err)
-	}
-	if err = conn.SetReadDeadline(deadline); err != nil {
-		return fail(err)
+	if err := writeRequest(conn, req, lines); err != nil {
+		return err
 	}
 	if req.Header.IsHead() {
 		resp.SkipBody = true
@@ -100,20 +99,22 @@ func RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Re
 		resp.Header.DisableNormalizing()
 	}
 	br := hc.AcquireReader(conn)
-	err = resp.ReadLimitBody(br, hc.MaxResponseBodySize)
+	err := resp.ReadLimitBody(br, hc.MaxResponseBodySize)
 	hc.ReleaseReader(br)
-	if err != nil {
-		return fail(err)
+	return err
+}
+
+// transportError is err as HostClient.Do reports it: any timeout is
+// fasthttp.ErrTimeout, and the end of the connection before the reply's
+// first byte fasthttp.ErrConnectionClosed.
+func transportError(err error) error {
+	if x, ok := err.(interface{ Timeout() bool }); ok && x.Timeout() {
+		return fasthttp.ErrTimeout
 	}
-	if rc != nil {
-		rc.outcome(&o)
+	if err == io.EOF {
+		return fasthttp.ErrConnectionClosed
 	}
-	if req.ConnectionClose() || resp.ConnectionClose() {
-		hc.CloseConn(cc)
-	} else {
-		hc.ReleaseConn(cc)
-	}
-	return o
+	return err
 }
 
 // writeRequest writes req to conn, with lines spliced before the end of
