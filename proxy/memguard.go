@@ -2,8 +2,9 @@ package proxy
 
 import (
 	"context"
-	"runtime"
+	"runtime/debug"
 	rtmetrics "runtime/metrics"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -22,10 +23,10 @@ type memGuard struct {
 	body    atomic.Int64  // request bodies held by requests in flight, bytes
 	// read returns the live heap in bytes; tests inject it.
 	read func() uint64
-	// collect runs a garbage collection (runtime.GC), at most once per
-	// memCollectEvery, when the heap reads above the bound; lastCollect
-	// is when it last ran (run's goroutine only).
-	collect     func()
+	// collect asks the runtime for a collection (memLimits.collect), at
+	// most once per memCollectEvery, while the heap reads above the
+	// bound; lastCollect is when it last asked (run's goroutine only).
+	collect     func(now time.Time)
 	lastCollect time.Time
 }
 
@@ -35,12 +36,14 @@ const memSample = 20 * time.Millisecond
 // reads above max_heap_bytes: one full GC a second at most, only then.
 const memCollectEvery = time.Second
 
-// heapMetric is the live heap objects' bytes: what a request's buffers
-// and bodies add to, without the freed memory the runtime keeps.
-const heapMetric = "/memory/classes/heap/objects:bytes"
+// heapMetric is the live heap as the last collection found it: what a
+// request's buffers and bodies add to, without the garbage and free memory
+// the runtime keeps. It is updated at the end of each collection; under
+// load the heap's growth starts them often.
+const heapMetric = "/gc/heap/live:bytes"
 
 func newMemGuard(c ServerConfig) *memGuard {
-	g := &memGuard{maxHeap: uint64(c.MaxHeapBytes), maxBody: int64(c.MaxInflightBodyBytes), collect: runtime.GC}
+	g := &memGuard{maxHeap: uint64(c.MaxHeapBytes), maxBody: int64(c.MaxInflightBodyBytes), collect: func(now time.Time) { memLimits.collect(now) }}
 	s := []rtmetrics.Sample{{Name: heapMetric}}
 	g.read = func() uint64 {
 		rtmetrics.Read(s)
@@ -55,21 +58,20 @@ func newMemGuard(c ServerConfig) *memGuard {
 // sample reads the heap once and sets the guard's flag; it reports whether
 // the guard changed state.
 //
-// The heap metric counts dead objects until a collection frees them, and
-// nothing else starts one while a shedding proxy allocates little (the
-// runtime forces one only every 2 minutes): without a collection here,
-// the guard went on shedding every request for 4 minutes after the
-// requests that filled the heap had ended (pooled buffers need two
-// collections); and between collections
-// garbage alone may cross the bound (GOGC=100 lets the heap grow to twice
-// what is live). So above the bound the guard collects first and decides
-// on what is left.
+// The live heap reads what the last collection found, and nothing starts
+// one while a shedding proxy allocates little (the runtime forces one
+// only every 2 minutes): the guard went on shedding every request for 4
+// minutes after the requests that filled the heap had ended (pooled
+// buffers need two collections). So above the bound the guard asks the
+// runtime for a collection (memLimits.collect: the memory limit lowered
+// until one completes), at most once per memCollectEvery, and decides on
+// what the next samples read. It forces none (runtime.GC): the runtime
+// collects concurrently, at its next allocation.
 func (g *memGuard) sample(now time.Time) (heap uint64, changed bool) {
 	heap = g.read()
 	if g.maxHeap > 0 && heap > g.maxHeap && now.Sub(g.lastCollect) >= memCollectEvery {
-		g.collect()
+		g.collect(now)
 		g.lastCollect = now
-		heap = g.read()
 	}
 	g.heap.Store(heap)
 	over := g.maxHeap > 0 && heap > g.maxHeap
@@ -83,6 +85,7 @@ func (p *Proxy) runMemGuard(ctx context.Context) {
 	if g.maxHeap == 0 {
 		return
 	}
+	defer memLimits.endGuard()
 	t := time.NewTicker(memSample)
 	defer t.Stop()
 	var lastLog time.Time
@@ -92,7 +95,9 @@ func (p *Proxy) runMemGuard(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		heap, changed := g.sample(time.Now())
+		now := time.Now()
+		memLimits.tick(now)
+		heap, changed := g.sample(now)
 		if !changed && !(g.over.Load() && time.Since(lastLog) > time.Minute) {
 			continue
 		}
@@ -117,3 +122,136 @@ func (g *memGuard) admitBody(n int64) bool {
 }
 
 func (g *memGuard) releaseBody(n int64) { g.body.Add(-n) }
+
+// memLimits is the one place that sets the runtime's memory limit
+// (debug.SetMemoryLimit), one per process as the limit is: the memory
+// guard and the parker each lower it
+// for a short while, to make the runtime collect and give memory back by
+// itself rather than by forced collections (runtime.GC,
+// debug.FreeOSMemory). The limit in force is the lowest of the
+// operator's (GOMEMLIMIT, read the first time) and the requests under
+// way; each request ends by itself.
+var memLimits memLimitState
+
+type memLimitState struct {
+	mu     sync.Mutex
+	base   int64 // the operator's limit; 0: not read yet
+	park   int64 // the parker's request; 0: none
+	guard  int64 // the memory guard's request; 0: none
+	cycles uint64
+	until  time.Time // the guard's request ends then, or after a collection
+	s      []rtmetrics.Sample
+}
+
+// memCollectWithin bounds how long the guard's request stays when no
+// collection comes (nothing allocates). Measured with
+// TestShedMemoryGuard: with 500ms, an idle keyway did not collect in time
+// and the guard did not let go within 5s; with this, in 1.8-1.9s.
+const memCollectWithin = 5 * time.Second
+
+var limitMetrics = []string{
+	"/memory/classes/total:bytes",
+	"/memory/classes/heap/released:bytes",
+	"/memory/classes/heap/free:bytes",
+	"/memory/classes/heap/objects:bytes",
+	"/gc/heap/live:bytes",
+	"/gc/cycles/total:gc-cycles",
+}
+
+// memNow is the runtime's memory, as the memory limit counts it.
+type memNow struct {
+	mapped  uint64 // held and not returned to the OS (what the limit bounds)
+	free    uint64 // free heap pages not returned yet
+	objects uint64 // heap objects, garbage included
+	live    uint64 // the live heap the last collection found
+	cycles  uint64 // collections so far
+}
+
+// read reads the runtime's memory; under l.mu.
+func (l *memLimitState) read() memNow {
+	if l.s == nil {
+		l.s = make([]rtmetrics.Sample, len(limitMetrics))
+		for i, n := range limitMetrics {
+			l.s[i].Name = n
+		}
+	}
+	rtmetrics.Read(l.s)
+	v := func(i int) uint64 {
+		if l.s[i].Value.Kind() != rtmetrics.KindUint64 {
+			return 0
+		}
+		return l.s[i].Value.Uint64()
+	}
+	return memNow{mapped: v(0) - v(1), free: v(2), objects: v(3), live: v(4), cycles: v(5)}
+}
+
+// apply sets the lowest limit wanted; under l.mu.
+func (l *memLimitState) apply() {
+	if l.base == 0 {
+		l.base = debug.SetMemoryLimit(-1)
+	}
+	lim := l.base
+	for _, r := range []int64{l.park, l.guard} {
+		if r > 0 && r < lim {
+			lim = r
+		}
+	}
+	debug.SetMemoryLimit(lim)
+}
+
+// collectLimit is the limit under which the runtime collects at its next
+// allocation: the memory it holds less its free pages, so that the heap
+// goal falls just below the heap. It collects again while nothing is
+// freed, and stops once a collection frees something.
+func (m memNow) collectLimit() int64 { return int64(m.mapped - m.free) }
+
+// collect asks the runtime for one collection: the limit is lowered to
+// collectLimit until a collection completes, or for memCollectWithin.
+// It cannot make the GC run continuously: the request ends at the first
+// sample after a collection, and the guard asks at most once a second.
+func (l *memLimitState) collect(now time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	m := l.read()
+	l.guard, l.cycles, l.until = m.collectLimit(), m.cycles, now.Add(memCollectWithin)
+	l.apply()
+}
+
+// tick ends the guard's request once a collection completed or its time
+// is up; the guard calls it on every sample.
+func (l *memLimitState) tick(now time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.guard == 0 {
+		return
+	}
+	if m := l.read(); m.cycles > l.cycles || now.After(l.until) {
+		l.guard = 0
+		l.apply()
+	}
+}
+
+// endGuard ends the guard's request.
+func (l *memLimitState) endGuard() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.guard != 0 {
+		l.guard = 0
+		l.apply()
+	}
+}
+
+// setPark sets (0: ends) the parker's request.
+func (l *memLimitState) setPark(limit int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.park = limit
+	l.apply()
+}
+
+// now reads the runtime's memory.
+func (l *memLimitState) now() memNow {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.read()
+}

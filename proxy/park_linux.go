@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"runtime"
-	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -143,9 +141,13 @@ func (pk *parker) loop() {
 		}
 		// The deadline is moved only when it passed (or is no longer
 		// needed): not a timer update on every wake.
-		if len(pk.conns) > 0 || pk.sinceReclaim >= reclaimMin {
+		if len(pk.conns) > 0 || pk.sinceReclaim >= reclaimMin || pk.reclaim.phase != 0 {
 			if now := time.Now(); pk.deadline.IsZero() || !now.Before(pk.deadline) {
-				pk.deadline = now.Add(parkSweep)
+				next := parkSweep
+				if pk.reclaim.phase != 0 {
+					next = reclaimPoll
+				}
+				pk.deadline = now.Add(next)
 				_ = pk.f.SetReadDeadline(pk.deadline)
 			}
 		} else if !pk.deadline.IsZero() {
@@ -174,6 +176,8 @@ func (pk *parker) loop() {
 		if now := time.Now(); now.Sub(lastSweep) >= parkSweep {
 			lastSweep = now
 			pk.expire(now)
+		} else if pk.reclaim.phase != 0 {
+			pk.reclaim.step(now, false, 0, pk.log)
 		}
 	}
 }
@@ -230,16 +234,7 @@ func (pk *parker) expire(now time.Time) {
 		_ = c.TCPConn.Close()
 	}
 	pk.stats.closed.Add(uint64(len(dead)))
-	if reclaim {
-		t0 := time.Now()
-		// Two collections: the first moves what fasthttp's pools hold
-		// (request contexts, buffers of the parked connections) to the
-		// pools' victim caches, the second (FreeOSMemory's) frees it.
-		runtime.GC()
-		debug.FreeOSMemory()
-		pk.log.Info("returned the memory of parked connections to the OS",
-			zap.Int("parked", parked), zap.Duration("took", time.Since(t0)))
-	}
+	pk.reclaim.step(now, reclaim, parked, pk.log)
 }
 
 // stop closes every parked connection and parks none from now on; a
@@ -251,6 +246,10 @@ func (pk *parker) stop() {
 		_ = pk.f.Close()
 		<-pk.done
 		pk.f = nil
+		if pk.reclaim.phase != 0 {
+			memLimits.setPark(0)
+			pk.reclaim.phase = 0
+		}
 	}
 }
 
