@@ -27,6 +27,14 @@ func HashKey(key []byte) uint64 { return xxhash.Sum64(key) }
 // HashString is [HashKey] for a string, without copying it.
 func HashString(key string) uint64 { return xxhash.Sum64String(key) }
 
+// Every source has a Hash function, which routing calls per request, and
+// an Append function, which appends the key in canonical form (the bytes
+// HashKey hashes to the Hash function's hash) for whoever must show it,
+// such as the access log. Both are built on one search of the source
+// (pathSegmentKey, queryKey) and one set of escape rules (escapes), so
+// they agree on every key and status. An Append function returns dst
+// unchanged unless the status is KeyOK.
+
 // HashHeader hashes a header value taken as-is (no decoding, no trimming:
 // the HTTP parser already trimmed it). An empty value is [KeyMissing].
 func HashHeader(v []byte) (uint64, KeyStatus) {
@@ -34,6 +42,14 @@ func HashHeader(v []byte) (uint64, KeyStatus) {
 		return 0, KeyMissing
 	}
 	return xxhash.Sum64(v), KeyOK
+}
+
+// AppendHeaderKey appends the key [HashHeader] hashes: v itself.
+func AppendHeaderKey(dst, v []byte) ([]byte, KeyStatus) {
+	if len(v) == 0 {
+		return dst, KeyMissing
+	}
+	return append(dst, v...), KeyOK
 }
 
 // HashPathSegment hashes the n-th (1-based) segment of a raw, undecoded
@@ -56,11 +72,34 @@ func HashHeader(v []byte) (uint64, KeyStatus) {
 // [KeyMissing]. Segments after the key are not looked at. It does not
 // allocate and is safe for concurrent use.
 func HashPathSegment(path []byte, n int) (uint64, KeyStatus) {
+	seg, st := pathSegmentKey(path, n)
+	if st != KeyOK {
+		return 0, st
+	}
+	if bytes.IndexByte(seg, '%') < 0 {
+		return xxhash.Sum64(seg), KeyOK
+	}
+	return hashDecoded(seg, pathEscapes)
+}
+
+// AppendPathSegmentKey appends the key [HashPathSegment] hashes: the
+// segment with its escapes decoded.
+func AppendPathSegmentKey(dst, path []byte, n int) ([]byte, KeyStatus) {
+	seg, st := pathSegmentKey(path, n)
+	if st != KeyOK {
+		return dst, st
+	}
+	return appendDecoded(dst, seg, pathEscapes)
+}
+
+// pathSegmentKey finds the raw key segment of HashPathSegment, and checks
+// every rule but those on the key's escapes (pathEscapes has those).
+func pathSegmentKey(path []byte, n int) ([]byte, KeyStatus) {
 	if i := bytes.IndexByte(path, '?'); i >= 0 {
 		path = path[:i]
 	}
 	if len(path) == 0 || path[0] != '/' || n < 1 {
-		return 0, KeyMissing
+		return nil, KeyMissing
 	}
 	rest := path[1:]
 	for i := 1; ; i++ {
@@ -70,19 +109,24 @@ func HashPathSegment(path []byte, n int) (uint64, KeyStatus) {
 			seg, rest = rest[:j], rest[j+1:]
 		}
 		if isDotSegment(seg) {
-			return 0, KeyInvalid
+			return nil, KeyInvalid
 		}
 		if i == n {
-			if len(seg) == 0 && j >= 0 {
-				return 0, KeyInvalid
+			switch {
+			case len(seg) == 0 && j >= 0:
+				return nil, KeyInvalid
+			case len(seg) == 0:
+				return nil, KeyMissing
+			case bytes.IndexByte(seg, '\\') >= 0:
+				return nil, KeyInvalid
 			}
-			return hashPathKey(seg)
+			return seg, KeyOK
 		}
 		if j < 0 {
-			return 0, KeyMissing
+			return nil, KeyMissing
 		}
 		if shiftsSegments(seg) {
-			return 0, KeyInvalid
+			return nil, KeyInvalid
 		}
 	}
 }
@@ -126,19 +170,6 @@ func shiftsSegments(s []byte) bool {
 	return false
 }
 
-func hashPathKey(seg []byte) (uint64, KeyStatus) {
-	if len(seg) == 0 {
-		return 0, KeyMissing
-	}
-	if bytes.IndexByte(seg, '\\') >= 0 {
-		return 0, KeyInvalid
-	}
-	if bytes.IndexByte(seg, '%') < 0 {
-		return xxhash.Sum64(seg), KeyOK
-	}
-	return hashDecoded(seg, false, true)
-}
-
 // HashQuery hashes the value of the first query parameter called name in a
 // raw query string ("a=1&key=abc"), like Go's url.Values.Get: a repeated
 // name uses its first occurrence, even when that one is empty. The name is
@@ -148,6 +179,29 @@ func hashPathKey(seg []byte) (uint64, KeyStatus) {
 // [KeyInvalid]; an absent or empty value, or a name without '=', is
 // [KeyMissing]. It does not allocate.
 func HashQuery(query, name []byte) (uint64, KeyStatus) {
+	v := queryKey(query, name)
+	if len(v) == 0 {
+		return 0, KeyMissing
+	}
+	if bytes.IndexByte(v, '%') < 0 && bytes.IndexByte(v, '+') < 0 {
+		return xxhash.Sum64(v), KeyOK
+	}
+	return hashDecoded(v, queryEscapes)
+}
+
+// AppendQueryKey appends the key [HashQuery] hashes: the value with its
+// escapes decoded and '+' as a space.
+func AppendQueryKey(dst, query, name []byte) ([]byte, KeyStatus) {
+	v := queryKey(query, name)
+	if len(v) == 0 {
+		return dst, KeyMissing
+	}
+	return appendDecoded(dst, v, queryEscapes)
+}
+
+// queryKey finds the raw value of HashQuery's parameter; empty when it
+// is missing.
+func queryKey(query, name []byte) []byte {
 	for len(query) > 0 {
 		pair := query
 		if i := bytes.IndexByte(query, '&'); i >= 0 {
@@ -159,22 +213,36 @@ func HashQuery(query, name []byte) (uint64, KeyStatus) {
 		if i := bytes.IndexByte(pair, '='); i >= 0 {
 			k, v = pair[:i], pair[i+1:]
 		}
-		if !bytes.Equal(k, name) {
-			continue
+		if bytes.Equal(k, name) {
+			return v
 		}
-		if len(v) == 0 {
-			return 0, KeyMissing
-		}
-		if bytes.IndexByte(v, '%') < 0 && bytes.IndexByte(v, '+') < 0 {
-			return xxhash.Sum64(v), KeyOK
-		}
-		return hashDecoded(v, true, false)
 	}
-	return 0, KeyMissing
+	return nil
 }
 
-// hashDecoded percent-decodes s into a digest in runs, without a buffer.
-func hashDecoded(s []byte, plusIsSpace, strictPath bool) (uint64, KeyStatus) {
+// escapes says how a source's raw key is decoded: percent escapes always,
+// '+' as a space in a query value (plusIsSpace). A malformed escape is
+// refused, and in a path segment (strict) also an escaped '/', backslash,
+// '.' or '%'.
+type escapes struct{ plusIsSpace, strict bool }
+
+var (
+	pathEscapes  = escapes{strict: true}
+	queryEscapes = escapes{plusIsSpace: true}
+)
+
+// refuses reports whether the byte b an escape stands for is refused.
+func (e escapes) refuses(b byte) bool {
+	return e.strict && (b == '/' || b == '\\' || b == '.' || b == '%')
+}
+
+// hashDecoded hashes the raw key s decoded, streaming the runs between
+// escapes and the decoded bytes through a digest, without a buffer.
+//
+// hashDecoded and appendDecoded are one loop written twice: shared, it
+// would cost the hash a call per escape. TestAppendKeys and the fuzz
+// targets check that they agree.
+func hashDecoded(s []byte, e escapes) (uint64, KeyStatus) {
 	var d xxhash.Digest
 	d.Reset()
 	var one [1]byte
@@ -188,11 +256,8 @@ func hashDecoded(s []byte, plusIsSpace, strictPath bool) (uint64, KeyStatus) {
 			}
 			hi, ok1 := unhex(s[i+1])
 			lo, ok2 := unhex(s[i+2])
-			if !ok1 || !ok2 {
-				return 0, KeyInvalid
-			}
 			b := hi<<4 | lo
-			if strictPath && (b == '/' || b == '\\' || b == '.' || b == '%') {
+			if !ok1 || !ok2 || e.refuses(b) {
 				return 0, KeyInvalid
 			}
 			_, _ = d.Write(s[start:i])
@@ -200,7 +265,7 @@ func hashDecoded(s []byte, plusIsSpace, strictPath bool) (uint64, KeyStatus) {
 			_, _ = d.Write(one[:])
 			i += 2
 			start = i + 1
-		case c == '+' && plusIsSpace:
+		case c == '+' && e.plusIsSpace:
 			_, _ = d.Write(s[start:i])
 			one[0] = ' '
 			_, _ = d.Write(one[:])
@@ -209,6 +274,37 @@ func hashDecoded(s []byte, plusIsSpace, strictPath bool) (uint64, KeyStatus) {
 	}
 	_, _ = d.Write(s[start:])
 	return d.Sum64(), KeyOK
+}
+
+// appendDecoded appends the raw key s decoded to dst, as hashDecoded
+// hashes it (dst unchanged when an escape is refused).
+func appendDecoded(dst, s []byte, e escapes) ([]byte, KeyStatus) {
+	n := len(dst)
+	start := 0
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '%':
+			if i+2 >= len(s) {
+				return dst[:n], KeyInvalid
+			}
+			hi, ok1 := unhex(s[i+1])
+			lo, ok2 := unhex(s[i+2])
+			b := hi<<4 | lo
+			if !ok1 || !ok2 || e.refuses(b) {
+				return dst[:n], KeyInvalid
+			}
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, b)
+			i += 2
+			start = i + 1
+		case c == '+' && e.plusIsSpace:
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, ' ')
+			start = i + 1
+		}
+	}
+	return append(dst, s[start:]...), KeyOK
 }
 
 func unhex(c byte) (byte, bool) {

@@ -10,6 +10,7 @@ import (
 // strings and names: the first pair named name (compared raw) decides; its
 // value, decoded as net/url's QueryUnescape does, is the key, a value it
 // cannot decode is KeyInvalid, and an empty or absent one KeyMissing.
+// AppendQueryKey agrees: the same status, and the decoded key.
 func FuzzHashQuery(f *testing.F) {
 	for _, s := range [][2]string{
 		{"key=abc", "key"}, {"a=1&key=%61bc", "key"}, {"key=&key=abc", "key"}, {"key", "key"},
@@ -46,12 +47,13 @@ func FuzzHashQuery(f *testing.F) {
 		if st == KeyOK && h != HashString(wantSt) {
 			t.Fatalf("HashQuery(%q, %q) is not HashString(%q)", query, name, wantSt)
 		}
+		checkAppend(t, wantSt, st, func(dst []byte) ([]byte, KeyStatus) { return AppendQueryKey(dst, query, name) })
 	})
 }
 
 // FuzzKeySources checks that every source hashes one key alike: a header
 // holding it, a query value and a path segment escaped by net/url all
-// give HashString(key) when they accept it. The path segment may reject a
+// give HashString(key) when they accept it, and append the key itself. The path segment may reject a
 // key (a dot-segment, or an escaped slash, backslash, dot or percent
 // sign), never hash it differently.
 func FuzzKeySources(f *testing.F) {
@@ -73,6 +75,7 @@ func FuzzKeySources(f *testing.F) {
 		}
 		path := "/ingest/" + url.PathEscape(key) + "/more?key=x"
 		h, st = HashPathSegment([]byte(path), 2)
+		checkAppend(t, key, st, func(dst []byte) ([]byte, KeyStatus) { return AppendPathSegmentKey(dst, []byte(path), 2) })
 		switch {
 		case st == KeyOK && h != want:
 			t.Fatalf("HashPathSegment(%q) hashes %q differently", path, key)

@@ -27,6 +27,7 @@ func TestHashHeader(t *testing.T) {
 			if st != tc.status {
 				t.Fatalf("status %v, want %v", st, tc.status)
 			}
+			checkAppend(t, tc.key, st, func(dst []byte) ([]byte, KeyStatus) { return AppendHeaderKey(dst, []byte(tc.in)) })
 			if st == KeyOK && h != HashString(tc.key) {
 				t.Fatalf("hash %x, want HashString(%q) = %x", h, tc.key, HashString(tc.key))
 			}
@@ -115,6 +116,7 @@ func TestHashPathSegment(t *testing.T) {
 			if st != tc.status {
 				t.Fatalf("HashPathSegment(%q, %d) status %v, want %v", tc.path, tc.n, st, tc.status)
 			}
+			checkAppend(t, tc.key, st, func(dst []byte) ([]byte, KeyStatus) { return AppendPathSegmentKey(dst, []byte(tc.path), tc.n) })
 			if st == KeyOK && h != HashString(tc.key) {
 				t.Fatalf("HashPathSegment(%q, %d) = %x, want HashString(%q) = %x", tc.path, tc.n, h, tc.key, HashString(tc.key))
 			}
@@ -163,6 +165,7 @@ func TestHashQuery(t *testing.T) {
 			if st != tc.status {
 				t.Fatalf("HashQuery(%q, %q) status %v, want %v", tc.query, tc.name, st, tc.status)
 			}
+			checkAppend(t, tc.key, st, func(dst []byte) ([]byte, KeyStatus) { return AppendQueryKey(dst, []byte(tc.query), []byte(tc.name)) })
 			if st == KeyOK && h != HashString(tc.key) {
 				t.Fatalf("HashQuery(%q) = %x, want HashString(%q)", tc.query, h, tc.key)
 			}
@@ -175,6 +178,21 @@ func TestHashQuery(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// checkAppend checks an Append function against its Hash function's
+// status st: the same status, and the decoded key appended after what dst
+// held (nothing appended unless KeyOK).
+func checkAppend(t *testing.T, key string, st KeyStatus, appendKey func(dst []byte) ([]byte, KeyStatus)) {
+	t.Helper()
+	got, ast := appendKey([]byte("dst:"))
+	want := "dst:"
+	if st == KeyOK {
+		want += key
+	}
+	if ast != st || string(got) != want {
+		t.Fatalf("Append: %q %v, want %q %v", got, ast, want, st)
 	}
 }
 
@@ -245,7 +263,8 @@ func segmentsOf(path string) []string {
 // FuzzHashPathSegment checks that HashPathSegment never panics and that an
 // accepted key is exactly net/url's decoding of the segment, holds no
 // slash or backslash (encoded or not), is no dot-segment, and follows no
-// dot-segment. Normal test runs use the seed corpus only.
+// dot-segment; and that AppendPathSegmentKey agrees on the status and
+// appends that key. Normal test runs use the seed corpus only.
 func FuzzHashPathSegment(f *testing.F) {
 	for _, s := range []struct {
 		p string
@@ -263,6 +282,7 @@ func FuzzHashPathSegment(f *testing.F) {
 			if h != 0 {
 				t.Fatalf("status %v with hash %x", st, h)
 			}
+			checkAppend(t, "", st, func(dst []byte) ([]byte, KeyStatus) { return AppendPathSegmentKey(dst, path, n) })
 			return
 		}
 		segs := segmentsOf(string(path))
@@ -283,6 +303,7 @@ func FuzzHashPathSegment(f *testing.F) {
 		if h != HashString(key) {
 			t.Fatalf("hash of %q is not HashString(%q)", path, key)
 		}
+		checkAppend(t, key, st, func(dst []byte) ([]byte, KeyStatus) { return AppendPathSegmentKey(dst, path, n) })
 		for _, s := range segs[:n-1] {
 			d, err := url.PathUnescape(s)
 			if err == nil && (d == "" || d == "." || d == ".." || strings.ContainsAny(d, "/\\")) {
@@ -335,4 +356,24 @@ func BenchmarkHashQuery(b *testing.B) {
 		sink += h
 	}
 	_ = sink
+}
+
+// BenchmarkAppendKey is the access log's extraction of the key it logs.
+func BenchmarkAppendKey(b *testing.B) {
+	dst := make([]byte, 0, 64)
+	for name, f := range map[string]func() ([]byte, KeyStatus){
+		"path_segment_escaped": func() ([]byte, KeyStatus) {
+			return AppendPathSegmentKey(dst[:0], []byte("/ingest/tenant%2D000042%20eu/events?source=web"), 2)
+		},
+		"query": func() ([]byte, KeyStatus) {
+			return AppendQueryKey(dst[:0], []byte("source=web&key=tenant%2D000042+eu&ts=1700000000"), []byte("key"))
+		},
+	} {
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				dst, _ = f()
+			}
+		})
+	}
 }

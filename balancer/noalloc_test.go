@@ -28,6 +28,11 @@ func TestKeyHashingNoAllocs(t *testing.T) {
 	assertNoAllocs(t, "HashQuery", func() { h, _ := HashQuery(query, name); sink += h })
 	assertNoAllocs(t, "HashQuery plain", func() { h, _ := HashQuery([]byte("key=abc"), name); sink += h })
 	_ = sink
+	// The Append functions allocate nothing either when dst has room.
+	dst := make([]byte, 0, 64)
+	assertNoAllocs(t, "AppendHeaderKey", func() { dst, _ = AppendHeaderKey(dst[:0], hdr) })
+	assertNoAllocs(t, "AppendPathSegmentKey", func() { dst, _ = AppendPathSegmentKey(dst[:0], escaped, 2) })
+	assertNoAllocs(t, "AppendQueryKey", func() { dst, _ = AppendQueryKey(dst[:0], query, name) })
 }
 
 func TestTableNoAllocs(t *testing.T) {

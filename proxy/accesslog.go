@@ -193,108 +193,27 @@ func redactKeySegments(dst, path []byte, sources []keySource) []byte {
 }
 
 // appendCanonicalKey appends the request's key as routing used it: the
-// first source present decides, escapes decoded (so HashKey of the result
-// is the hash the request was routed by). ok is false for a request
-// without a key or with a malformed one.
+// first source present decides, in the canonical form the balancer hashes
+// (its Append functions are its Hash functions' own extraction: HashKey of
+// the result is the hash the request was routed by). ok is false for a
+// request without a key or with a malformed one.
 func appendCanonicalKey(dst []byte, rs *replicaSet, h *fasthttp.RequestHeader, path []byte, uri *fasthttp.URI) ([]byte, bool) {
 	for i := range rs.sources {
 		src := &rs.sources[i]
+		var st balancer.KeyStatus
 		switch src.kind {
 		case keyHeader:
-			v := h.PeekBytes(src.name)
-			if _, st := balancer.HashHeader(v); st != balancer.KeyMissing {
-				return append(dst, v...), st == balancer.KeyOK
-			}
+			dst, st = balancer.AppendHeaderKey(dst, h.PeekBytes(src.name))
 		case keyPathSegment:
-			if _, st := balancer.HashPathSegment(path, src.segment); st != balancer.KeyMissing {
-				if st != balancer.KeyOK {
-					return dst, false
-				}
-				return appendUnescaped(dst, pathSegment(path, src.segment), false), true
-			}
+			dst, st = balancer.AppendPathSegmentKey(dst, path, src.segment)
 		default:
-			q := uri.QueryString()
-			if _, st := balancer.HashQuery(q, src.name); st != balancer.KeyMissing {
-				if st != balancer.KeyOK {
-					return dst, false
-				}
-				return appendUnescaped(dst, queryValue(q, src.name), true), true
-			}
+			dst, st = balancer.AppendQueryKey(dst, uri.QueryString(), src.name)
+		}
+		if st != balancer.KeyMissing {
+			return dst, st == balancer.KeyOK
 		}
 	}
 	return dst, false
-}
-
-// pathSegment returns the n-th (1-based) segment of a raw path that
-// balancer.HashPathSegment accepted.
-func pathSegment(path []byte, n int) []byte {
-	if i := bytes.IndexByte(path, '?'); i >= 0 {
-		path = path[:i]
-	}
-	rest := path[1:]
-	for ; n > 1; n-- {
-		j := bytes.IndexByte(rest, '/')
-		if j < 0 {
-			return nil
-		}
-		rest = rest[j+1:]
-	}
-	if j := bytes.IndexByte(rest, '/'); j >= 0 {
-		rest = rest[:j]
-	}
-	return rest
-}
-
-// queryValue returns the raw value of the first parameter called name, as
-// balancer.HashQuery finds it.
-func queryValue(q, name []byte) []byte {
-	for len(q) > 0 {
-		pair := q
-		if i := bytes.IndexByte(q, '&'); i >= 0 {
-			pair, q = q[:i], q[i+1:]
-		} else {
-			q = nil
-		}
-		if k, v, ok := bytes.Cut(pair, []byte{'='}); ok && bytes.Equal(k, name) {
-			return v
-		}
-	}
-	return nil
-}
-
-// appendUnescaped appends s with %XX escapes decoded (and '+' as a space
-// when plusIsSpace), as the balancer's hash decodes them. A malformed
-// escape, which the balancer would have refused, is copied as is.
-func appendUnescaped(dst, s []byte, plusIsSpace bool) []byte {
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c == '%' && i+2 < len(s):
-			hi, ok1 := unhexDigit(s[i+1])
-			lo, ok2 := unhexDigit(s[i+2])
-			if ok1 && ok2 {
-				dst = append(dst, hi<<4|lo)
-				i += 2
-				continue
-			}
-		case c == '+' && plusIsSpace:
-			c = ' '
-		}
-		dst = append(dst, c)
-	}
-	return dst
-}
-
-func unhexDigit(c byte) (byte, bool) {
-	switch {
-	case c >= '0' && c <= '9':
-		return c - '0', true
-	case c >= 'a' && c <= 'f':
-		return c - 'a' + 10, true
-	case c >= 'A' && c <= 'F':
-		return c - 'A' + 10, true
-	}
-	return 0, false
 }
 
 // appendJSONString appends s, cut to at most max bytes, as a JSON string
