@@ -136,7 +136,7 @@ type Proxy struct {
 	// Serve starts, read by connections after.
 	parker *parker
 
-	// The access log (accesslog.go): access is nil when it is off.
+	// The access log (reply.go): access is nil when it is off.
 	mem *memGuard // the memory guard (memguard.go)
 
 	access     io.Writer
