@@ -66,7 +66,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&cfg.IdleConns, "idle-conns", 10000, "idle keep-alive client connections for the memory test; 0 skips it")
 	fs.IntVar(&cfg.SparseConns, "sparse-conns", 2000, "keep-alive connections of the sparse-client run, each sending one request every -sparse-period (proxies only, measured for -latency-duration); 0 skips it")
 	fs.DurationVar(&cfg.SparsePeriod, "sparse-period", 3*time.Second, "how often each connection of the sparse-client run sends")
-	fs.DurationVar(&cfg.IdleHold, "idle-hold", 8*time.Second, "how long the idle connections stay open before their memory is read (then it is read once it settles)")
+	fs.DurationVar(&cfg.IdleHold, "idle-hold", 15*time.Second, "how long the idle connections stay open before their memory is read (then it is read once it settles)")
 	fs.StringVar(&cfg.LoadGen, "loadgen", "auto", "throughput load generator: wrk, vegeta, or auto (wrk when installed)")
 	fs.BoolVar(&cfg.Pin, "pin", true, "pin the proxy to CPU 0 and the harness, replicas and load generator to CPU 1")
 	fs.BoolVar(&cfg.Syscalls, "syscalls", false, "count each proxy's system calls per request with perf stat during an extra load run in the last round (needs perf and tracefs)")
