@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"strings"
 	"syscall"
 )
@@ -29,12 +30,13 @@ const sysmonAwake = "schedtrace=2147483647"
 // arguments, same open descriptors) with sysmonAwake added to GODEBUG,
 // unless deepSleep asks for the runtime's default, GODEBUG already sets
 // schedtrace (the operator's choice, or this function's first pass), or
-// the binary cannot be found again (replaced on disk): then it says why
-// on stderr and keyway runs on as it is. It returns only when it does
-// not exec.
+// the OS cannot replace a process's image in place (Windows: keyway runs
+// with the runtime's default there, silently), or the binary cannot be
+// found again (replaced on disk): then it says why on stderr and keyway
+// runs on as it is. It returns only when it does not exec.
 func keepSysmonAwake(deepSleep bool, stderr io.Writer) {
 	godebug, set := os.LookupEnv("GODEBUG")
-	if deepSleep || hasGodebug(godebug, "schedtrace") {
+	if deepSleep || hasGodebug(godebug, "schedtrace") || runtime.GOOS == "windows" {
 		return
 	}
 	exe, err := os.Executable()
