@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"runtime"
 	"runtime/debug"
 	rtmetrics "runtime/metrics"
 	"sync"
@@ -65,8 +66,9 @@ func newMemGuard(c ServerConfig) *memGuard {
 // buffers need two collections). So above the bound the guard asks the
 // runtime for a collection (memLimits.collect: the memory limit lowered
 // until one completes), at most once per memCollectEvery, and decides on
-// what the next samples read. It forces none (runtime.GC): the runtime
-// collects concurrently, at its next allocation.
+// what the next samples read. The runtime collects concurrently, at its
+// next allocation; only if none came within memForceAfter (nothing
+// allocates) is one forced (runtime.GC).
 func (g *memGuard) sample(now time.Time) (heap uint64, changed bool) {
 	heap = g.read()
 	if g.maxHeap > 0 && heap > g.maxHeap && now.Sub(g.lastCollect) >= memCollectEvery {
@@ -128,7 +130,9 @@ func (g *memGuard) releaseBody(n int64) { g.body.Add(-n) }
 // guard and the parker each lower it
 // for a short while, to make the runtime collect and give memory back by
 // itself rather than by forced collections (runtime.GC,
-// debug.FreeOSMemory). The limit in force is the lowest of the
+// debug.FreeOSMemory), which each forces only when nothing allocates and
+// so no collection comes (memForceAfter, reclaimIdle). The limit in force
+// is the lowest of the
 // operator's (GOMEMLIMIT, read the first time) and the requests under
 // way; each request ends by itself.
 var memLimits memLimitState
@@ -139,6 +143,8 @@ type memLimitState struct {
 	park   int64 // the parker's request; 0: none
 	guard  int64 // the memory guard's request; 0: none
 	cycles uint64
+	asked  time.Time // when the guard asked for a collection
+	forced bool      // and forced it, after memForceAfter without one
 	until  time.Time // the guard's request ends then, or after a collection
 	s      []rtmetrics.Sample
 }
@@ -148,6 +154,13 @@ type memLimitState struct {
 // TestShedMemoryGuard: with 500ms, an idle keyway did not collect in time
 // and the guard did not let go within 5s; with this, in 1.8-1.9s.
 const memCollectWithin = 5 * time.Second
+
+// memForceAfter is how long the guard's request waits for the runtime's
+// own collection before the guard forces one: the runtime collects only
+// when something allocates, and a shedding keyway may allocate nothing at
+// all (its request path and its shed answers allocate nothing), which
+// left it shedding until the runtime's periodic collection, 2 minutes.
+const memForceAfter = time.Second
 
 var limitMetrics = []string{
 	"/memory/classes/total:bytes",
@@ -213,7 +226,7 @@ func (l *memLimitState) collect(now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	m := l.read()
-	l.guard, l.cycles, l.until = m.collectLimit(), m.cycles, now.Add(memCollectWithin)
+	l.guard, l.cycles, l.asked, l.until, l.forced = m.collectLimit(), m.cycles, now, now.Add(memCollectWithin), false
 	l.apply()
 }
 
@@ -225,9 +238,20 @@ func (l *memLimitState) tick(now time.Time) {
 	if l.guard == 0 {
 		return
 	}
-	if m := l.read(); m.cycles > l.cycles || now.After(l.until) {
+	m := l.read()
+	switch {
+	case m.cycles > l.cycles || now.After(l.until):
 		l.guard = 0
 		l.apply()
+	case !l.forced && now.Sub(l.asked) >= memForceAfter:
+		// Nothing allocates, so the runtime starts no collection under
+		// the lowered limit (keyway's request path and its shed answers
+		// allocate nothing): force one, off the request path, while the
+		// guard sheds anyway.
+		l.forced = true
+		l.mu.Unlock()
+		runtime.GC()
+		l.mu.Lock()
 	}
 }
 

@@ -4,6 +4,8 @@ import (
 	"runtime/debug"
 	"testing"
 	"time"
+
+	"go.uber.org/zap/zaptest"
 )
 
 // TestMemGuardAsksForCollectionsAboveTheBound: while the live heap reads
@@ -78,5 +80,63 @@ func TestMemLimitsCollect(t *testing.T) {
 	l.setPark(0)
 	if got := debug.SetMemoryLimit(-1); got != before {
 		t.Fatalf("limit %d with no request, want %d restored", got, before)
+	}
+}
+
+// TestMemLimitsForceWhenNothingAllocates: the runtime collects under a
+// lowered limit only when something allocates; a guard whose request saw
+// no collection within memForceAfter forces one, and its request then
+// ends with the limit restored.
+func TestMemLimitsForceWhenNothingAllocates(t *testing.T) {
+	before := debug.SetMemoryLimit(-1)
+	l := &memLimitState{}
+	t0 := time.Now()
+	l.collect(t0)
+	start := l.now().cycles
+	l.tick(t0.Add(memForceAfter / 2)) // not yet
+	if l.forced {
+		t.Fatal("forced a collection before memForceAfter")
+	}
+	l.tick(t0.Add(memForceAfter))
+	if l.now().cycles == start {
+		t.Fatal("no collection after memForceAfter")
+	}
+	l.tick(t0.Add(memForceAfter + memSample))
+	if l.guard != 0 {
+		t.Fatal("the request did not end after the collection")
+	}
+	if got := debug.SetMemoryLimit(-1); got != before {
+		t.Fatalf("limit %d after the request ended, want %d restored", got, before)
+	}
+}
+
+// TestReclaimForcesWhenNothingAllocates: a reclaim after a burst of
+// parking whose lowered limit brought no collection within reclaimIdle
+// forces the two collections fasthttp's pools need, releases, and ends
+// with the limit restored.
+func TestReclaimForcesWhenNothingAllocates(t *testing.T) {
+	before := debug.SetMemoryLimit(-1)
+	log := zaptest.NewLogger(t)
+	var r memReclaim
+	t0 := time.Now()
+	r.step(t0, true, reclaimMin, log)
+	if r.phase != 1 {
+		t.Fatalf("phase %d after a burst, want 1 (collect)", r.phase)
+	}
+	start := r.cycles
+	r.step(t0.Add(reclaimIdle), false, 0, log)
+	if got := memLimits.now().cycles; got < start+2 {
+		t.Fatalf("%d collections after reclaimIdle, want 2", got-start)
+	}
+	now := t0.Add(reclaimIdle)
+	for i := 0; r.phase != 0 && i < 200; i++ {
+		now = now.Add(reclaimPoll)
+		r.step(now, false, 0, log)
+	}
+	if r.phase != 0 {
+		t.Fatalf("the reclaim did not end (phase %d)", r.phase)
+	}
+	if got := debug.SetMemoryLimit(-1); got != before {
+		t.Fatalf("limit %d after the reclaim, want %d restored", got, before)
 	}
 }

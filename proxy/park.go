@@ -3,6 +3,7 @@ package proxy
 import (
 	"errors"
 	"os"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -245,12 +246,24 @@ type memReclaim struct {
 	start  time.Time
 	until  time.Time
 	parked int
+	forced bool // the collections were forced: nothing allocated (reclaimIdle)
 }
 
 const (
 	reclaimCollect = 10 * time.Second
 	reclaimRelease = 3 * time.Second
-	reclaimMargin  = 4 << 20
+	// reclaimIdle is how long phase 1 waits for the runtime's own
+	// collections before it forces them. The runtime starts a collection
+	// only when something allocates, and keyway's request path allocates
+	// nothing: an idle proxy, or one whose traffic allocates nothing,
+	// never collects under the lowered limit. Measured with the bench
+	// harness (10,000 idle connections, -idle-hold 15s, 3 rounds): without
+	// this fallback one round in three kept 14,785 bytes per connection,
+	// against 2,648-2,716 in the others. A collection forced then delays
+	// nobody's request but the few that allocate nothing, by its
+	// stop-the-world pauses (tens of microseconds for keyway's heap).
+	reclaimIdle   = 2 * time.Second
+	reclaimMargin = 4 << 20
 	// reclaimPoll is how often the parker looks at the runtime's memory
 	// while a reclaim is under way.
 	reclaimPoll = 100 * time.Millisecond
@@ -264,12 +277,19 @@ func (r *memReclaim) step(now time.Time, begin bool, parked int, log *zap.Logger
 			return
 		}
 		m := memLimits.now()
-		r.phase, r.limit, r.cycles, r.start, r.until, r.parked = 1, m.collectLimit(), m.cycles, now, now.Add(reclaimCollect), parked
+		r.phase, r.limit, r.cycles, r.start, r.until, r.parked, r.forced = 1, m.collectLimit(), m.cycles, now, now.Add(reclaimCollect), parked, false
 		memLimits.setPark(r.limit)
 	case 1:
 		m := memLimits.now()
 		if m.cycles < r.cycles+2 {
-			if now.After(r.until) {
+			switch {
+			case !r.forced && now.Sub(r.start) >= reclaimIdle:
+				// Nothing allocates (reclaimIdle): the two collections
+				// fasthttp's pools need, forced, off the request path.
+				r.forced = true
+				runtime.GC()
+				runtime.GC()
+			case now.After(r.until):
 				r.end(m, "no collection came", log)
 			}
 			return
@@ -299,5 +319,5 @@ func (r *memReclaim) end(m memNow, why string, log *zap.Logger) {
 	log.Info("returned the memory of parked connections to the OS",
 		zap.Int("parked", r.parked), zap.Duration("took", time.Since(r.start)),
 		zap.Uint64("held_bytes", m.mapped), zap.Uint64("live_heap_bytes", m.live),
-		zap.Uint64("collections", m.cycles-r.cycles), zap.String("incomplete", why))
+		zap.Uint64("collections", m.cycles-r.cycles), zap.Bool("forced", r.forced), zap.String("incomplete", why))
 }
