@@ -3,7 +3,6 @@ package proxy
 import (
 	"bufio"
 	"cmp"
-	"io"
 	"net"
 	"slices"
 	"strings"
@@ -160,60 +159,6 @@ func (d *dialLog) all() []net.Conn {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return slices.Clone(d.conns)
-}
-
-// tcpPair returns a connected client and server connection on loopback.
-func tcpPair(t *testing.T) (client, server net.Conn) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	acc := make(chan net.Conn, 1)
-	go func() {
-		c, _ := ln.Accept()
-		acc <- c
-	}()
-	client, err = net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	server = within(t, acc, 5*time.Second, "accept")
-	if server == nil {
-		t.Fatal("accept failed")
-	}
-	t.Cleanup(func() { client.Close(); server.Close() })
-	return client, server
-}
-
-// exchange writes a request on the wrapped client connection and reads a
-// one-byte answer the server sends: afterwards the connection is one that
-// fasthttp would put back into its pool.
-func exchange(t *testing.T, w, server net.Conn) {
-	t.Helper()
-	// The server side runs apart: on a reused plain connection the
-	// request leaves only when the client reads (sendAndRead).
-	done := make(chan error, 1)
-	go func() {
-		var b [1]byte
-		if _, err := io.ReadFull(server, b[:]); err != nil {
-			done <- err
-			return
-		}
-		_, err := server.Write([]byte("a"))
-		done <- err
-	}()
-	if _, err := w.Write([]byte("q")); err != nil {
-		t.Fatal(err)
-	}
-	var b [1]byte
-	if _, err := io.ReadFull(w, b[:]); err != nil {
-		t.Fatal(err)
-	}
-	if err := within(t, done, 5*time.Second, "the server's side of the exchange"); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // The bug this wrapper once had: a proxy idle for longer than

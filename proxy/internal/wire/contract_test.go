@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"keyway/internal/poll"
 )
 
 // TestContractPeek: a non-blocking MSG_PEEK through RawConn.Control tells
@@ -61,19 +63,14 @@ func TestContractPeek(t *testing.T) {
 	}
 	// until peeks until the peer's signal has arrived (loopback: at once).
 	until := func(t *testing.T, c net.Conn) {
-		deadline := time.Now().Add(5 * time.Second)
-		for {
-			closed, err := peekOf(t, c)
-			if err != nil {
-				t.Fatalf("RawConn.Control with a passed read deadline: %v", err)
-			}
-			if closed {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatal("the peek never saw the peer's close, reset or bytes")
-			}
-			time.Sleep(time.Millisecond) // a poll of the kernel's state, bounded above
+		var err error
+		poll.Until(t, 5*time.Second, "the peek to see the peer's close, reset or bytes", func() bool {
+			var closed bool
+			closed, err = peekOf(t, c)
+			return err != nil || closed
+		})
+		if err != nil {
+			t.Fatalf("RawConn.Control with a passed read deadline: %v", err)
 		}
 	}
 	t.Run("open and quiet", func(t *testing.T) {
@@ -425,30 +422,38 @@ func TestContractHeaderReceived(t *testing.T) {
 // wrapped so that errors.Is finds it. Without it: a head ending in a bare
 // LF (errBareLF) gets fasthttp's generic 400 instead of keyway's answer.
 func TestContractReadErrorReachesErrorHandler(t *testing.T) {
+	errBare := errors.New("contract: bare LF")
+	wrap := func(c net.Conn) net.Conn { return &failAfter{Conn: c, n: len("GET / HTTP/1.1\r\n"), err: errBare} }
+	err := errorHandlerGets(t, &fasthttp.Server{}, wrap, "GET / HTTP/1.1\r\nHost: h\r\n")
+	if !errors.Is(err, errBare) {
+		t.Fatalf("ErrorHandler got %v, which does not wrap the connection's read error", err)
+	}
+}
+
+// errorHandlerGets serves, with s, the server's side of a pipe (wrapped
+// by wrap) to which the client writes req, and returns the error
+// s.ErrorHandler got.
+func errorHandlerGets(t *testing.T, s *fasthttp.Server, wrap func(net.Conn) net.Conn, req string) error {
+	t.Helper()
 	client, server := net.Pipe()
 	defer client.Close()
-	errBare := errors.New("contract: bare LF")
-	sc := &failAfter{Conn: server, n: len("GET / HTTP/1.1\r\n"), err: errBare}
 	got := make(chan error, 1)
-	s := &fasthttp.Server{
-		Handler:      func(*fasthttp.RequestCtx) {},
-		ErrorHandler: func(_ *fasthttp.RequestCtx, err error) { got <- err },
-		ReadTimeout:  10 * time.Second,
-	}
-	done := serve(s, sc)
+	s.Handler = func(*fasthttp.RequestCtx) {}
+	s.ErrorHandler = func(_ *fasthttp.RequestCtx, err error) { got <- err }
+	s.ReadTimeout = 10 * time.Second
+	done := serve(s, wrap(server))
 	client.SetDeadline(time.Now().Add(5 * time.Second))
-	go client.Write([]byte("GET / HTTP/1.1\r\nHost: h\r\n"))
+	go client.Write([]byte(req))
 	go io.Copy(io.Discard, client)
+	var err error
 	select {
-	case err := <-got:
-		if !errors.Is(err, errBare) {
-			t.Fatalf("ErrorHandler got %v, which does not wrap the connection's read error", err)
-		}
+	case err = <-got:
 	case <-time.After(5 * time.Second):
 		t.Fatal("ErrorHandler was not called")
 	}
 	client.Close()
 	<-done
+	return err
 }
 
 // failAfter is a connection whose reads fail with err once n bytes were
@@ -472,28 +477,11 @@ func (c *failAfter) Read(b []byte) (int, error) {
 // is refused with an *ErrSmallBuffer. Without it: keyway answers 400
 // instead of 431 (or 414 for a long request line).
 func TestContractSmallBuffer(t *testing.T) {
-	client, server := net.Pipe()
-	defer client.Close()
-	got := make(chan error, 1)
-	s := &fasthttp.Server{
-		Handler:        func(*fasthttp.RequestCtx) {},
-		ErrorHandler:   func(_ *fasthttp.RequestCtx, err error) { got <- err },
-		ReadBufferSize: 1024,
-		ReadTimeout:    10 * time.Second,
+	same := func(c net.Conn) net.Conn { return c }
+	err := errorHandlerGets(t, &fasthttp.Server{ReadBufferSize: 1024}, same,
+		"GET / HTTP/1.1\r\nHost: h\r\nX-Big: "+strings.Repeat("v", 4096)+"\r\n\r\n")
+	var small *fasthttp.ErrSmallBuffer
+	if !errors.As(err, &small) {
+		t.Fatalf("a head over ReadBufferSize: %v, want an *ErrSmallBuffer", err)
 	}
-	done := serve(s, server)
-	client.SetDeadline(time.Now().Add(5 * time.Second))
-	go client.Write([]byte("GET / HTTP/1.1\r\nHost: h\r\nX-Big: " + strings.Repeat("v", 4096) + "\r\n\r\n"))
-	go io.Copy(io.Discard, client)
-	select {
-	case err := <-got:
-		var small *fasthttp.ErrSmallBuffer
-		if !errors.As(err, &small) {
-			t.Fatalf("a head over ReadBufferSize: %v, want an *ErrSmallBuffer", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("ErrorHandler was not called")
-	}
-	client.Close()
-	<-done
 }
