@@ -2,25 +2,25 @@ package proxy
 
 import (
 	"bufio"
-	"bytes"
 	"net"
 	"regexp"
-	"slices"
 	"strings"
 	"testing"
+
+	"keyway/proxy/internal/field"
 
 	"github.com/valyala/fasthttp"
 )
 
 // The rewriting looks up and deletes only the fields requestFields and
 // scanReply say are present. These tests hold it to the rewriting that
-// looks up and deletes every field (fieldsAll): the same request and the
+// looks up and deletes every field (field.All): the same request and the
 // same reply must come out.
 
 var generatedID = regexp.MustCompile(`(?m)^X-Request-Id: [0-9a-f]{32}\r\n`)
 
 // rewriteBothWays parses raw as a client's request and rewrites it twice,
-// with the fields found in it and with fieldsAll, and returns both heads
+// with the fields found in it and with field.All, and returns both heads
 // as they would be sent to a replica, with a generated request ID
 // replaced by a placeholder (it is random), and the fields found.
 func rewriteBothWays(t *testing.T, raw string) (fast, full string, f fields) {
@@ -35,7 +35,7 @@ func rewriteBothWays(t *testing.T, raw string) (fast, full string, f fields) {
 	b.Init(&req, addr, nil)
 	f = requestFields(&a.Request.Header)
 	c1, h1 := rewriteRequest(&a, f)
-	c2, h2 := rewriteRequest(&b, fieldsAll)
+	c2, h2 := rewriteRequest(&b, field.All)
 	if c1 != c2 || h1 != h2 {
 		t.Errorf("%q: close/http10 %v/%v with the fields found, %v/%v with all", raw, c1, h1, c2, h2)
 	}
@@ -53,19 +53,19 @@ func TestRequestFieldsRewriteAsAll(t *testing.T) {
 	}{
 		{"plain keyed GET", "GET /x HTTP/1.1\r\nHost: a\r\nUser-Agent: vegeta\r\nX-Key: k1\r\nAccept-Encoding: gzip\r\n\r\n", 0},
 		{"no fields at all besides Host", "GET / HTTP/1.1\r\nHost: a\r\n\r\n", 0},
-		{"HTTP/1.0 without Host", "GET / HTTP/1.0\r\n\r\n", fieldsAll},
-		{"HTTP/1.0 keep-alive", "GET / HTTP/1.0\r\nHost: a\r\nConnection: keep-alive\r\n\r\n", fConnection},
-		{"Connection close", "GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n", fConnection},
+		{"HTTP/1.0 without Host", "GET / HTTP/1.0\r\n\r\n", field.All},
+		{"HTTP/1.0 keep-alive", "GET / HTTP/1.0\r\nHost: a\r\nConnection: keep-alive\r\n\r\n", field.Connection},
+		{"Connection close", "GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n", field.Connection},
 		{"Connection lists fields, some protected", "POST / HTTP/1.1\r\nHost: a\r\nConnection: keep-alive, X-Hop, x-other, Host, X-Forwarded-For, X-Request-Id\r\nX-Hop: 1\r\nX-Other: 2\r\nX-Forwarded-For: 198.51.100.1\r\nX-Request-Id: mine\r\nContent-Length: 2\r\n\r\nhi",
-			fConnection | fXFF | fRequestID | fContentLength},
+			field.Connection | field.XFF | field.RequestID | field.ContentLength},
 		{"every hop-by-hop field, odd case", "POST / HTTP/1.1\r\nhost: a\r\nkeep-alive: timeout=5\r\nPROXY-CONNECTION: keep-alive\r\nproxy-authorization: Basic eA==\r\nProxy-Authenticate: Basic\r\nte: trailers\r\ntrailer: X-Sum\r\nupgrade: websocket\r\nexpect: 100-continue\r\nContent-Length: 2\r\n\r\nhi",
-			fKeepAlive | fProxyConnection | fProxyAuthorization | fProxyAuthenticate | fTE | fTrailer | fUpgrade | fExpect | fContentLength},
+			field.KeepAlive | field.ProxyConnection | field.ProxyAuthorization | field.ProxyAuthenticate | field.TE | field.Trailer | field.Upgrade | field.Expect | field.ContentLength},
 		{"forwarding fields of the client's", "GET / HTTP/1.1\r\nHost: a\r\nx-forwarded-for: 203.0.113.9, 198.51.100.2\r\nX-Forwarded-Proto: https\r\nX-Forwarded-Host: other\r\nx-request-id: abc\r\n\r\n",
-			fXFF | fRequestID | fXFProto | fXFHost},
-		{"empty request ID", "GET / HTTP/1.1\r\nHost: a\r\nX-Request-Id: \r\n\r\n", fRequestID},
+			field.XFF | field.RequestID | field.XFProto | field.XFHost},
+		{"empty request ID", "GET / HTTP/1.1\r\nHost: a\r\nX-Request-Id: \r\n\r\n", field.RequestID},
 		{"names that only look alike", "GET / HTTP/1.1\r\nHost: a\r\nConnections: x\r\nX-Forwarded-Fore: y\r\nTEe: z\r\nUpgrade-Insecure-Requests: 1\r\nX-Connection: close\r\n\r\n", 0},
-		{"bare LF line ends", "GET / HTTP/1.1\r\nHost: a\nUpgrade: h2c\nX-Key: k\r\n\r\n", fUpgrade},
-		{"chunked: trailer fields are outside the block", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nConnection: X-Sum\r\nTrailer: X-Sum\r\n\r\n2\r\nhi\r\n0\r\nX-Sum: 1\r\n\r\n", fieldsAll},
+		{"bare LF line ends", "GET / HTTP/1.1\r\nHost: a\nUpgrade: h2c\nX-Key: k\r\n\r\n", field.Upgrade},
+		{"chunked: trailer fields are outside the block", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nConnection: X-Sum\r\nTrailer: X-Sum\r\n\r\n2\r\nhi\r\n0\r\nX-Sum: 1\r\n\r\n", field.All},
 		{"cookies", "GET / HTTP/1.1\r\nHost: a\r\nCookie: a=1; b=2\r\nCookie: c=3\r\n\r\n", 0},
 	}
 	for _, c := range cases {
@@ -83,7 +83,7 @@ func TestRequestFieldsRewriteAsAll(t *testing.T) {
 
 // rewriteReplyBothWays parses raw as a replica's reply and prepares it
 // for the client twice, with the fields scanReply finds and with
-// fieldsAll, and returns both heads and the fields found.
+// field.All, and returns both heads and the fields found.
 func rewriteReplyBothWays(t *testing.T, raw string, pressure []byte) (fast, full string, f fields, valid bool) {
 	t.Helper()
 	var a, b fasthttp.RequestCtx
@@ -94,7 +94,7 @@ func rewriteReplyBothWays(t *testing.T, raw string, pressure []byte) (fast, full
 	a.Response.CopyTo(&b.Response)
 	valid, f = scanReply(&a.Response.Header, pressure)
 	prepareResponse(&a, false, f)
-	prepareResponse(&b, false, fieldsAll)
+	prepareResponse(&b, false, field.All)
 	return a.Response.Header.String(), b.Response.Header.String(), f, valid
 }
 
@@ -106,13 +106,13 @@ func TestReplyFieldsRewriteAsAll(t *testing.T) {
 		want  fields
 		valid bool
 	}{
-		{"plain", "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nok", fContentLength, true},
-		{"Connection close", "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok", fConnection | fContentLength, true},
-		{"Connection lists fields", "HTTP/1.1 200 OK\r\nConnection: X-Hop, Content-Length\r\nX-Hop: 1\r\nKeep-Alive: timeout=5\r\nContent-Length: 2\r\n\r\nok", fConnection | fKeepAlive | fContentLength, true},
-		{"hop-by-hop in odd case", "HTTP/1.1 200 OK\r\nproxy-connection: x\r\nUPGRADE: h2c\r\nProxy-Authenticate: Basic\r\nContent-Length: 2\r\n\r\nok", fProxyConnection | fUpgrade | fProxyAuthenticate | fContentLength, true},
-		{"pressure header", "HTTP/1.1 503 Service Unavailable\r\nx-keyway-pressure: saturated\r\nRetry-After: 2\r\nContent-Length: 0\r\n\r\n", fPressure | fContentLength, true},
-		{"set-cookie and server", "HTTP/1.1 200 OK\r\nServer: r\r\nSet-Cookie: a=1\r\nSet-Cookie: b=2\r\nContent-Length: 0\r\n\r\n", fContentLength, true},
-		{"chunked with a trailer", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: X-Sum\r\nTrailer: X-Sum\r\n\r\n2\r\nok\r\n0\r\nX-Sum: 1\r\n\r\n", fieldsAll, true},
+		{"plain", "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nok", field.ContentLength, true},
+		{"Connection close", "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok", field.Connection | field.ContentLength, true},
+		{"Connection lists fields", "HTTP/1.1 200 OK\r\nConnection: X-Hop, Content-Length\r\nX-Hop: 1\r\nKeep-Alive: timeout=5\r\nContent-Length: 2\r\n\r\nok", field.Connection | field.KeepAlive | field.ContentLength, true},
+		{"hop-by-hop in odd case", "HTTP/1.1 200 OK\r\nproxy-connection: x\r\nUPGRADE: h2c\r\nProxy-Authenticate: Basic\r\nContent-Length: 2\r\n\r\nok", field.ProxyConnection | field.Upgrade | field.ProxyAuthenticate | field.ContentLength, true},
+		{"pressure header", "HTTP/1.1 503 Service Unavailable\r\nx-keyway-pressure: saturated\r\nRetry-After: 2\r\nContent-Length: 0\r\n\r\n", field.Pressure | field.ContentLength, true},
+		{"set-cookie and server", "HTTP/1.1 200 OK\r\nServer: r\r\nSet-Cookie: a=1\r\nSet-Cookie: b=2\r\nContent-Length: 0\r\n\r\n", field.ContentLength, true},
+		{"chunked with a trailer", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: X-Sum\r\nTrailer: X-Sum\r\n\r\n2\r\nok\r\n0\r\nX-Sum: 1\r\n\r\n", field.All, true},
 		{"HTTP/2.0 version", "HTTP/2.0 200 OK\r\nContent-Length: 0\r\n\r\n", 0, false},
 	}
 	for _, c := range cases {
@@ -184,14 +184,14 @@ func BenchmarkRewriteHeaders(b *testing.B) {
 			for b.Loop() {
 				req.CopyTo(&ctx.Request)
 				resp.CopyTo(&ctx.Response)
-				f := fieldsAll
+				f := field.All
 				if mode == "found" {
 					f = requestFields(&ctx.Request.Header)
 				}
 				close, http10 := rewriteRequest(&ctx, f)
 				_, reply := scanReply(&ctx.Response.Header, pressure)
 				if mode == "all" {
-					reply = fieldsAll
+					reply = field.All
 				}
 				prepareResponse(&ctx, close, reply)
 				restoreRequest(&request{ctx: &ctx, http10: http10})
@@ -210,7 +210,7 @@ func framingBothWays(raw string) (fast, full verdict, ok bool) {
 		return 0, 0, false
 	}
 	fast = checkFraming(&h)
-	if _, known := rawFields(h.RawHeaders()); !known || fast == vBareLF || fast == vVersion || fast == vConnect {
+	if _, known := field.InBlock(h.RawHeaders()); !known || fast == vBareLF || fast == vVersion || fast == vConnect {
 		return fast, fast, true // the same code decided
 	}
 	return fast, fieldsVerdict(&h), true
@@ -254,102 +254,4 @@ func FuzzFramingFromRawFields(f *testing.F) {
 			t.Errorf("%q: checkFraming %v, from the parsed fields %v", raw, fast, full)
 		}
 	})
-}
-
-// fieldOfByLowerCase is fieldOf written plainly: both names in lower case
-// (ASCII letters only), then compared. fieldOf compares byte by byte
-// (asciiEqualFold) and must agree with it on any name. (bytes.EqualFold,
-// which fieldOf used before, does not: it takes two bytes that are not
-// UTF-8 for equal, and the Kelvin sign for a K. keyway's callers pass only
-// token names, so that never showed.)
-func fieldOfByLowerCase(name, pressure []byte) fields {
-	// Byte by byte, lower case for A-Z only: header names fold ASCII
-	// letters and nothing else.
-	lower := func(b []byte) []byte {
-		out := slices.Clone(b)
-		for i, c := range out {
-			if 'A' <= c && c <= 'Z' {
-				out[i] = c + 'a' - 'A'
-			}
-		}
-		return out
-	}
-	eq := func(a, b []byte) bool { return bytes.Equal(lower(a), lower(b)) }
-	var f fields
-	for i, n := range hopHeaders {
-		if eq(name, n) {
-			f = 1 << i
-		}
-	}
-	for _, c := range []struct {
-		n []byte
-		f fields
-	}{{hdrExpect, fExpect}, {hdrXFF, fXFF}, {hdrRequestID, fRequestID}, {hdrXFProto, fXFProto}, {hdrXFHost, fXFHost}, {hdrContentLength, fContentLength}} {
-		if eq(name, c.n) {
-			f = c.f
-		}
-	}
-	if len(name) > 0 && eq(name, pressure) {
-		f |= fPressure
-	}
-	return f
-}
-
-// TestFieldOfAsLowerCase: every field name, in every case of each letter,
-// and with each byte changed to each of the bytes that fold near it.
-func TestFieldOfAsLowerCase(t *testing.T) {
-	names := append(slices.Clone(hopHeaders), hdrExpect, hdrXFF, hdrRequestID, hdrXFProto, hdrXFHost, hdrContentLength)
-	pressure := []byte("X-Replica-Pressure")
-	check := func(name []byte) {
-		t.Helper()
-		if got, want := fieldOf(name, pressure), fieldOfByLowerCase(name, pressure); got != want {
-			t.Errorf("fieldOf(%q) = %b, the lower-case comparison says %b", name, got, want)
-		}
-	}
-	for _, n := range append(names, pressure) {
-		for i := range n {
-			for _, b := range []byte{n[i] ^ 0x20, n[i] ^ 0x01, n[i] | 0x20, n[i] &^ 0x20, '-', '_', 0, 0x80, 0xff, '\r'} {
-				v := slices.Clone(n)
-				v[i] = b
-				check(v)
-				check(bytes.ToUpper(v))
-				check(v[:i])
-				check(append(slices.Clone(v), 'x'))
-			}
-		}
-		check(bytes.ToUpper(n))
-		check(bytes.ToLower(n))
-	}
-	for _, n := range []string{"", "T", "t", "te", "TE", "Te:", "Host", "X-Key", "Content-Type", "Content-Lengt", "Content-Length ", "Keep-Alivf"} {
-		check([]byte(n))
-	}
-}
-
-func FuzzFieldOf(f *testing.F) {
-	for _, n := range []string{"Connection", "content-length", "X-REQUEST-ID", "Proxy-Authorization", "Te", "Upgrade", "\u212aeep-Alive"} {
-		f.Add([]byte(n), []byte("X-Pressure"))
-	}
-	f.Fuzz(func(t *testing.T, name, pressure []byte) {
-		if got, want := fieldOf(name, pressure), fieldOfByLowerCase(name, pressure); got != want {
-			t.Fatalf("fieldOf(%q, %q) = %b, the lower-case comparison says %b", name, pressure, got, want)
-		}
-	})
-}
-
-// TestHopFields: hopFields has a bit for each hop-by-hop header and no
-// other, so that a message without them skips the stripping whole.
-func TestHopFields(t *testing.T) {
-	if want := fields(1)<<len(hopHeaders) - 1; hopFields != want {
-		t.Fatalf("hopFields = %#x, want %#x (one bit per hopHeaders entry)", hopFields, want)
-	}
-	for i, name := range hopHeaders {
-		if f := fieldOf(name, nil); f != 1<<i || f&hopFields == 0 {
-			t.Errorf("fieldOf(%s) = %#x, want bit %d, within hopFields", name, f, i)
-		}
-	}
-	for _, name := range []string{"Expect", "X-Forwarded-For", "X-Request-Id", "Content-Length"} {
-		if f := fieldOf([]byte(name), nil); f&hopFields != 0 {
-			t.Errorf("fieldOf(%s) = %#x, inside hopFields", name, f)
-		}
-	}
 }

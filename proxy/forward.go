@@ -15,6 +15,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"keyway/balancer"
+	"keyway/proxy/internal/field"
 	"keyway/proxy/internal/wire"
 )
 
@@ -389,14 +390,14 @@ func (p *Proxy) prepare(r *request) {
 	// A Transfer-Encoding or Trailer field may make fasthttp write the
 	// request chunked, with trailer fields after the body: the lines are
 	// spliced only where the body follows the head as it is.
-	if p.opts.headerAPIForwarding || f&(fXFF|fXFProto|fXFHost|fTransferEncoding|fTrailer) != 0 {
+	if p.opts.headerAPIForwarding || f&(field.XFF|field.XFProto|field.XFHost|field.TransferEncoding|field.Trailer) != 0 {
 		r.clientClose, r.http10 = rewriteRequest(r.ctx, f)
 		return
 	}
 	ctx := r.ctx
 	r.clientClose, r.http10 = rewriteHop(ctx, f)
 	r.ownID = true
-	if f&fRequestID != 0 {
+	if f&field.RequestID != 0 {
 		if len(ctx.Request.Header.PeekBytes(hdrRequestID)) > 0 {
 			r.ownID = false // the client's own goes on
 		} else {
@@ -452,7 +453,7 @@ func rewriteRequest(ctx *fasthttp.RequestCtx, f fields) (clientClose, http10 boo
 	// X-Forwarded-For: append the peer to any list the client sent.
 	var buf [128]byte
 	xff := buf[:0]
-	if f&fXFF != 0 {
+	if f&field.XFF != 0 {
 		if prev := req.Header.PeekBytes(hdrXFF); len(prev) > 0 {
 			xff = append(xff, prev...)
 			xff = append(xff, ", "...)
@@ -467,7 +468,7 @@ func rewriteRequest(ctx *fasthttp.RequestCtx, f fields) (clientClose, http10 boo
 		req.Header.SetCanonical(hdrXFProto, strHTTP)
 	}
 	req.Header.SetCanonical(hdrXFHost, req.Header.Host())
-	if f&fRequestID == 0 || len(req.Header.PeekBytes(hdrRequestID)) == 0 {
+	if f&field.RequestID == 0 || len(req.Header.PeekBytes(hdrRequestID)) == 0 {
 		req.Header.SetCanonical(hdrRequestID, appendRequestID(buf[:0]))
 	}
 	return clientClose, http10
@@ -480,10 +481,10 @@ func rewriteHop(ctx *fasthttp.RequestCtx, f fields) (clientClose, http10 bool) {
 	req := &ctx.Request
 	clientClose = req.Header.ConnectionClose()
 	http10 = !req.Header.IsHTTP11()
-	if f&hopFields != 0 {
+	if f&field.Hop != 0 {
 		stripRequestHopByHop(&req.Header, f)
 	}
-	if f&fExpect != 0 {
+	if f&field.Expect != 0 {
 		req.Header.DelBytes(hdrExpect) // the front end already answered 100-continue
 	}
 	req.Header.ResetConnectionClose()

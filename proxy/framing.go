@@ -5,6 +5,9 @@ import (
 	"errors"
 	"strconv"
 
+	"keyway/proxy/internal/field"
+	"keyway/proxy/internal/wire"
+
 	"github.com/valyala/fasthttp"
 )
 
@@ -37,7 +40,7 @@ var verdicts = [...]struct {
 	vLengthConflict: {fasthttp.StatusBadRequest, "request has both Transfer-Encoding and Content-Length"},
 	vHeaderName:     {fasthttp.StatusBadRequest, "request has a header name with a character outside RFC 9110's token characters"},
 	vNoHost:         {fasthttp.StatusBadRequest, "request has no Host header"},
-	vBareLF:         {fasthttp.StatusBadRequest, errBareLF.Error()},
+	vBareLF:         {fasthttp.StatusBadRequest, wire.ErrBareLF.Error()},
 	vNotChunked:     {fasthttp.StatusBadRequest, msgNotChunked},
 }
 
@@ -52,20 +55,6 @@ var (
 	strChunked          = []byte("chunked")
 )
 
-// tokenChars are the bytes allowed in a header name (RFC 9110 §5.6.2).
-var tokenChars = func() (t [256]bool) {
-	for c := '0'; c <= '9'; c++ {
-		t[c] = true
-	}
-	for c := 'a'; c <= 'z'; c++ {
-		t[c], t[c-'a'+'A'] = true, true
-	}
-	for _, c := range "!#$%&'*+-.^_`|~" {
-		t[c] = true
-	}
-	return t
-}()
-
 // fieldsVerdict is checkFraming's verdict on the fields, from the header
 // as fasthttp parsed it.
 func fieldsVerdict(h *fasthttp.RequestHeader) verdict {
@@ -76,7 +65,7 @@ func fieldsVerdict(h *fasthttp.RequestHeader) verdict {
 	// not a token: a replica could read the line differently.
 	for k := range h.All() {
 		for _, c := range k {
-			if !tokenChars[c] {
+			if !field.Token[c] {
 				return vHeaderName
 			}
 		}
@@ -156,7 +145,7 @@ func refused(h *fasthttp.RequestHeader) verdict {
 // longer than the server wishes to parse), else 431. A head the scan did
 // not follow gets 431.
 func (p *Proxy) headTooLarge(ctx *fasthttp.RequestCtx) (int, string) {
-	if s := headScanOf(ctx.Conn()); s != nil && s.inRequestLine() {
+	if s := wire.HeadOf(ctx.Conn()); s != nil && s.InRequestLine() {
 		return fasthttp.StatusRequestURITooLong, "request line exceeds server.max_header_bytes (" + p.cfg.Server.MaxHeaderBytes.String() + "): the request target is too long"
 	}
 	return fasthttp.StatusRequestHeaderFieldsTooLarge, "request headers exceed server.max_header_bytes (" + p.cfg.Server.MaxHeaderBytes.String() + ")"
@@ -185,20 +174,24 @@ func (p *Proxy) headTooLarge(ctx *fasthttp.RequestCtx) (int, string) {
 // Fields are combined into one list (RFC 9110 section 5.3). A head the
 // scan did not follow to its end, a folded field or one too long to keep
 // get 400.
-func transferCodingAnswer(s *headScan) (int, string) {
+func transferCodingAnswer(s *wire.HeadScan) (int, string) {
 	const generic = "request has a Transfer-Encoding keyway cannot read: send a single Transfer-Encoding: chunked, or Content-Length"
-	switch {
-	case s == nil || s.st != hsDone || s.te == 0 || s.teBad:
+	if s == nil || !s.Done() {
 		return fasthttp.StatusBadRequest, generic
-	case !s.http11:
+	}
+	te, values, ok := s.TransferEncoding()
+	switch {
+	case te == 0 || !ok:
+		return fasthttp.StatusBadRequest, generic
+	case !s.HTTP11():
 		return fasthttp.StatusBadRequest, "request has a Transfer-Encoding but is not HTTP/1.1: its framing is faulty (RFC 9112 section 6.1); send Content-Length"
-	case s.cl:
+	case s.ContentLength():
 		return fasthttp.StatusBadRequest, verdicts[vLengthConflict].msg
 	}
 	n, chunked := 0, 0
 	var other []byte // the first coding keyway does not implement
 	lastChunked := false
-	for elem := range bytes.SplitSeq(s.teBuf[:s.teLen], []byte{','}) {
+	for elem := range bytes.SplitSeq(values, []byte{','}) {
 		elem = bytes.Trim(elem, " \t\r")
 		if len(elem) == 0 {
 			continue // empty list elements are ignored (RFC 9110 section 5.6.1)
@@ -234,7 +227,7 @@ func isToken(b []byte) bool {
 		return false
 	}
 	for _, c := range b {
-		if !tokenChars[c] {
+		if !field.Token[c] {
 			return false
 		}
 	}

@@ -2,8 +2,10 @@ package proxy
 
 import (
 	"bytes"
-	"net"
 	"time"
+
+	"keyway/proxy/internal/field"
+	"keyway/proxy/internal/wire"
 
 	"github.com/valyala/fasthttp"
 )
@@ -40,7 +42,7 @@ func (r localReason) String() string { return localReasonNames[r] }
 type request struct {
 	ctx   *fasthttp.RequestCtx
 	start time.Time // when fasthttp had read the request
-	// fields are the head's fields of interest (fieldOf), or fieldsAll
+	// fields are the head's fields of interest (field.Of), or field.All
 	// where the head cannot tell.
 	fields fields
 	rs     *replicaSet // nil until a set matched
@@ -102,27 +104,6 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) {
 	p.route(&r)
 }
 
-// headScanOf returns the scan of a client connection, or nil
-// (clientStateOf).
-func headScanOf(c net.Conn) *headScan {
-	if s := clientStateOf(c); s != nil {
-		return &s.head
-	}
-	return nil
-}
-
-// requestFields returns the fields named in the head the scan followed to
-// its end, as rawFields would find them in fasthttp's raw header block
-// (raw, h.RawHeaders()), and whether the scan can tell: not for a head it
-// did not follow to a CRLF CRLF end, nor one with a line rawFields cannot
-// read, nor one whose field block is not raw's length (fasthttp keeps no
-// block for a head without fields: raw is empty, the scan's block is the
-// empty line alone).
-func (s *headScan) requestFields(raw []byte) (fields, bool) {
-	ok := s.st == hsDone && !s.odd && (int(s.blockN) == len(raw) || len(raw) == 0 && s.blockN == 2)
-	return s.fields, ok
-}
-
 // headVerdict is keyway's verdict on the request's head, from its
 // connection's scan where it followed the head (one pass over the head's
 // bytes, as they were read, found its framing and fields), else from the
@@ -136,14 +117,14 @@ func (s *headScan) requestFields(raw []byte) (fields, bool) {
 // that other readers frame differently.
 func (p *Proxy) headVerdict(r *request) verdict {
 	h := &r.ctx.Request.Header
-	r.fields = fieldsAll
+	r.fields = field.All
 	if h.ConnectionClose() {
 		if v := refused(h); v != vOK {
 			return v
 		}
 	}
-	s := headScanOf(r.ctx.Conn())
-	if s != nil && s.st == hsBare {
+	s := wire.HeadOf(r.ctx.Conn())
+	if s != nil && s.Bare() {
 		// A head fasthttp took although it ended in a bare LF, which
 		// checkHead cannot see: a request line ended by a bare LF and
 		// then an empty line "\r\n" (fasthttp's empty header block).
@@ -161,8 +142,9 @@ func (p *Proxy) headVerdict(r *request) verdict {
 		r.fields = f
 	}
 	var te bool
-	if s != nil && s.st == hsDone {
-		te = s.te > 0
+	if s != nil && s.Done() {
+		n, _, _ := s.TransferEncoding()
+		te = n > 0
 	} else {
 		te = rawHasHeader(h.RawHeaders(), hdrTransferEncLower)
 	}
@@ -188,10 +170,10 @@ func checkFraming(h *fasthttp.RequestHeader) verdict {
 // (nil: none did): the fields come from the scan where it can tell, else
 // from the raw header block. It also returns the fields, and whether they
 // are known (else the verdict came from fasthttp's parsed fields).
-func checkHead(h *fasthttp.RequestHeader, s *headScan) (verdict, fields, bool) {
+func checkHead(h *fasthttp.RequestHeader, s *wire.HeadScan) (verdict, fields, bool) {
 	// fasthttp takes a bare-LF empty line as the head's end only when a
 	// CRLF CRLF follows somewhere in what it has buffered (a body, the
-	// next request); without one it waits (see headScan). Refuse such a
+	// next request); without one it waits (see wire.HeadScan). Refuse such a
 	// head always, so that the answer does not depend on what came after
 	// it in the same read.
 	if bareEnd(h.RawHeaders()) {
@@ -214,13 +196,13 @@ func checkHead(h *fasthttp.RequestHeader, s *headScan) (verdict, fields, bool) {
 	// tell, the header is asked.
 	f, ok := fields(0), false
 	if s != nil {
-		f, ok = s.requestFields(h.RawHeaders())
+		f, ok = s.Fields(h.RawHeaders())
 	}
 	if !ok {
-		f, ok = rawFields(h.RawHeaders())
+		f, ok = field.InBlock(h.RawHeaders())
 	}
 	if ok {
-		if f&fContentLength != 0 && (h.ContentLength() == -1 || f&fTransferEncoding != 0 && len(h.PeekBytes(hdrTransferEncoding)) > 0) {
+		if f&field.ContentLength != 0 && (h.ContentLength() == -1 || f&field.TransferEncoding != 0 && len(h.PeekBytes(hdrTransferEncoding)) > 0) {
 			return vLengthConflict, f, true
 		}
 		return vOK, f, true
@@ -253,7 +235,10 @@ func bareEnd(raw []byte) bool {
 // scan kept the field's value: one "chunked", and no Content-Length
 // field. A head the scan did not follow (pipelined) cannot tell, and
 // keeps the conflict's 400.
-func emptyChunked(h *fasthttp.RequestHeader, s *headScan) bool {
-	return h.ContentLength() == 0 && s != nil && s.st == hsDone && !s.cl && s.te == 1 && !s.teBad &&
-		bytes.EqualFold(bytes.Trim(s.teBuf[:s.teLen], " \t\r"), strChunked)
+func emptyChunked(h *fasthttp.RequestHeader, s *wire.HeadScan) bool {
+	if h.ContentLength() != 0 || s == nil || !s.Done() || s.ContentLength() {
+		return false
+	}
+	n, te, ok := s.TransferEncoding()
+	return n == 1 && ok && bytes.EqualFold(bytes.Trim(te, " \t\r"), strChunked)
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"keyway/internal/poll"
+	"keyway/proxy/internal/wire"
 
 	"go.uber.org/zap/zaptest"
 )
@@ -114,22 +115,21 @@ func TestMemLimitsForceWhenNothingAllocates(t *testing.T) {
 // with the limit restored.
 func TestReclaimForcesWhenNothingAllocates(t *testing.T) {
 	before := debug.SetMemoryLimit(-1)
-	log := zaptest.NewLogger(t)
-	var r memReclaim
+	r := memReclaim{log: zaptest.NewLogger(t)}
 	t0 := time.Now()
-	r.step(t0, true, reclaimMin, log)
+	r.step(t0, true, wire.ReclaimMin)
 	if r.phase != 1 {
 		t.Fatalf("phase %d after a burst, want 1 (collect)", r.phase)
 	}
 	start := r.cycles
-	r.step(t0.Add(reclaimIdle), false, 0, log)
+	r.step(t0.Add(reclaimIdle), false, 0)
 	if got := memLimits.now().cycles; got < start+2 {
 		t.Fatalf("%d collections after reclaimIdle, want 2", got-start)
 	}
 	now := t0.Add(reclaimIdle)
 	for i := 0; r.phase != 0 && i < 200; i++ {
-		now = now.Add(reclaimPoll)
-		r.step(now, false, 0, log)
+		now = now.Add(wire.ReclaimPoll)
+		r.step(now, false, 0)
 	}
 	if r.phase != 0 {
 		t.Fatalf("the reclaim did not end (phase %d)", r.phase)

@@ -33,16 +33,16 @@ func TestParkIdleConnection(t *testing.T) {
 	if r := rc.read(t); r.status != 200 {
 		t.Fatalf("first request: %v", r)
 	}
-	poll.Until(t, 5*time.Second, "the connection to park", func() bool { return pk.stats.parked.Load() == 1 })
+	poll.Until(t, 5*time.Second, "the connection to park", func() bool { return pk.Stats().Parked.Load() == 1 })
 
 	rc.send(t, parkReq)
 	if r := rc.read(t); r.status != 200 {
 		t.Fatalf("request on the parked connection: %v", r)
 	}
-	if w := pk.stats.wakes.Load(); w != 1 {
+	if w := pk.Stats().Wakes.Load(); w != 1 {
 		t.Fatalf("unparks = %d, want 1", w)
 	}
-	poll.Until(t, 5*time.Second, "the connection to park again", func() bool { return pk.stats.parked.Load() == 1 })
+	poll.Until(t, 5*time.Second, "the connection to park again", func() bool { return pk.Stats().Parked.Load() == 1 })
 	rc.send(t, parkReq+parkReq)
 	for i := range 2 {
 		if r := rc.read(t); r.status != 200 {
@@ -52,7 +52,7 @@ func TestParkIdleConnection(t *testing.T) {
 	if got := rep.count.Load(); got != 4 {
 		t.Fatalf("the replica saw %d requests, want 4", got)
 	}
-	if n := pk.stats.parks.Load(); n != 2 {
+	if n := pk.Stats().Parks.Load(); n != 2 {
 		t.Fatalf("parks = %d, want 2", n)
 	}
 }
@@ -70,7 +70,7 @@ func TestParkedConnectionsHoldNoGoroutine(t *testing.T) {
 		warm.send(t, parkReq)
 		warm.read(t)
 	}
-	poll.Until(t, 5*time.Second, "the warm-up connection to park", func() bool { return p.parker.stats.parked.Load() == 1 })
+	poll.Until(t, 5*time.Second, "the warm-up connection to park", func() bool { return p.parker.Stats().Parked.Load() == 1 })
 	base := runtime.NumGoroutine()
 	cs := make([]*rawConn, conns)
 	for i := range cs {
@@ -80,7 +80,7 @@ func TestParkedConnectionsHoldNoGoroutine(t *testing.T) {
 			t.Fatalf("connection %d: %v", i, r)
 		}
 	}
-	poll.Until(t, 10*time.Second, "every connection to park", func() bool { return p.parker.stats.parked.Load() == conns+1 })
+	poll.Until(t, 10*time.Second, "every connection to park", func() bool { return p.parker.Stats().Parked.Load() == conns+1 })
 	// fasthttp's workers end within 2 × parkWorkerIdle of their last
 	// connection.
 	var now int
@@ -115,11 +115,11 @@ func TestParkedConnectionIdleTimeout(t *testing.T) {
 	if d := time.Since(answered); d < 700*time.Millisecond {
 		t.Fatalf("closed %v after its answer, before idle_timeout (700ms)", d)
 	}
-	if n := p.parker.stats.parks.Load(); n != 1 {
+	if n := p.parker.Stats().Parks.Load(); n != 1 {
 		t.Fatalf("parks = %d, want 1", n)
 	}
 	poll.Until(t, 5*time.Second, "the expiry to be counted", func() bool {
-		return p.parker.stats.closed.Load() == 1 && p.parker.stats.parked.Load() == 0
+		return p.parker.Stats().Closed.Load() == 1 && p.parker.Stats().Parked.Load() == 0
 	})
 }
 
@@ -131,10 +131,10 @@ func TestParkedConnectionClosedByClient(t *testing.T) {
 	rc := dialRaw(t, addr)
 	rc.send(t, parkReq)
 	rc.read(t)
-	poll.Until(t, 5*time.Second, "the connection to park", func() bool { return p.parker.stats.parked.Load() == 1 })
+	poll.Until(t, 5*time.Second, "the connection to park", func() bool { return p.parker.Stats().Parked.Load() == 1 })
 	rc.c.Close()
 	poll.Until(t, 5*time.Second, "the closed connection to be unparked", func() bool {
-		return p.parker.stats.parked.Load() == 0 && p.parker.stats.wakes.Load() == 1
+		return p.parker.Stats().Parked.Load() == 0 && p.parker.Stats().Wakes.Load() == 1
 	})
 	poll.Until(t, 5*time.Second, "fasthttp to count it closed", func() bool { return p.server.GetOpenConnectionsCount() == 0 })
 }
@@ -152,12 +152,12 @@ func TestParkNotInsideAHead(t *testing.T) {
 	other := dialRaw(t, addr)
 	other.send(t, parkReq)
 	other.read(t)
-	poll.Until(t, 5*time.Second, "the other connection to park", func() bool { return p.parker.stats.parked.Load() == 1 })
+	poll.Until(t, 5*time.Second, "the other connection to park", func() bool { return p.parker.Stats().Parked.Load() == 1 })
 	rc.send(t, "X-Key: k1\r\nContent-Length: 2\r\n\r\nhi")
 	if r := rc.read(t); r.status != 200 {
 		t.Fatalf("the slow head: %v", r)
 	}
-	if n := p.parker.stats.parks.Load(); n != 1 {
+	if n := p.parker.Stats().Parks.Load(); n != 1 {
 		t.Fatalf("parks = %d, want 1 (the other connection only)", n)
 	}
 }
@@ -180,7 +180,7 @@ func TestParkedConnectionsCountTowardsMaxConns(t *testing.T) {
 		}
 		cs = append(cs, c)
 	}
-	poll.Until(t, 5*time.Second, "both to park", func() bool { return p.parker.stats.parked.Load() == 2 })
+	poll.Until(t, 5*time.Second, "both to park", func() bool { return p.parker.Stats().Parked.Load() == 2 })
 	extra := dialRaw(t, addr)
 	extra.send(t, parkReq)
 	r := extra.read(t)
@@ -192,7 +192,7 @@ func TestParkedConnectionsCountTowardsMaxConns(t *testing.T) {
 	}
 	cs[0].c.Close()
 	poll.Until(t, 5*time.Second, "the closed one to leave", func() bool {
-		return p.parker.stats.parked.Load() == 1 && p.server.GetOpenConnectionsCount() == 0
+		return p.parker.Stats().Parked.Load() == 1 && p.server.GetOpenConnectionsCount() == 0
 	})
 	again := dialRaw(t, addr)
 	again.send(t, parkReq)
@@ -218,7 +218,7 @@ func TestShutdownClosesParkedConnections(t *testing.T) {
 		c.read(t)
 		cs = append(cs, c)
 	}
-	poll.Until(t, 5*time.Second, "the connections to park", func() bool { return p.parker.stats.parked.Load() == 8 })
+	poll.Until(t, 5*time.Second, "the connections to park", func() bool { return p.parker.Stats().Parked.Load() == 8 })
 	cancel()
 	if err := within(t, runErr, 5*time.Second, "Run to return"); err != nil {
 		t.Fatalf("Run: %v", err)
@@ -260,26 +260,5 @@ func TestParkIdleAfterValidation(t *testing.T) {
 	p, _ := startProxy(t, func(c *Config) { c.Server.ParkIdleAfter = c.Server.IdleTimeout }, rep)
 	if p.parker != nil {
 		t.Error("a parker runs with park_idle_after = idle_timeout")
-	}
-}
-
-func TestParkDeadlineRoundsUpToTheGrid(t *testing.T) {
-	base := time.Date(2026, 12, 1, 5, 0, 0, 0, time.UTC)
-	for _, tc := range []struct {
-		at, after, want time.Duration // from base
-	}{
-		{2 * time.Second, 2 * time.Second, 2 * time.Second},                                      // on the grid
-		{2*time.Second + time.Nanosecond, 2 * time.Second, 2*time.Second + 250*time.Millisecond}, // just past: next slot
-		{2*time.Second + 249*time.Millisecond, 2 * time.Second, 2*time.Second + 250*time.Millisecond},
-		{105 * time.Millisecond, 100 * time.Millisecond, 112500 * time.Microsecond},
-		{time.Microsecond, 4 * time.Millisecond, time.Millisecond}, // the grid is at least 1ms
-	} {
-		got := parkDeadline(base.Add(tc.at), tc.after)
-		if want := base.Add(tc.want); !got.Equal(want) {
-			t.Errorf("parkDeadline(+%v, %v) = +%v, want +%v", tc.at, tc.after, got.Sub(base), tc.want)
-		}
-		if got.Before(base.Add(tc.at)) {
-			t.Errorf("parkDeadline(+%v, %v) is before the deadline it rounds", tc.at, tc.after)
-		}
 	}
 }

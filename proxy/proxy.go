@@ -19,6 +19,8 @@ import (
 	"go.uber.org/zap"
 
 	"keyway/balancer"
+	"keyway/proxy/internal/field"
+	"keyway/proxy/internal/wire"
 	"keyway/tlsconfig"
 )
 
@@ -128,13 +130,12 @@ type Proxy struct {
 
 	fleet fleetView // the other proxies' views (fleet.go)
 
-	lingering  lingerTracker // connections draining before close (listener.go)
-	lingerTime time.Duration // bound on one connection's draining
+	front wire.Front // the client side: lingering, parking
 
-	// parker holds idle keep-alive connections (park.go); nil when
+	// parker holds idle keep-alive connections (wire.Parker); nil when
 	// server.park_idle_after is 0 or parking could not start. Set before
 	// Serve starts, read by connections after.
-	parker *parker
+	parker *wire.Parker
 
 	// The access log (reply.go): access is nil when it is off.
 	mem *memGuard // the memory guard (memguard.go)
@@ -239,15 +240,15 @@ func New(cfg Config, opts Options) (*Proxy, error) {
 		return nil, err
 	}
 	p := &Proxy{
-		cfg:        cfg,
-		opts:       opts,
-		log:        cmp.Or(opts.Logger, zap.NewNop()),
-		access:     opts.AccessLog,
-		accessKey:  opts.AccessKey,
-		metrics:    m,
-		clk:        opts.clock,
-		lingerTime: defaultLingerTime,
-		mem:        newMemGuard(cfg.Server),
+		cfg:       cfg,
+		opts:      opts,
+		log:       cmp.Or(opts.Logger, zap.NewNop()),
+		access:    opts.AccessLog,
+		accessKey: opts.AccessKey,
+		metrics:   m,
+		clk:       opts.clock,
+		front:     wire.Front{Full: maxConnsAnswer},
+		mem:       newMemGuard(cfg.Server),
 	}
 	if opts.heap != nil {
 		p.mem.read = opts.heap
@@ -256,12 +257,6 @@ func New(cfg Config, opts Options) (*Proxy, error) {
 		p.clk = wallClock{}
 	}
 	p.traffic = newTrafficSampler(m.counters, p.clk.Now)
-	if pc := (parkConfig{after: cfg.Server.ParkIdleAfter, idle: cfg.Server.IdleTimeout}); pc.on() {
-		p.parker = newParker(p, pc, p.log.Named("park"))
-		if err := p.parker.stats.register(opts.Registerer); err != nil {
-			return nil, err
-		}
-	}
 	if cfg.TLS.Enabled() {
 		p.tls, err = tlsconfig.NewServer(cfg.TLS, tlsconfig.ServerOptions{
 			Listener: "proxy", Path: "tls", Logger: p.log.Named("tls"), Registerer: opts.Registerer, OnEvent: opts.TLSEvents,
@@ -285,7 +280,7 @@ func New(cfg Config, opts Options) (*Proxy, error) {
 		Handler:        p.handle,
 		ErrorHandler:   p.handleParseError,
 		HeaderReceived: p.headerReceived,
-		ConnState:      connState,
+		ConnState:      wire.ConnState,
 		Name:           "",
 		Concurrency:    cfg.Server.MaxConns,
 		ReadBufferSize: int(cfg.Server.MaxHeaderBytes),
@@ -308,8 +303,13 @@ func New(cfg Config, opts Options) (*Proxy, error) {
 		CloseOnShutdown:              true,
 		Logger:                       fasthttpLogger{p.log.Named("fasthttp").Sugar()},
 	}
-	if p.parker != nil {
-		p.server.MaxIdleWorkerDuration = parkWorkerIdle
+	if pc := (wire.ParkConfig{After: cfg.Server.ParkIdleAfter, Idle: cfg.Server.IdleTimeout, MaxConns: cfg.Server.MaxConns}); pc.On() {
+		log := p.log.Named("park")
+		p.parker = wire.NewParker(pc, p.server, &memReclaim{log: log}, log)
+		if err := registerParkStats(opts.Registerer, p.parker.Stats()); err != nil {
+			return nil, err
+		}
+		p.server.MaxIdleWorkerDuration = wire.ParkWorkerIdle
 	}
 	return p, nil
 }
@@ -380,7 +380,7 @@ func newGeneration(st *setState, sc SetConfig, up *tlsconfig.Client) *replicaSet
 	}
 	if h := sc.Retries.IdempotencyHeader; h != "" {
 		rs.idem = []byte(h)
-		rs.idemIsID = asciiEqualFold(rs.idem, hdrRequestID)
+		rs.idemIsID = field.EqualFold(rs.idem, hdrRequestID)
 	}
 	if h := sc.RouteContext.Header; h != "" {
 		rs.routeHdr = []byte(h)
@@ -590,12 +590,13 @@ func (p *Proxy) Run(ctx context.Context) error {
 		return err
 	}
 	if p.parker != nil {
-		if err := p.parker.start(); err != nil {
+		if err := p.parker.Start(); err != nil {
 			p.log.Warn("idle connections will not be parked", zap.Error(err))
 			p.parker = nil
 		} else {
-			defer p.parker.wait()
-			defer p.parker.stop()
+			p.front.Parker = p.parker
+			defer p.parker.Wait()
+			defer p.parker.Stop()
 		}
 	}
 	p.reloadMu.Lock()
@@ -627,18 +628,18 @@ func (p *Proxy) Run(ctx context.Context) error {
 	// fasthttp's Shutdown only sees listeners Serve has registered, which
 	// it does just before its first Accept: a Shutdown before that would
 	// return at once and leave Serve running. Wait for the first Accept.
-	ln := newFrontListener(p.ln, p, p.tls == nil)
+	ln := p.front.Listen(p.ln, p.tls == nil)
 	var serve net.Listener = ln
 	if p.tls != nil {
 		// TLS over the lingering TCP connections: a lingering close
 		// drains the raw connection after TLS's close_notify. Request
 		// heads are followed above TLS.
-		serve = tlsHeadListener{p.tls.Listener(ln)}
+		serve = wire.TLSListener(p.tls.Listener(ln))
 	}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- p.server.Serve(serve) }()
 	select {
-	case <-ln.accepting:
+	case <-ln.Accepting():
 	case err := <-serveErr:
 		return fmt.Errorf("serve: %w", err)
 	}
@@ -658,11 +659,11 @@ func (p *Proxy) Run(ctx context.Context) error {
 	if p.parker != nil {
 		// Parked connections are idle: closed now, as fasthttp closes its
 		// idle ones; from here a connection that would park closes.
-		p.parker.stop()
+		p.parker.Stop()
 	}
 	err := p.server.ShutdownWithContext(sctx)
 	<-serveErr
-	p.lingering.stopAndWait()
+	p.front.StopLingering()
 	for _, rs := range p.routes.Load().sets {
 		t := rs.router.Table()
 		for i := 0; i < t.Len(); i++ {

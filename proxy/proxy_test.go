@@ -142,7 +142,7 @@ func TestShutdownWhileLingering(t *testing.T) {
 	cfg := testConfig(startReplica(t, "r0"))
 	cfg.Server.MaxHeaderBytes = 1 << 10
 	// only the shutdown can end the draining in time
-	p, cancel, runErr := runProxy(t, cfg, func(p *Proxy) { p.lingerTime = time.Hour })
+	p, cancel, runErr := runProxy(t, cfg, func(p *Proxy) { p.front.LingerTime = time.Hour })
 
 	rc := dialRaw(t, p.Addr().String())
 	rc.send(t, "GET / HTTP/1.1\r\nHost: a\r\nX-Big: "+strings.Repeat("b", 4<<10)+"\r\n\r\n")

@@ -12,6 +12,8 @@ import (
 
 	"keyway/balancer"
 	"keyway/internal/jsonstr"
+	"keyway/proxy/internal/field"
+	"keyway/proxy/internal/wire"
 
 	"github.com/valyala/fasthttp"
 	"go.uber.org/zap"
@@ -89,7 +91,7 @@ func (p *Proxy) reply(r *request, a answer) {
 	setErrorBody(ctx, a.msg, set, r.replica(), shed)
 	switch a.conn {
 	case connLinger:
-		markLinger(ctx.Conn())
+		wire.MarkLinger(ctx.Conn())
 		fallthrough
 	case connClose:
 		ctx.SetConnectionClose()
@@ -129,7 +131,7 @@ func (p *Proxy) relay(r *request, b *Backend, f fields, end time.Time, d time.Du
 	code := ctx.Response.StatusCode()
 	var hold time.Duration
 	saturated := false
-	if f&fPressure != 0 { // a pressure header: the only way to say it
+	if f&field.Pressure != 0 { // a pressure header: the only way to say it
 		hold, saturated = rs.limits.saturatedFor(&ctx.Response.Header, f)
 	}
 	if saturated {
@@ -159,7 +161,7 @@ func (p *Proxy) relay(r *request, b *Backend, f fields, end time.Time, d time.Du
 // scanReply), before it is relayed.
 func prepareResponse(ctx *fasthttp.RequestCtx, clientClose bool, f fields) {
 	h := &ctx.Response.Header
-	if f&hopFields != 0 {
+	if f&field.Hop != 0 {
 		stripResponseHopByHop(h, f)
 	}
 	h.ResetConnectionClose() // a replica closing its connection must not close the client's
@@ -184,10 +186,10 @@ func (p *Proxy) handleParseError(ctx *fasthttp.RequestCtx, err error) {
 	a := answer{status: fasthttp.StatusBadRequest, msg: "malformed request", conn: connLinger}
 	var small *fasthttp.ErrSmallBuffer
 	switch {
-	case errors.Is(err, errBareLF):
-		a.msg = errBareLF.Error()
+	case errors.Is(err, wire.ErrBareLF):
+		a.msg = wire.ErrBareLF.Error()
 	case errors.Is(err, fasthttp.ErrUnsupportedTransferEncoding):
-		a.status, a.msg = transferCodingAnswer(headScanOf(ctx.Conn()))
+		a.status, a.msg = transferCodingAnswer(wire.HeadOf(ctx.Conn()))
 	case errors.As(err, &small):
 		a.status, a.msg = p.headTooLarge(ctx)
 	case errors.Is(err, fasthttp.ErrBodyTooLarge):

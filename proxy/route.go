@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"slices"
 	"strconv"
 	"time"
@@ -453,20 +452,3 @@ func (p *Proxy) Explain(set, key string) (Explanation, error) {
 // lifecycleReady reports whether a replica's own view allows traffic —
 // ready and not down in gossip — whatever this proxy's health checks say.
 func lifecycleReady(r *balancer.Replica) bool { return r.State == balancer.StateReady && !r.Down }
-
-// clientStateOf returns the state of a client connection, or nil for one
-// keyway does not follow (ciphertext beneath TLS, a connection keyway did
-// not accept itself: tests that drive the handler directly).
-func clientStateOf(c net.Conn) *clientState {
-	switch c := c.(type) {
-	case *lingerConn:
-		if c.scan {
-			return &c.clientState
-		}
-	case *headConn:
-		return &c.clientState
-	case *tlsHeadConn:
-		return &c.clientState
-	}
-	return nil
-}

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"keyway/proxy/internal/field"
+
 	"github.com/valyala/fasthttp"
 )
 
@@ -79,10 +81,10 @@ func newLimits(sc SetConfig) limits {
 // saturatedFor reports whether resp says its replica is saturated, and for
 // how long to shed its keyed requests: the answer's Retry-After in
 // seconds (1s without one, or with an HTTP date), at most maxHold. f is
-// the answer's fields (scanReply): without fPressure it has no pressure
+// the answer's fields (scanReply): without field.Pressure it has no pressure
 // header.
 func (l *limits) saturatedFor(resp *fasthttp.ResponseHeader, f fields) (time.Duration, bool) {
-	if l.pressure == nil || f&fPressure == 0 {
+	if l.pressure == nil || f&field.Pressure == 0 {
 		return 0, false
 	}
 	v := resp.PeekBytes(l.pressure)

@@ -1,4 +1,4 @@
-package proxy
+package wire
 
 import (
 	"errors"
@@ -10,11 +10,11 @@ import (
 	"go.uber.org/zap"
 )
 
-// parker holds parked connections in an epoll set of its own (see
+// Parker holds parked connections in an epoll set of its own (see
 // park.go). The epoll descriptor is itself watched by the runtime's
 // netpoller, so the parker's one goroutine sleeps like any reader until a
 // parked socket has input or a hang-up, or the next sweep is due.
-type parker struct {
+type Parker struct {
 	parkerBase
 	epfd int
 	f    *os.File // epfd, registered with the runtime's poller
@@ -23,15 +23,17 @@ type parker struct {
 	// deadline is the epoll file's read deadline, under mu: the next
 	// sweep, or zero when nothing is parked.
 	deadline time.Time
-	work     chan *lingerConn // to an idle resumer
+	work     chan *ClientConn // to an idle resumer
 }
 
-func newParker(p *Proxy, cfg parkConfig, log *zap.Logger) *parker {
-	return &parker{parkerBase: parkerBase{p: p, cfg: cfg, log: log, conns: map[int]*lingerConn{}}, work: make(chan *lingerConn)}
+func newParker() *Parker {
+	pk := &Parker{work: make(chan *ClientConn)}
+	pk.conns = map[int]*ClientConn{}
+	return pk
 }
 
-// start opens the epoll set and starts the parker's goroutine.
-func (pk *parker) start() error {
+// Start opens the epoll set and starts the parker's goroutine.
+func (pk *Parker) Start() error {
 	fd, err := syscall.EpollCreate1(syscall.EPOLL_CLOEXEC)
 	if err != nil {
 		return fmt.Errorf("epoll_create1: %w", err)
@@ -60,9 +62,9 @@ func (pk *parker) start() error {
 
 // park takes c, whose fasthttp goroutine is ending; false means close it
 // (the parker stopped, or the socket could not be watched).
-func (pk *parker) park(c *lingerConn) bool {
+func (pk *Parker) park(c *ClientConn) bool {
 	if c.ps.fd == 0 {
-		rc, err := c.TCPConn.SyscallConn()
+		rc, err := c.tcp.SyscallConn()
 		if err != nil {
 			return false
 		}
@@ -93,17 +95,17 @@ func (pk *parker) park(c *lingerConn) bool {
 		_ = pk.f.SetReadDeadline(pk.deadline)
 	}
 	pk.conns[c.ps.fd] = c
-	pk.stats.parked.Add(1)
-	pk.stats.parks.Add(1)
+	pk.stats.Parked.Add(1)
+	pk.stats.Parks.Add(1)
 	pk.sinceReclaim++
 	pk.lastPark = time.Now()
 	return true
 }
 
-func (pk *parker) loop() {
+func (pk *Parker) loop() {
 	defer close(pk.done)
 	var evs [128]syscall.EpollEvent
-	var woken []*lingerConn
+	var woken []*ClientConn
 	var lastSweep time.Time
 	collect := func(fd uintptr) bool {
 		for {
@@ -121,7 +123,7 @@ func (pk *parker) loop() {
 					continue
 				}
 				delete(pk.conns, int(ev.Fd))
-				pk.stats.parked.Add(-1)
+				pk.stats.Parked.Add(-1)
 				pk.resumes.Add(1)
 				woken = append(woken, c)
 			}
@@ -141,11 +143,11 @@ func (pk *parker) loop() {
 		}
 		// The deadline is moved only when it passed (or is no longer
 		// needed): not a timer update on every wake.
-		if len(pk.conns) > 0 || pk.sinceReclaim >= reclaimMin || pk.reclaim.phase != 0 {
+		if len(pk.conns) > 0 || pk.sinceReclaim >= ReclaimMin || pk.reclaiming {
 			if now := time.Now(); pk.deadline.IsZero() || !now.Before(pk.deadline) {
 				next := parkSweep
-				if pk.reclaim.phase != 0 {
-					next = reclaimPoll
+				if pk.reclaiming {
+					next = ReclaimPoll
 				}
 				pk.deadline = now.Add(next)
 				_ = pk.f.SetReadDeadline(pk.deadline)
@@ -157,7 +159,7 @@ func (pk *parker) loop() {
 		pk.mu.Unlock()
 		err := pk.rc.Read(collect)
 		for i, c := range woken {
-			pk.stats.wakes.Add(1)
+			pk.stats.Wakes.Add(1)
 			go pk.resume(c)
 			woken[i] = nil
 		}
@@ -176,15 +178,15 @@ func (pk *parker) loop() {
 		if now := time.Now(); now.Sub(lastSweep) >= parkSweep {
 			lastSweep = now
 			pk.expire(now)
-		} else if pk.reclaim.phase != 0 {
-			pk.reclaim.step(now, false, 0, pk.log)
+		} else {
+			pk.stepReclaim(now, false, 0)
 		}
 	}
 }
 
 // resume serves a woken connection again, as fasthttp serves a new one,
 // on an idle resumer goroutine if one waits, else on a new one.
-func (pk *parker) resume(c *lingerConn) {
+func (pk *Parker) resume(c *ClientConn) {
 	select {
 	case pk.work <- c:
 	default:
@@ -192,16 +194,16 @@ func (pk *parker) resume(c *lingerConn) {
 	}
 }
 
-// resumer serves woken connections until none came for parkWorkerIdle.
+// resumer serves woken connections until none came for ParkWorkerIdle.
 // Reusing these goroutines matters: a new goroutine starts on a 2 KiB
 // stack, and serving a request grows it to 8 KiB, copying it twice.
-func (pk *parker) resumer(c *lingerConn) {
-	t := time.NewTimer(parkWorkerIdle)
+func (pk *Parker) resumer(c *ClientConn) {
+	t := time.NewTimer(ParkWorkerIdle)
 	defer t.Stop()
 	for {
-		_ = pk.p.server.ServeConn(c)
+		_ = pk.srv.ServeConn(c)
 		pk.resumes.Done()
-		t.Reset(parkWorkerIdle)
+		t.Reset(ParkWorkerIdle)
 		select {
 		case c = <-pk.work:
 		case <-t.C:
@@ -211,9 +213,9 @@ func (pk *parker) resumer(c *lingerConn) {
 }
 
 // expire closes the parked connections whose idle deadline passed, and
-// gives memory back after a burst of parking (see reclaimMin).
-func (pk *parker) expire(now time.Time) {
-	var dead []*lingerConn
+// gives memory back after a burst of parking (see ReclaimMin).
+func (pk *Parker) expire(now time.Time) {
+	var dead []*ClientConn
 	pk.mu.Lock()
 	for fd, c := range pk.conns {
 		if !now.Before(c.ps.idleUntil) {
@@ -221,8 +223,8 @@ func (pk *parker) expire(now time.Time) {
 			dead = append(dead, c)
 		}
 	}
-	pk.stats.parked.Add(-int64(len(dead)))
-	reclaim := pk.sinceReclaim >= reclaimMin && now.Sub(pk.lastPark) >= reclaimQuiet &&
+	pk.stats.Parked.Add(-int64(len(dead)))
+	reclaim := pk.sinceReclaim >= ReclaimMin && now.Sub(pk.lastPark) >= reclaimQuiet &&
 		(pk.lastReclaim.IsZero() || now.Sub(pk.lastReclaim) >= reclaimEvery)
 	parked := len(pk.conns)
 	if reclaim {
@@ -231,40 +233,37 @@ func (pk *parker) expire(now time.Time) {
 	}
 	pk.mu.Unlock()
 	for _, c := range dead {
-		_ = c.TCPConn.Close()
+		_ = c.tcp.Close()
 	}
-	pk.stats.closed.Add(uint64(len(dead)))
-	pk.reclaim.step(now, reclaim, parked, pk.log)
+	pk.stats.Closed.Add(uint64(len(dead)))
+	pk.stepReclaim(now, reclaim, parked)
 }
 
-// stop closes every parked connection and parks none from now on; a
+// Stop closes every parked connection and parks none from now on; a
 // connection that would park is closed. Woken connections being served
-// go on (fasthttp's Shutdown ends them); wait waits for them.
-func (pk *parker) stop() {
+// go on (fasthttp's Shutdown ends them); Wait waits for them.
+func (pk *Parker) Stop() {
 	pk.closeAll()
 	if pk.f != nil {
 		_ = pk.f.Close()
 		<-pk.done
 		pk.f = nil
-		if pk.reclaim.phase != 0 {
-			memLimits.setPark(0)
-			pk.reclaim.phase = 0
-		}
+		pk.abortReclaim()
 	}
 }
 
 // closeAll closes every parked connection and parks none from now on.
-func (pk *parker) closeAll() {
+func (pk *Parker) closeAll() {
 	pk.mu.Lock()
 	pk.stopped = true
 	conns := pk.conns
-	pk.conns = map[int]*lingerConn{}
-	pk.stats.parked.Add(-int64(len(conns)))
+	pk.conns = map[int]*ClientConn{}
+	pk.stats.Parked.Add(-int64(len(conns)))
 	pk.mu.Unlock()
 	for _, c := range conns {
-		_ = c.TCPConn.Close()
+		_ = c.tcp.Close()
 	}
 }
 
-// wait waits for the goroutines serving woken connections.
-func (pk *parker) wait() { pk.resumes.Wait() }
+// Wait waits for the goroutines serving woken connections.
+func (pk *Parker) Wait() { pk.resumes.Wait() }

@@ -1,16 +1,15 @@
-package proxy
+package wire
 
 import (
 	"bytes"
 	"errors"
-	"net"
 
-	"github.com/valyala/fasthttp"
+	"keyway/proxy/internal/field"
 )
 
 // The request head as the client connection delivered it. fasthttp parses
 // a head only once its block holds a CRLF CRLF, and it reports little of
-// what made it refuse one: headScan follows the head's bytes as the
+// what made it refuse one: HeadScan follows the head's bytes as the
 // connection hands them to fasthttp, so that keyway can
 //
 //   - refuse at once a head that ends in a bare-LF empty line, which
@@ -20,8 +19,8 @@ import (
 //     server.max_header_bytes;
 //   - tell, for a Transfer-Encoding fasthttp refused, a coding keyway does
 //     not implement (501) from framing it cannot read (400);
-//   - know which header fields of interest (fieldOf) the head names, as
-//     rawFields would find them in fasthttp's raw header block, without a
+//   - know which header fields of interest (field.Of) the head names, as
+//     field.InBlock would find them in fasthttp's raw header block, without a
 //     second pass over the head: the framing check (Content-Length with
 //     Transfer-Encoding) and the hop-by-hop stripping use them.
 //
@@ -30,7 +29,7 @@ import (
 // "Transfer-Encoding: identity", which fasthttp accepts, and says which
 // fields are there. Its fields are used only when the scan followed the
 // head to a CRLF CRLF end and its field block is exactly as long as
-// fasthttp's (requestFields): a scan that began anywhere but at the
+// fasthttp's (Fields): a scan that began anywhere but at the
 // head's first byte does not stand in for the raw block.
 //
 // A scan covers one head: the connection's first, or one that starts
@@ -42,9 +41,9 @@ import (
 // gets fasthttp's own answers (431, 400), and one ending in a bare LF
 // waits for server.read_timeout as before.
 //
-// A headScan is used by one goroutine at a time: fasthttp reads a
+// A HeadScan is used by one goroutine at a time: fasthttp reads a
 // connection and calls ConnState from the connection's serving goroutine.
-type headScan struct {
+type HeadScan struct {
 	st     uint8
 	cr     bool // in a line: its last byte so far was CR; at a line start: the line before ended in CRLF
 	seen   bool // the scan has seen bytes of this head
@@ -52,7 +51,7 @@ type headScan struct {
 	cl     bool // a Content-Length field
 	prevTE bool // the line before was a Transfer-Encoding field (folding it is not followed)
 	teBad  bool // Transfer-Encoding values too long for teBuf, or folded: none kept
-	// odd says that the head has a line rawFields cannot read: a folded
+	// odd says that the head has a line field.InBlock cannot read: a folded
 	// continuation line, a line without a colon, a name that is not a
 	// token. Its fields are then not known from the scan.
 	odd     bool
@@ -60,13 +59,13 @@ type headScan struct {
 	nameN   uint8 // hsName: bytes of the name so far (saturating)
 	teLen   uint8
 	tailN   uint8
-	pos     uint32             // bytes of this head scanned before the current read
-	block   uint32             // where the field block begins: the request line's end
-	blockN  uint32             // hsDone: the field block's length, its empty line included
-	fields  fields             // the fields named in the head so far (fieldOf)
-	nameBuf [maxFieldName]byte // hsName: the name so far, when it began in an earlier read
-	tail    [9]byte            // the request line's last bytes: its version
-	teBuf   [64]byte           // the Transfer-Encoding values, comma-joined, as sent
+	pos     uint32              // bytes of this head scanned before the current read
+	block   uint32              // where the field block begins: the request line's end
+	blockN  uint32              // hsDone: the field block's length, its empty line included
+	fields  field.Set           // the fields named in the head so far (field.Of)
+	nameBuf [field.MaxName]byte // hsName: the name so far, when it began in an earlier read
+	tail    [9]byte             // the request line's last bytes: its version
+	teBuf   [64]byte            // the Transfer-Encoding values, comma-joined, as sent
 }
 
 const (
@@ -82,24 +81,20 @@ const (
 	hsOff                  // not scanned
 )
 
-// maxFieldName is the longest name fieldOf knows (Proxy-Authorization):
-// a longer name is no field of interest.
-const maxFieldName = len("Proxy-Authorization")
-
-// errBareLF is what a connection reads once its request's head ended in a
+// ErrBareLF is what a connection reads once its request's head ended in a
 // bare-LF empty line and fasthttp still asks for more: fasthttp would wait
 // for a CRLF CRLF the client will not send.
-var errBareLF = errors.New("request head ends with a bare LF line: end every line of the head with CRLF")
+var ErrBareLF = errors.New("request head ends with a bare LF line: end every line of the head with CRLF")
 
-// reset starts the scan of a new head.
-func (s *headScan) reset() { *s = headScan{} }
+// Reset starts the scan of a new head.
+func (s *HeadScan) Reset() { *s = HeadScan{} }
 
-// inRequestLine reports whether the scan saw the request line start and
+// InRequestLine reports whether the scan saw the request line start and
 // not end.
-func (s *headScan) inRequestLine() bool { return s.st == hsReqLine }
+func (s *HeadScan) InRequestLine() bool { return s.st == hsReqLine }
 
-// scan follows b, the next bytes read off the connection.
-func (s *headScan) scan(b []byte) {
+// Scan follows b, the next bytes read off the connection.
+func (s *HeadScan) Scan(b []byte) {
 	if s.st >= hsDone || len(b) == 0 {
 		return
 	}
@@ -129,7 +124,7 @@ func (s *headScan) scan(b []byte) {
 			if s.cr {
 				t = t[:len(t)-1]
 			}
-			s.http11 = bytes.HasSuffix(t, strHTTP11)
+			s.http11 = bytes.HasSuffix(t, []byte("HTTP/1.1"))
 			s.st = hsBOL
 			b = b[i+1:]
 			s.block = base + uint32(total-len(b))
@@ -162,7 +157,7 @@ func (s *headScan) scan(b []byte) {
 			case c == '\r':
 				s.st = hsBOLCR
 				b = b[1:]
-			case tokenChars[c]:
+			case field.Token[c]:
 				s.st, s.nameN = hsName, 0
 			default:
 				// A continuation line (obs-fold), or a name that is
@@ -184,7 +179,7 @@ func (s *headScan) scan(b []byte) {
 			s.st = hsLine // a bare CR, which fasthttp refuses
 		case hsName:
 			i := 0
-			for i < len(b) && tokenChars[b[i]] {
+			for i < len(b) && field.Token[b[i]] {
 				i++
 			}
 			s.cr = false // the last byte taken, if any, was the name's
@@ -203,20 +198,20 @@ func (s *headScan) scan(b []byte) {
 			if s.nameN > 0 {
 				s.keepName(name)
 				name = nil // too long for any field of interest
-				if int(s.nameN) <= maxFieldName {
+				if int(s.nameN) <= field.MaxName {
 					name = s.nameBuf[:s.nameN]
 				}
 			}
-			f := fieldOf(name, nil)
+			f := field.Of(name, nil)
 			s.fields |= f
 			b = b[i+1:]
 			switch {
-			case f&fTransferEncoding != 0:
+			case f&field.TransferEncoding != 0:
 				if s.te++; s.te > 1 {
 					s.keepTE([]byte{','})
 				}
 				s.st = hsTEValue
-			case f&fContentLength != 0:
+			case f&field.ContentLength != 0:
 				s.cl = true
 				s.st = hsLine
 			default:
@@ -240,8 +235,39 @@ func (s *headScan) scan(b []byte) {
 	}
 }
 
+// Done reports whether the scan followed the head to its CRLF CRLF end.
+func (s *HeadScan) Done() bool { return s.st == hsDone }
+
+// Bare reports whether the head ended in a bare-LF empty line (ErrBareLF).
+func (s *HeadScan) Bare() bool { return s.st == hsBare }
+
+// HTTP11 reports whether the request line ended in HTTP/1.1.
+func (s *HeadScan) HTTP11() bool { return s.http11 }
+
+// ContentLength reports whether the head has a Content-Length field.
+func (s *HeadScan) ContentLength() bool { return s.cl }
+
+// TransferEncoding returns how many Transfer-Encoding fields the head has,
+// and their values, comma-joined as sent; ok is false where the values
+// could not be kept whole (too long, or folded).
+func (s *HeadScan) TransferEncoding() (n int, values []byte, ok bool) {
+	return int(s.te), s.teBuf[:s.teLen], !s.teBad
+}
+
+// Fields returns the fields named in the head the scan followed to its
+// end, as a reader of fasthttp's raw header block (raw,
+// RequestHeader.RawHeaders) would find them, and whether the scan can
+// tell: not for a head it did not follow to a CRLF CRLF end, nor one with
+// a line that takes fasthttp's reading to interpret, nor one whose field
+// block is not raw's length (fasthttp keeps no block for a head without
+// fields: raw is empty, the scan's block is the empty line alone).
+func (s *HeadScan) Fields(raw []byte) (field.Set, bool) {
+	ok := s.st == hsDone && !s.odd && (int(s.blockN) == len(raw) || len(raw) == 0 && s.blockN == 2)
+	return s.fields, ok
+}
+
 // keepTail keeps the last bytes of the request line seen so far.
-func (s *headScan) keepTail(b []byte) {
+func (s *HeadScan) keepTail(b []byte) {
 	if len(b) >= len(s.tail) {
 		copy(s.tail[:], b[len(b)-len(s.tail):])
 		s.tailN = uint8(len(s.tail))
@@ -254,11 +280,11 @@ func (s *headScan) keepTail(b []byte) {
 }
 
 // keepName appends b to the name kept; a name longer than any of
-// interest is not kept, only counted past maxFieldName.
-func (s *headScan) keepName(b []byte) {
+// interest is not kept, only counted past field.MaxName.
+func (s *HeadScan) keepName(b []byte) {
 	n := int(s.nameN)
-	if n+len(b) > maxFieldName {
-		s.nameN = uint8(maxFieldName + 1)
+	if n+len(b) > field.MaxName {
+		s.nameN = uint8(field.MaxName + 1)
 		return
 	}
 	copy(s.nameBuf[n:], b)
@@ -266,7 +292,7 @@ func (s *headScan) keepName(b []byte) {
 }
 
 // keepTE appends b to the Transfer-Encoding values kept.
-func (s *headScan) keepTE(b []byte) {
+func (s *HeadScan) keepTE(b []byte) {
 	switch {
 	case s.teBad:
 	case int(s.teLen)+len(b) > len(s.teBuf):
@@ -278,35 +304,4 @@ func (s *headScan) keepTE(b []byte) {
 
 // dropTE gives up on the Transfer-Encoding values: they cannot be kept
 // whole.
-func (s *headScan) dropTE() { s.teBad, s.teLen = true, 0 }
-
-// clientState is what keyway keeps on a client connection it accepted
-// for the request being served on it: its head's scan.
-type clientState struct {
-	head headScan
-}
-
-// connState is fasthttp's ConnState hook: it starts a new scan for each
-// request on a connection (see headScan).
-func connState(c net.Conn, state fasthttp.ConnState) {
-	if lc, ok := c.(*lingerConn); ok && state == fasthttp.StateIdle {
-		lc.ps.idleNext = true // the next read deadline is the idle wait's (park.go)
-	}
-	s := headScanOf(c)
-	if s == nil {
-		return
-	}
-	switch state {
-	case fasthttp.StateIdle:
-		// The request was answered: what the connection reads next
-		// belongs to the next request's head.
-		s.reset()
-	case fasthttp.StateActive:
-		// fasthttp has the head's first byte. If the scan did not see
-		// it, the head came with the request before it (pipelined) and
-		// began before the scan, which cannot follow it.
-		if !s.seen {
-			s.st = hsOff
-		}
-	}
-}
+func (s *HeadScan) dropTE() { s.teBad, s.teLen = true, 0 }
