@@ -13,6 +13,11 @@ const (
 	KeyMissing KeyStatus = iota // the source is absent or empty: try the next one
 	KeyOK                       // a key was found and hashed
 	KeyInvalid                  // the source holds a key in a non-canonical form: reject the request
+	// KeyDuplicate says the source names the key more than once (two
+	// query parameters of the name): reject the request, since a replica
+	// that reads another occurrence, or all of them, works on a different
+	// key than the one the request was routed by.
+	KeyDuplicate
 )
 
 // HashKey hashes a key in canonical form. Every source hashes its decoded
@@ -42,6 +47,31 @@ func HashHeader(v []byte) (uint64, KeyStatus) {
 		return 0, KeyMissing
 	}
 	return xxhash.Sum64(v), KeyOK
+}
+
+// HashHeaderValues is [HashHeader] for every value of the key's header
+// field that a request carries, in order: two fields or more are
+// [KeyDuplicate], whatever their values.
+func HashHeaderValues(vs [][]byte) (uint64, KeyStatus) {
+	switch len(vs) {
+	case 0:
+		return 0, KeyMissing
+	case 1:
+		return HashHeader(vs[0])
+	}
+	return 0, KeyDuplicate
+}
+
+// AppendHeaderValuesKey appends the key [HashHeaderValues] hashes: the
+// one value itself.
+func AppendHeaderValuesKey(dst []byte, vs [][]byte) ([]byte, KeyStatus) {
+	switch len(vs) {
+	case 0:
+		return dst, KeyMissing
+	case 1:
+		return AppendHeaderKey(dst, vs[0])
+	}
+	return dst, KeyDuplicate
 }
 
 // AppendHeaderKey appends the key [HashHeader] hashes: v itself.
@@ -177,9 +207,13 @@ func shiftsSegments(s []byte) bool {
 // (application/x-www-form-urlencoded: %XX and '+' for space, so %2F is
 // allowed here and "a/b" is a valid key). A malformed escape is
 // [KeyInvalid]; an absent or empty value, or a name without '=', is
-// [KeyMissing]. It does not allocate.
+// [KeyMissing]; a name that occurs twice or more is [KeyDuplicate],
+// whatever the values. It does not allocate.
 func HashQuery(query, name []byte) (uint64, KeyStatus) {
-	v := queryKey(query, name)
+	v, dup := queryKey(query, name)
+	if dup {
+		return 0, KeyDuplicate
+	}
 	if len(v) == 0 {
 		return 0, KeyMissing
 	}
@@ -192,16 +226,20 @@ func HashQuery(query, name []byte) (uint64, KeyStatus) {
 // AppendQueryKey appends the key [HashQuery] hashes: the value with its
 // escapes decoded and '+' as a space.
 func AppendQueryKey(dst, query, name []byte) ([]byte, KeyStatus) {
-	v := queryKey(query, name)
+	v, dup := queryKey(query, name)
+	if dup {
+		return dst, KeyDuplicate
+	}
 	if len(v) == 0 {
 		return dst, KeyMissing
 	}
 	return appendDecoded(dst, v, queryEscapes)
 }
 
-// queryKey finds the raw value of HashQuery's parameter; empty when it
-// is missing.
-func queryKey(query, name []byte) []byte {
+// queryKey finds the raw value of HashQuery's parameter's first
+// occurrence, empty when it is missing, and whether the name occurs again.
+func queryKey(query, name []byte) (v []byte, dup bool) {
+	found := false
 	for len(query) > 0 {
 		pair := query
 		if i := bytes.IndexByte(query, '&'); i >= 0 {
@@ -209,15 +247,18 @@ func queryKey(query, name []byte) []byte {
 		} else {
 			query = nil
 		}
-		k, v := pair, []byte(nil)
+		k, val := pair, []byte(nil)
 		if i := bytes.IndexByte(pair, '='); i >= 0 {
-			k, v = pair[:i], pair[i+1:]
+			k, val = pair[:i], pair[i+1:]
 		}
 		if bytes.Equal(k, name) {
-			return v
+			if found {
+				return v, true
+			}
+			v, found = val, true
 		}
 	}
-	return nil
+	return v, false
 }
 
 // escapes says how a source's raw key is decoded: percent escapes always,

@@ -7,9 +7,10 @@ import (
 )
 
 // FuzzHashQuery checks HashQuery against net/url on arbitrary query
-// strings and names: the first pair named name (compared raw) decides; its
-// value, decoded as net/url's QueryUnescape does, is the key, a value it
-// cannot decode is KeyInvalid, and an empty or absent one KeyMissing.
+// strings and names: a name (compared raw) in two pairs or more is
+// KeyDuplicate; else the pair named name decides: its value, decoded as
+// net/url's QueryUnescape does, is the key, a value it cannot decode is
+// KeyInvalid, and an empty or absent one KeyMissing.
 // AppendQueryKey agrees: the same status, and the decoded key.
 func FuzzHashQuery(f *testing.F) {
 	for _, s := range [][2]string{
@@ -25,21 +26,25 @@ func FuzzHashQuery(f *testing.F) {
 			t.Fatalf("status %v with hash %x", st, h)
 		}
 		want, wantSt := KeyMissing, ""
+		n := 0
 		for _, pair := range bytes.Split(query, []byte("&")) {
 			k, v, _ := bytes.Cut(pair, []byte("="))
 			if !bytes.Equal(k, name) {
 				continue
 			}
-			if len(v) == 0 {
+			if n++; n > 1 {
+				want, wantSt = KeyDuplicate, ""
 				break
+			}
+			if len(v) == 0 {
+				continue
 			}
 			key, err := url.QueryUnescape(string(v))
 			if err != nil {
 				want = KeyInvalid
-				break
+				continue
 			}
 			want, wantSt = KeyOK, key
-			break
 		}
 		if st != want {
 			t.Fatalf("HashQuery(%q, %q) = %v, want %v", query, name, st, want)
@@ -69,7 +74,7 @@ func FuzzKeySources(f *testing.F) {
 		if (key == "") != (st == KeyMissing) || (st == KeyOK && h != want) || st == KeyInvalid {
 			t.Fatalf("HashHeader(%q) = %x, %v", key, h, st)
 		}
-		h, st = HashQuery([]byte("a=1&key="+url.QueryEscape(key)+"&key=other"), []byte("key"))
+		h, st = HashQuery([]byte("a=1&key="+url.QueryEscape(key)+"&other=key"), []byte("key"))
 		if (key == "" && st != KeyMissing) || (key != "" && (st != KeyOK || h != want)) {
 			t.Fatalf("HashQuery of %q = %x, %v", key, h, st)
 		}

@@ -174,7 +174,8 @@ func fieldDocs() map[string]string {
 		"server.park_idle_after":         "park a plain-HTTP keep-alive client connection idle this long: its goroutine and buffers are freed and one epoll set watches the socket until the client sends again or idle_timeout closes it (measured 22 KB → 2.4 KB per idle connection, for about 27 µs of CPU when a parked connection sends again); 0 turns it off; Linux only; read at start only",
 		"server.shutdown_timeout":        "how long a graceful shutdown waits for in-flight requests; at least 100ms",
 		"server.max_heap_bytes":          "memory guard: while the live heap (sampled every 20ms) is above this, new requests get 503 (reason memory); 0 is off, else at least 16MiB",
-		"server.max_inflight_body_bytes": "bounds the request bodies held by requests in flight, all sets together: a request whose body would exceed it gets 503 (reason memory); 0 is off, else at least 1MiB",
+		"server.max_inflight_body_bytes": "bounds the request body bytes buffered, all requests and sets together, checked before each 4KiB of a body's buffer is allocated: beyond it a request gets 503 with Retry-After (reason memory); default 256MiB; 0 is off, else at least 1MiB",
+		"server.body_buffer_bytes":       "how much of a request body is read before a replica connection is taken: a body that fits is buffered whole and can be replayed; a longer one is streamed after it, sent once; 16KiB to 1MiB, default 64KiB",
 
 		"fleet.share":              "publish this proxy's evidence (ejections, probe failures, refused connections) to the other proxies and hold out what the fleet's verdict names; false keeps rotation local",
 		"fleet.interval":           "how often this proxy's view goes to every other proxy and the verdict is evaluated; a proxy silent for 3 intervals is forgotten; 100ms to 10s",
@@ -252,7 +253,7 @@ func fieldDocs() map[string]string {
 		"replica_sets[].retries.attempts":                "total tries per request, the first included (1 disables retries); 1 to 8",
 		"replica_sets[].retries.idempotency_header":      "a request carrying this header may be replayed after its fate is unknown; empty disables",
 		"replica_sets[].max_body_bytes":                  "caps a request body (413 beyond); 1B to 1GiB",
-		"replica_sets[].max_response_body_bytes":         "caps a reply body from the set's replicas: replies are read whole before they are relayed, a larger one gets 502 (upstream kind reply_too_large, not retried) and its connection is closed; 1KiB to 1GiB, no unbounded",
+		"replica_sets[].max_response_body_bytes":         "caps a reply body from the set's replicas: one whose Content-Length is larger gets 502 (upstream kind reply_too_large, not retried); replies beyond server.body_buffer_bytes are streamed, and one that passes the cap while streamed is cut there, both connections closed; 1KiB to 1GiB, no unbounded",
 		"replica_sets[].max_conns_per_replica":           "keep-alive connection pool size per replica; 1 to 100000",
 		"replica_sets[].static":                          "replicas given here rather than discovered by gossip; always on the ring",
 		"replica_sets[].static[].name":                   "required, unique in the set: the replica's ring identity; 1 to 128 bytes, no spaces",

@@ -121,6 +121,7 @@ func fullConfig() Config {
 	c.Server = proxy.ServerConfig{
 		ReadTimeout: 10 * time.Second, WriteTimeout: 11 * time.Second, IdleTimeout: 90 * time.Second,
 		MaxHeaderBytes: 32 << 10, MaxConns: 500, ShutdownTimeout: 5 * time.Second, ReduceMemory: true, ParkIdleAfter: 3 * time.Second,
+		MaxInflightBodyBytes: 256 << 20, BodyBufferBytes: 64 << 10,
 	}
 	c.ReplicaSets = []proxy.SetConfig{{
 		Name:     "orders",
@@ -372,7 +373,7 @@ func TestLoadProblems(t *testing.T) {
 		},
 		"reply bound out of range": {
 			yaml: okSets + "    max_response_body_bytes: 0\n",
-			want: []string{`f.yaml:4: replica_sets[0].max_response_body_bytes: must be between 1KiB and 1GiB, got 0B (replies are read whole before they are relayed: set it above the largest reply a replica sends)`},
+			want: []string{`f.yaml:4: replica_sets[0].max_response_body_bytes: must be between 1KiB and 1GiB, got 0B (a reply past it gets 502, or is cut once streamed: set it above the largest reply a replica sends)`},
 		},
 		"string for an int": {
 			yaml: okSets + "    replicas: three\n",

@@ -605,7 +605,7 @@ func TestShedMemoryGuard(t *testing.T) {
 	t.Run("inflight_bodies", func(t *testing.T) {
 		t.Parallel()
 		a, b := startShedReplica(t, "orders-0"), startShedReplica(t, "orders-1")
-		px, adm, _ := shedStack(t, "max_inflight_body_bytes: 1MiB", "", a, b)
+		px, adm, _ := shedStack(t, "max_inflight_body_bytes: 1MiB, body_buffer_bytes: 1MiB", "", a, b)
 		keys := keysOf(t, adm, 2, a.name, b.name)
 		ka, kb := keys[a.name], keys[b.name]
 		c := newShedClient(t, px)
@@ -639,8 +639,8 @@ func TestShedMemoryGuard(t *testing.T) {
 		name, server string
 		keepAlive    bool
 	}{
-		{"heap", "max_heap_bytes: 16MiB, reduce_memory: true", true},
-		{"heap_default", "max_heap_bytes: 16MiB", false},
+		{"heap", "max_heap_bytes: 16MiB, reduce_memory: true, body_buffer_bytes: 1MiB", true},
+		{"heap_default", "max_heap_bytes: 16MiB, body_buffer_bytes: 1MiB", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -662,18 +662,20 @@ func checkHeapGuard(t *testing.T, server string, keepAlive bool) {
 	}
 	wantServed(t, "a request at rest", c.send(kb[0], "small"), b.name)
 
-	// Two answers of 7MiB that orders-0 sends slowly: keyway buffers an
-	// answer whole, in a buffer of 8MiB (fasthttp rounds Content-Length
-	// up to a power of two) made once the headers are in, so with both
-	// under way the live heap is above 16MiB whatever the collector does.
-	// Both requests were admitted before: a large request body would be
-	// read whole before its request is admitted, and might push the heap
-	// over the bound first.
-	const size = 7 << 20
+	// Answers of 1MiB that orders-0 sends slowly: keyway reads an answer
+	// that fits server.body_buffer_bytes (1MiB here) whole, in a buffer
+	// of its Content-Length made once the headers are in (a longer one
+	// it streams, holding none of it), so with 24 under way the live heap
+	// is above 16MiB whatever the collector does. All were admitted
+	// before.
+	const size, n = 1 << 20, 24
 	a.holdSlowly(size)
-	held := []<-chan shedReply{c.sendAsync(ka[0], "small"), c.sendAsync(ka[1], "small")}
-	a.waitArrivals(t, 2)
-	poll.Until(t, 5*time.Second, "keyway_memory_guard_shedding 1 with 16MiB of answers in flight", func() bool { return shedding() == 1 })
+	var held []<-chan shedReply
+	for i := range n {
+		held = append(held, c.sendAsync(ka[i%2], "small"))
+	}
+	a.waitArrivals(t, n)
+	poll.Until(t, 5*time.Second, "keyway_memory_guard_shedding 1 with 24MiB of answers in flight", func() bool { return shedding() == 1 })
 	wantShed(t, "a request above max_heap_bytes", c.send(kb[0], "small"), 503, "1", "memory", "")
 	if n := b.count(kb[0]); n != 1 {
 		t.Fatalf("orders-1 received %d requests for its key, want 1 (the one at rest): a shed request reached it", n)

@@ -363,7 +363,7 @@ func TestCanonicalKeyMatchesRouting(t *testing.T) {
 		req.SetRequestURI(uri)
 		u := req.URI()
 		path := u.PathOriginal()
-		hash, st := rs.key(&req.Header, path, u)
+		hash, st, _ := rs.key(&req.Header, path, u)
 		seen[st]++
 		key, ok := appendCanonicalKey(nil, rs, &req.Header, path, u)
 		if ok != (st == balancer.KeyOK) {

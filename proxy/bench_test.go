@@ -289,12 +289,12 @@ func BenchmarkKeyExtraction(b *testing.B) {
 			}
 			uri := req.URI()
 			path := uri.PathOriginal()
-			if _, st := rs.key(&req.Header, path, uri); st != balancer.KeyOK {
+			if _, st, _ := rs.key(&req.Header, path, uri); st != balancer.KeyOK {
 				b.Fatalf("status %v", st)
 			}
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, st := rs.key(&req.Header, path, uri); st != balancer.KeyOK {
+				if _, st, _ := rs.key(&req.Header, path, uri); st != balancer.KeyOK {
 					b.Fatal(st)
 				}
 			}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"keyway/balancer"
+	"keyway/proxy/internal/wire"
 	"keyway/tlsconfig"
 )
 
@@ -81,12 +82,21 @@ type ServerConfig struct {
 	// (sampled every 20ms) is above it, new requests are shed with 503
 	// (reason memory). Default 0: off; else at least 16MiB.
 	MaxHeapBytes ByteSize `yaml:"max_heap_bytes"`
-	// MaxInflightBodyBytes bounds the request bodies held in memory by
-	// requests being forwarded, summed over all sets (bodies are
-	// buffered whole): a request whose body would take the sum above it
-	// is shed with 503 (reason memory). Default 0: off; else at least
-	// 1MiB.
+	// MaxInflightBodyBytes bounds the request body bytes buffered, summed
+	// over all requests and sets. It is checked as bytes arrive, before
+	// each 4 KiB of a body's buffer is allocated: a request whose next
+	// chunk would take the sum above it is shed with 503 and Retry-After
+	// (reason memory). Default 256MiB; 0: off; else at least 1MiB.
 	MaxInflightBodyBytes ByteSize `yaml:"max_inflight_body_bytes"`
+	// BodyBufferBytes is how much of a request body keyway buffers
+	// before it takes a replica connection. A body that fits is read
+	// whole first, and can be sent again to another replica (the
+	// delivery contract). A longer one is read until the buffer is full,
+	// then streamed to the replica as the replica takes it: it is sent
+	// once, never replayed. The buffer grows 4 KiB at a time as bytes
+	// arrive, never by what Content-Length announces. Default 64KiB;
+	// allowed 16KiB..1MiB.
+	BodyBufferBytes ByteSize `yaml:"body_buffer_bytes"`
 }
 
 // SetConfig describes one replica set.
@@ -122,11 +132,12 @@ type SetConfig struct {
 	// 1B..1GiB.
 	MaxBodyBytes ByteSize `yaml:"max_body_bytes"`
 	// MaxResponseBodyBytes caps a reply body from one of the set's
-	// replicas: keyway reads a reply whole before relaying it, so a larger
-	// one is not relayed but answered 502 (upstream kind
-	// reply_too_large), and the replica's connection is closed. Default
-	// 64MiB; allowed 1KiB..1GiB (no "unbounded": a replica must not be
-	// able to make keyway hold any amount of memory).
+	// replicas. A reply whose Content-Length is larger, or one of unknown
+	// length that passes it within server.body_buffer_bytes, is not
+	// relayed but answered 502 (upstream kind reply_too_large), and the
+	// replica's connection is closed. Replies beyond the buffer are
+	// streamed to the client: one that passes the cap then is cut there,
+	// both connections closed. Default 64MiB; allowed 1KiB..1GiB.
 	MaxResponseBodyBytes ByteSize `yaml:"max_response_body_bytes"`
 	// MaxConnsPerReplica caps the keep-alive pool to each replica. Default
 	// 1024; allowed 1..100000.
@@ -262,6 +273,9 @@ func DefaultConfig() Config {
 			MaxConns:        10000,
 			ShutdownTimeout: 30 * time.Second,
 			ParkIdleAfter:   2 * time.Second,
+
+			MaxInflightBodyBytes: 256 << 20,
+			BodyBufferBytes:      64 << 10,
 		},
 		Fleet: DefaultFleetConfig(),
 	}
@@ -347,6 +361,9 @@ func (c ServerConfig) Validate() error {
 	if c.MaxInflightBodyBytes != 0 && c.MaxInflightBodyBytes < 1<<20 {
 		errs = append(errs, fmt.Errorf("max_inflight_body_bytes: must be 0 (off) or at least 1MiB, got %s", c.MaxInflightBodyBytes))
 	}
+	if c.BodyBufferBytes < 16<<10 || c.BodyBufferBytes > wire.MaxBuffered {
+		errs = append(errs, fmt.Errorf("body_buffer_bytes: must be between 16KiB and 1MiB, got %s", c.BodyBufferBytes))
+	}
 	return errors.Join(errs...)
 }
 
@@ -375,6 +392,8 @@ func (s SetConfig) Validate() error {
 				sep = "."
 			}
 			errs = append(errs, fmt.Errorf("key[%d]%s%w", i, sep, err))
+		} else if err := keyHeaderOwn(k.Header); err != nil {
+			errs = append(errs, fmt.Errorf("key[%d].header: %w", i, err))
 		}
 	}
 	errs = append(errs, prefixed("hash.", s.Hash.Validate()))
@@ -402,7 +421,7 @@ func (s SetConfig) Validate() error {
 		errs = append(errs, fmt.Errorf("max_body_bytes: must be between 1B and 1GiB, got %s", s.MaxBodyBytes))
 	}
 	if s.MaxResponseBodyBytes < 1<<10 || s.MaxResponseBodyBytes > 1<<30 {
-		errs = append(errs, fmt.Errorf("max_response_body_bytes: must be between 1KiB and 1GiB, got %s (replies are read whole before they are relayed: set it above the largest reply a replica sends)", s.MaxResponseBodyBytes))
+		errs = append(errs, fmt.Errorf("max_response_body_bytes: must be between 1KiB and 1GiB, got %s (a reply past it gets 502, or is cut once streamed: set it above the largest reply a replica sends)", s.MaxResponseBodyBytes))
 	}
 	if s.MaxConnsPerReplica < 1 || s.MaxConnsPerReplica > 100000 {
 		errs = append(errs, fmt.Errorf("max_conns_per_replica: must be between 1 and 100000, got %d", s.MaxConnsPerReplica))
@@ -490,6 +509,28 @@ func (c RouteContextConfig) validate(s SetConfig) error {
 	}
 	if strings.EqualFold(h, s.Retries.IdempotencyHeader) {
 		return fmt.Errorf("%q is the set's retries.idempotency_header; the route context would mark every request replayable", h)
+	}
+	return nil
+}
+
+// keyHeaderOwn refuses a key header that fasthttp, the hop-by-hop rules
+// or the framing give a meaning of their own. fasthttp keeps one of
+// several Content-Type, User-Agent or Host fields and folds Cookie and
+// Connection: a request that sent two keys in them could not be told
+// from one that sent one (see "Finding the key" in docs/proxy.md).
+func keyHeaderOwn(h string) error {
+	if h == "" {
+		return nil
+	}
+	for _, k := range []string{"Host", "Content-Length", "Content-Type", "User-Agent", "Cookie", "Expect"} {
+		if strings.EqualFold(h, k) {
+			return fmt.Errorf("%q is a header HTTP or fasthttp gives a meaning of its own, and two of them in one request cannot be told apart; choose a header of your own, e.g. X-Key", h)
+		}
+	}
+	for _, k := range hopHeaders {
+		if strings.EqualFold(h, string(k)) {
+			return fmt.Errorf("%q is a hop-by-hop header, never forwarded to a replica; choose a header of your own, e.g. X-Key", h)
+		}
 	}
 	return nil
 }

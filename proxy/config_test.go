@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"keyway/balancer"
+
 	"strings"
 	"testing"
 )
@@ -23,6 +25,11 @@ func TestSetConfigNameAndCountRules(t *testing.T) {
 		"static too long":    {modify: func(s *SetConfig) { s.Static[0].Name = strings.Repeat("r", 129) }, want: "static[0].name:"},
 		"static 128 bytes":   {modify: func(s *SetConfig) { s.Static[0].Name = strings.Repeat("r", 128) }},
 		"static upper, dots": {modify: func(s *SetConfig) { s.Static[0].Name = "Orders.0" }},
+		"key header User-Agent": {modify: func(s *SetConfig) { s.Key = []balancer.KeySource{{Header: "user-agent"}} },
+			want: `key[0].header: "user-agent" is a header HTTP or fasthttp gives a meaning of its own, and two of them in one request cannot be told apart; choose a header of your own, e.g. X-Key`},
+		"key header Content-Type": {modify: func(s *SetConfig) { s.Key = []balancer.KeySource{{Header: "X-Key"}, {Header: "Content-Type"}} }, want: `key[1].header: "Content-Type" is a header`},
+		"key header hop-by-hop":   {modify: func(s *SetConfig) { s.Key = []balancer.KeySource{{Header: "Keep-Alive"}} }, want: `key[0].header: "Keep-Alive" is a hop-by-hop header`},
+		"key header own":          {modify: func(s *SetConfig) { s.Key = []balancer.KeySource{{Header: "X-Tenant"}, {Query: "key"}} }},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {

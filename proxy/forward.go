@@ -58,6 +58,15 @@ func (p *Proxy) forward(r *request, t *balancer.Table[*Backend], cands []uint16,
 			p.relay(r, b, f, tr.end, tr.end.Sub(tr.t0))
 			return
 		}
+		if err := r.body.Err(); err != nil {
+			// The client's body broke off, stalled or went past its
+			// limit while it was streamed: the client failed, not the
+			// replica.
+			releaseLines(r)
+			restoreRequest(r)
+			p.reply(r, bodyAnswer(rs, err))
+			return
+		}
 		switch p.failed(r, b, out, &tr, keyed) {
 		case tryAgain:
 			i-- // the same candidate, once more
@@ -198,7 +207,15 @@ func (p *Proxy) exchange(r *request, b *Backend, tr *tries) (wire.Outcome, field
 	if r.lines != nil {
 		lines = *r.lines
 	}
-	out := wire.RoundTrip(b.hc, &r.ctx.Request, &r.ctx.Response, r.deadline, lines)
+	if r.body != nil && r.body.Bytes() == nil {
+		// Not one slice (longer than a chunk, or streamed past the
+		// buffer): each attempt reads the body from its start (failed
+		// makes no further attempt once a byte beyond the buffer left).
+		r.body.Rewind()
+		r.ctx.Request.SetBodyStream(r.body, int(r.body.Size()))
+	}
+	opts := wire.ReplyOpts{Buffer: p.bodyBuffer, Limit: int(rs.cfg.MaxResponseBodyBytes), Whole: r.http10}
+	out := wire.RoundTrip(b.hc, &r.ctx.Request, &r.ctx.Response, r.deadline, lines, opts)
 	// The slot back (as release does, written out here: inlined by
 	// hand, no call back into this file on the request's way out).
 	if b.inflight.Add(-1); b.queue.waiting.Load() != 0 {
@@ -274,7 +291,9 @@ func (p *Proxy) failed(r *request, b *Backend, out wire.Outcome, tr *tries, keye
 			return stop
 		}
 	}
-	if tr.kind == errReplyTooLarge || !tr.kind.neverSent() && !r.replayable() || !time.Now().Before(r.deadline) {
+	if tr.kind == errReplyTooLarge || !tr.kind.neverSent() && !r.replayable() || !time.Now().Before(r.deadline) || r.body.Streamed() {
+		// A body streamed beyond its buffer is gone: it cannot be sent
+		// again, whatever the method.
 		return stop
 	}
 	return nextCandidate
@@ -346,13 +365,17 @@ func failure(rs *replicaSet, k errKind) (localReason, int, string) {
 }
 
 // replayable reports whether a request may be sent again once it may have
-// reached a replica: its method is idempotent, or it carries the set's
+// reached a replica: its body was not streamed beyond its buffer, and its
+// method is idempotent, or it carries the set's
 // idempotency header (an X-Request-Id one counts where keyway gave the
 // request its ID, which every attempt carries). It is asked only after a
 // failed attempt, so that a request that succeeds at once looks no header
 // up.
 func (r *request) replayable() bool {
 	rs, h := r.rs, &r.ctx.Request.Header
+	if r.body.Streamed() {
+		return false // the body's bytes beyond its buffer are gone
+	}
 	return isIdempotent(h.Method()) || len(rs.idem) > 0 && (len(h.PeekBytes(rs.idem)) > 0 || rs.idemIsID && r.ownID)
 }
 
@@ -488,6 +511,10 @@ func rewriteHop(ctx *fasthttp.RequestCtx, f fields) (clientClose, http10 bool) {
 		req.Header.DelBytes(hdrExpect) // the front end already answered 100-continue
 	}
 	req.Header.ResetConnectionClose()
+	// fasthttp writes "Content-Type: application/octet-stream" for a body
+	// without one unless told not to; Reset clears the flag, so it is set
+	// per request. Nothing is injected that the client did not send.
+	req.Header.SetNoDefaultContentType(true)
 	if http10 {
 		req.Header.SetProtocolBytes(strHTTP11)
 	}

@@ -28,6 +28,7 @@ const (
 	vNoHost
 	vBareLF
 	vNotChunked
+	vTooLarge
 )
 
 var verdicts = [...]struct {
@@ -42,6 +43,7 @@ var verdicts = [...]struct {
 	vNoHost:         {fasthttp.StatusBadRequest, "request has no Host header"},
 	vBareLF:         {fasthttp.StatusBadRequest, wire.ErrBareLF.Error()},
 	vNotChunked:     {fasthttp.StatusBadRequest, msgNotChunked},
+	vTooLarge:       {fasthttp.StatusRequestEntityTooLarge, "request Content-Length exceeds the largest max_body_bytes of all replica sets: the body was not read"},
 }
 
 const msgNotChunked = "request has a Transfer-Encoding whose final coding is not chunked: its body's length cannot be determined (RFC 9112 section 6.3); send Transfer-Encoding: chunked or Content-Length"
@@ -121,6 +123,10 @@ func (p *Proxy) headerReceived(h *fasthttp.RequestHeader) fasthttp.RequestConfig
 		v = vConnect
 	case h.ContentLength() == -1 && rawHasHeader(raw, hdrContentLength):
 		v = vLengthConflict
+	case h.ContentLength() > p.routes.Load().maxBody:
+		// Refused before fasthttp waits for the body's first 4 KiB (it
+		// reads them before the handler runs, however long the body).
+		v = vTooLarge
 	}
 	if v != vOK {
 		h.SetContentLength(0)
@@ -252,6 +258,20 @@ func validParams(b []byte) bool {
 // start a request.
 func refusal(v verdict) answer {
 	return answer{status: verdicts[v].status, msg: verdicts[v].msg, conn: connLinger, why: parseErrorReason(verdicts[v].status)}
+}
+
+// refusal is the package refusal for r, whose head got verdict v; a body
+// too large for every set names the set the request is for, if one
+// matches (its body was not read: the connection closes lingering).
+func (p *Proxy) refusal(r *request, v verdict) answer {
+	if v != vTooLarge {
+		return refusal(v)
+	}
+	if r.rs = p.matchSet(r.ctx.Host(), r.ctx.URI().PathOriginal()); r.rs == nil {
+		return refusal(v)
+	}
+	return answer{reason: lrBodyTooLarge, status: fasthttp.StatusRequestEntityTooLarge, conn: connLinger,
+		msg: "request body exceeds max_body_bytes (" + ByteSize(r.rs.maxBody).String() + ") of this replica set"}
 }
 
 // errMalformedReply is a reply fasthttp read but keyway does not relay.

@@ -16,7 +16,9 @@ type localReason uint8
 const (
 	lrNoKey         localReason = iota // 400: no key and fallback reject
 	lrBadKey                           // 400: key in a non-canonical form
+	lrDupKey                           // 400: the key header or query parameter sent twice
 	lrBodyTooLarge                     // 413
+	lrClientBody                       // 400 or 408: the client's body broke off or stalled
 	lrNoReplica                        // 503: nothing in rotation for this key
 	lrUnreachable                      // 503: every candidate refused or had no free connection
 	lrUpstream                         // 502: the replica failed after the request was sent
@@ -31,7 +33,7 @@ const (
 	localReasons
 )
 
-var localReasonNames = [localReasons]string{"no_key", "bad_key", "body_too_large", "no_replica", "unreachable", "upstream_error", "upstream_timeout", "internal", "set_stopped", "overloaded", "set_overloaded", "replica_saturated", "memory", "queue_timeout"}
+var localReasonNames = [localReasons]string{"no_key", "bad_key", "duplicate_key", "body_too_large", "client_body", "no_replica", "unreachable", "upstream_error", "upstream_timeout", "internal", "set_stopped", "overloaded", "set_overloaded", "replica_saturated", "memory", "queue_timeout"}
 
 func (r localReason) String() string { return localReasonNames[r] }
 
@@ -46,6 +48,9 @@ type request struct {
 	// where the head cannot tell.
 	fields fields
 	rs     *replicaSet // nil until a set matched
+	// body is the request's body as it is forwarded (buffered up to its
+	// buffer, the rest streamed), or nil for a request without one.
+	body *wire.Body
 
 	// Set by forward (prepare) for the request's attempts.
 	deadline    time.Time // timeouts.request from start
@@ -96,9 +101,14 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) {
 		if v := recover(); v != nil {
 			p.panicked(&r, v)
 		}
+		if r.body != nil {
+			// The request's body may point into the body's buffer.
+			ctx.Request.ResetBody()
+			wire.ReleaseBody(r.body)
+		}
 	}()
 	if v := p.headVerdict(&r); v != vOK {
-		p.reply(&r, refusal(v))
+		p.reply(&r, p.refusal(&r, v))
 		return
 	}
 	p.route(&r)

@@ -116,14 +116,14 @@ func (p *Proxy) runMemGuard(ctx context.Context) {
 	}
 }
 
-// admitBody adds n body bytes to the sum in flight, and reports whether
-// the sum stays within the bound. The caller gives them back with
-// releaseBody, admitted or not.
-func (g *memGuard) admitBody(n int64) bool {
-	return g.body.Add(n) <= g.maxBody
-}
+// Take adds n buffered body bytes to the sum (wire.Body's budget), and
+// reports whether the sum stays within server.max_inflight_body_bytes
+// (always, when it is off). The caller gives them back with Give, taken
+// or not.
+func (g *memGuard) Take(n int64) bool { return g.body.Add(n) <= g.maxBody || g.maxBody == 0 }
 
-func (g *memGuard) releaseBody(n int64) { g.body.Add(-n) }
+// Give takes n body bytes off the sum.
+func (g *memGuard) Give(n int64) { g.body.Add(-n) }
 
 // memLimits is the one place that sets the runtime's memory limit
 // (debug.SetMemoryLimit), one per process as the limit is: the memory

@@ -130,7 +130,8 @@ type Proxy struct {
 
 	fleet fleetView // the other proxies' views (fleet.go)
 
-	front wire.Front // the client side: lingering, parking
+	front      wire.Front // the client side: lingering, parking
+	bodyBuffer int        // server.body_buffer_bytes
 
 	// parker holds idle keep-alive connections (wire.Parker); nil when
 	// server.park_idle_after is 0 or parking could not start. Set before
@@ -149,9 +150,10 @@ type Proxy struct {
 // a reload publishes a new one, and a request keeps the generation it
 // matched for its whole life.
 type routes struct {
-	sets   []*replicaSet // in match order: most specific first
-	byName map[string]*replicaSet
-	names  []string // in configuration order
+	sets    []*replicaSet // in match order: most specific first
+	maxBody int           // the largest max_body_bytes of all sets
+	byName  map[string]*replicaSet
+	names   []string // in configuration order
 }
 
 // replicaSet is one configuration generation of a replica set: the
@@ -215,7 +217,9 @@ type setState struct {
 type keySource struct {
 	kind    keyKind
 	name    []byte // header or query parameter name
+	header  string // the header name, for RequestHeader.PeekAll
 	segment int    // 1-based path segment
+	dupMsg  string // the answer to a request that names the key twice
 }
 
 type keyKind uint8
@@ -240,15 +244,16 @@ func New(cfg Config, opts Options) (*Proxy, error) {
 		return nil, err
 	}
 	p := &Proxy{
-		cfg:       cfg,
-		opts:      opts,
-		log:       cmp.Or(opts.Logger, zap.NewNop()),
-		access:    opts.AccessLog,
-		accessKey: opts.AccessKey,
-		metrics:   m,
-		clk:       opts.clock,
-		front:     wire.Front{Full: maxConnsAnswer},
-		mem:       newMemGuard(cfg.Server),
+		cfg:        cfg,
+		opts:       opts,
+		log:        cmp.Or(opts.Logger, zap.NewNop()),
+		access:     opts.AccessLog,
+		accessKey:  opts.AccessKey,
+		metrics:    m,
+		clk:        opts.clock,
+		front:      wire.Front{Full: maxConnsAnswer},
+		bodyBuffer: int(cfg.Server.BodyBufferBytes),
+		mem:        newMemGuard(cfg.Server),
 	}
 	if opts.heap != nil {
 		p.mem.read = opts.heap
@@ -271,10 +276,6 @@ func New(cfg Config, opts Options) (*Proxy, error) {
 	}
 	p.routes.Store(rt)
 	p.warnTLS(cfg.ReplicaSets)
-	maxBody := 0
-	for _, rs := range rt.sets {
-		maxBody = max(maxBody, rs.maxBody)
-	}
 	p.cfg.ReplicaSets = nil // the routes hold them from now on
 	p.server = &fasthttp.Server{
 		Handler:        p.handle,
@@ -290,11 +291,17 @@ func New(cfg Config, opts Options) (*Proxy, error) {
 		WriteBufferSize: 4 << 10,
 		// Off by default: it frees idle connections' buffers but costs a
 		// one-byte allocation per reused connection inside fasthttp.
-		ReduceMemoryUsage:            cfg.Server.ReduceMemory,
-		ReadTimeout:                  cfg.Server.ReadTimeout,
-		WriteTimeout:                 cfg.Server.WriteTimeout,
-		IdleTimeout:                  cfg.Server.IdleTimeout,
-		MaxRequestBodySize:           maxBody,
+		ReduceMemoryUsage: cfg.Server.ReduceMemory,
+		ReadTimeout:       cfg.Server.ReadTimeout,
+		WriteTimeout:      cfg.Server.WriteTimeout,
+		IdleTimeout:       cfg.Server.IdleTimeout,
+		// Bodies are streamed: before the handler runs fasthttp reads
+		// at most MaxRequestBodySize bytes of one (its limit bounds only
+		// that, with StreamRequestBody), whatever its Content-Length
+		// says; readBody reads on (wire.Body), and bounds the body by its
+		// set's max_body_bytes.
+		MaxRequestBodySize:           wire.ChunkSize,
+		StreamRequestBody:            true,
 		DisablePreParseMultipartForm: true,
 		NoDefaultServerHeader:        true,
 		NoDefaultContentType:         true,
@@ -348,6 +355,7 @@ func (p *Proxy) buildRoutes(scs []SetConfig, old *routes) (*routes, []*setState,
 		rt.sets = append(rt.sets, rs)
 		rt.byName[rs.name] = rs
 		rt.names = append(rt.names, rs.name)
+		rt.maxBody = max(rt.maxBody, rs.maxBody)
 	}
 	slices.SortStableFunc(rt.sets, func(a, b *replicaSet) int {
 		if c := cmp.Compare(len(b.host), len(a.host)); c != 0 {
@@ -389,11 +397,13 @@ func newGeneration(st *setState, sc SetConfig, up *tlsconfig.Client) *replicaSet
 	for _, k := range sc.Key {
 		switch {
 		case k.Header != "":
-			rs.sources = append(rs.sources, keySource{kind: keyHeader, name: []byte(k.Header)})
+			rs.sources = append(rs.sources, keySource{kind: keyHeader, name: []byte(k.Header), header: k.Header,
+				dupMsg: "the request has the key header " + k.Header + " more than once; send it once: keyway routes by one key, and a replica could read another"})
 		case k.PathSegment > 0:
 			rs.sources = append(rs.sources, keySource{kind: keyPathSegment, segment: k.PathSegment})
 		default:
-			rs.sources = append(rs.sources, keySource{kind: keyQuery, name: []byte(k.Query)})
+			rs.sources = append(rs.sources, keySource{kind: keyQuery, name: []byte(k.Query),
+				dupMsg: "the request has the key query parameter " + k.Query + " more than once; send it once: keyway routes by one key, and a replica could read another"})
 		}
 		descr = append(descr, k.String())
 	}

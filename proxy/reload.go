@@ -180,11 +180,5 @@ func (p *Proxy) CheckReload(cfg Config) error {
 			map[bool]string{true: "serves TLS", false: "speaks plain HTTP"}[on], map[bool]string{true: "has certificates", false: "has none"}[cfg.TLS.Enabled()]))
 	}
 	errs = append(errs, startOnlyDiffs("server", reflect.ValueOf(p.cfg.Server), reflect.ValueOf(cfg.Server))...)
-	for i, sc := range cfg.ReplicaSets {
-		if int(sc.MaxBodyBytes) > p.server.MaxRequestBodySize {
-			errs = append(errs, fmt.Errorf("replica_sets[%d].max_body_bytes: %s is more than the %s keyway started with (the largest of all sets at start, which bounds every body the server reads); restart keyway to raise it, or keep it at most %s",
-				i, sc.MaxBodyBytes, ByteSize(p.server.MaxRequestBodySize), ByteSize(p.server.MaxRequestBodySize)))
-		}
-	}
 	return errors.Join(errs...)
 }

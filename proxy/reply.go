@@ -200,7 +200,7 @@ func (p *Proxy) handleParseError(ctx *fasthttp.RequestCtx, err error) {
 				"request body exceeds max_body_bytes ("+ByteSize(r.rs.maxBody).String()+") of this replica set"
 			break
 		}
-		a.status, a.msg = fasthttp.StatusRequestEntityTooLarge, "request body exceeds the largest max_body_bytes of all replica sets ("+ByteSize(p.server.MaxRequestBodySize).String()+")"
+		a.status, a.msg = fasthttp.StatusRequestEntityTooLarge, "request body exceeds the largest max_body_bytes of all replica sets ("+ByteSize(p.routes.Load().maxBody).String()+")"
 	default:
 		var ne net.Error
 		if errors.As(err, &ne) && ne.Timeout() {
@@ -329,9 +329,9 @@ func (p *Proxy) appendAccess(l *accessLine, r *request, reason string, status in
 	b = append(b, `,"attempts":`...)
 	b = strconv.AppendInt(b, int64(r.tried), 10)
 	b = append(b, `,"bytes_in":`...)
-	b = strconv.AppendInt(b, int64(len(ctx.Request.Body())), 10)
+	b = strconv.AppendInt(b, bytesIn(r), 10)
 	b = append(b, `,"bytes_out":`...)
-	b = strconv.AppendInt(b, int64(len(ctx.Response.Body())), 10)
+	b = strconv.AppendInt(b, bytesOut(&ctx.Response), 10)
 	b = append(b, `,"duration":`...)
 	b = appendSeconds(b, now.Sub(start))
 	b = append(b, `,"upstream_duration":`...)
@@ -413,18 +413,40 @@ func redactKeySegments(dst, path []byte, sources []keySource) []byte {
 	}
 }
 
+// bytesIn is the bytes of r's body keyway read: a body left unread (the
+// request was answered before it) is not read for the log.
+func bytesIn(r *request) int64 {
+	switch {
+	case r.body != nil:
+		return r.body.BytesRead()
+	case r.ctx.Request.IsBodyStream():
+		return 0
+	}
+	return int64(len(r.ctx.Request.Body()))
+}
+
+// bytesOut is the bytes of the answer's body: for one streamed to the
+// client after the log line is written, its Content-Length (0 when it is
+// chunked).
+func bytesOut(resp *fasthttp.Response) int64 {
+	if resp.IsBodyStream() {
+		return int64(max(resp.Header.ContentLength(), 0))
+	}
+	return int64(len(resp.Body()))
+}
+
 // appendCanonicalKey appends the request's key as routing used it: the
 // first source present decides, in the canonical form the balancer hashes
 // (its Append functions are its Hash functions' own extraction: HashKey of
 // the result is the hash the request was routed by). ok is false for a
-// request without a key or with a malformed one.
+// request without a key, with a malformed one or with two.
 func appendCanonicalKey(dst []byte, rs *replicaSet, h *fasthttp.RequestHeader, path []byte, uri *fasthttp.URI) ([]byte, bool) {
 	for i := range rs.sources {
 		src := &rs.sources[i]
 		var st balancer.KeyStatus
 		switch src.kind {
 		case keyHeader:
-			dst, st = balancer.AppendHeaderKey(dst, h.PeekBytes(src.name))
+			dst, st = balancer.AppendHeaderValuesKey(dst, h.PeekAll(src.header))
 		case keyPathSegment:
 			dst, st = balancer.AppendPathSegmentKey(dst, path, src.segment)
 		default:

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net"
 	"slices"
 	"strconv"
 	"time"
@@ -12,6 +14,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"keyway/balancer"
+	"keyway/proxy/internal/wire"
 )
 
 // route is the request's way to its candidates: the set its host and path
@@ -33,34 +36,64 @@ func (p *Proxy) route(r *request) {
 			msg: "no replica set matches host " + strconv.Quote(string(ctx.Host())) + " and path " + strconv.Quote(string(path))})
 		return
 	}
-	rs := r.rs
-	if len(ctx.Request.Body()) > rs.maxBody {
-		p.reply(r, answer{reason: lrBodyTooLarge, status: fasthttp.StatusRequestEntityTooLarge, conn: connClose,
-			msg: "request body exceeds max_body_bytes (" + ByteSize(rs.maxBody).String() + ") of this replica set"})
-		return
-	}
 	if p.mem.over.Load() {
 		p.reply(r, answer{reason: lrMemory, status: fasthttp.StatusServiceUnavailable, retry: time.Second,
 			msg: "keyway's heap is above server.max_heap_bytes: the request was not delivered; retry later"})
 		return
 	}
+	if stream := ctx.RequestBodyStream(); stream != nil && !p.readBody(r, stream) {
+		return
+	}
 	p.admit(r, path, uri)
 }
 
-// admit holds the request's share of the memory guard's body budget and
-// of its set's in-flight bound while it is dispatched, or sheds it.
+// readBody reads the request's body before any replica connection is
+// taken: whole, if it fits the body buffer (server.body_buffer_bytes),
+// else until the buffer is full, the rest to be streamed to the replica
+// as it takes it (wire.Body). Each chunk of the buffer is taken from the
+// memory guard's budget (server.max_inflight_body_bytes) before it is
+// allocated. It answers and reports false for a body it refuses or could
+// not read.
+func (p *Proxy) readBody(r *request, stream io.Reader) bool {
+	rs, req := r.rs, &r.ctx.Request
+	r.body = wire.AcquireBody()
+	err := r.body.Fill(stream, int64(req.Header.ContentLength()), int64(rs.maxBody), p.bodyBuffer, p.mem)
+	if err != nil {
+		p.reply(r, bodyAnswer(rs, err))
+		return false
+	}
+	if b := r.body.Bytes(); b != nil {
+		req.SetBodyRaw(b) // whole: sent as it is, on every attempt
+	}
+	return true
+}
+
+// bodyAnswer is keyway's answer to a request whose body failed as err
+// said (wire.Body.Err): too large, over the budget, or not received.
+func bodyAnswer(rs *replicaSet, err error) answer {
+	var ne net.Error
+	switch {
+	case errors.Is(err, wire.ErrBodyTooLarge):
+		// The rest of the body is unread: the client is likely still
+		// sending it, and a plain close would reset the connection under
+		// the answer.
+		return answer{reason: lrBodyTooLarge, status: fasthttp.StatusRequestEntityTooLarge, conn: connLinger,
+			msg: "request body exceeds max_body_bytes (" + ByteSize(rs.maxBody).String() + ") of this replica set"}
+	case errors.Is(err, wire.ErrBudget):
+		return answer{reason: lrMemory, status: fasthttp.StatusServiceUnavailable, retry: time.Second, conn: connLinger,
+			msg: "the request bodies buffered would exceed server.max_inflight_body_bytes: the request was not delivered; retry later"}
+	case errors.As(err, &ne) && ne.Timeout():
+		return answer{reason: lrClientBody, status: fasthttp.StatusRequestTimeout, conn: connClose,
+			msg: "request body not received within server.read_timeout: the request was not delivered"}
+	}
+	return answer{reason: lrClientBody, status: fasthttp.StatusBadRequest, conn: connClose,
+		msg: "request body could not be read (" + err.Error() + "): the request was not delivered"}
+}
+
+// admit holds the request's share of its set's in-flight bound while it
+// is dispatched, or sheds it.
 func (p *Proxy) admit(r *request, path []byte, uri *fasthttp.URI) {
 	rs := r.rs
-	if g := p.mem; g.maxBody > 0 {
-		if n := int64(len(r.ctx.Request.Body())); n > 0 {
-			defer g.releaseBody(n)
-			if !g.admitBody(n) {
-				p.reply(r, answer{reason: lrMemory, status: fasthttp.StatusServiceUnavailable, retry: time.Second,
-					msg: "the request bodies in flight would exceed server.max_inflight_body_bytes: the request was not delivered; retry later"})
-				return
-			}
-		}
-	}
 	if bound := rs.limits.set; bound > 0 {
 		st := rs.st
 		defer st.inflight.Add(-1)
@@ -76,7 +109,11 @@ func (p *Proxy) admit(r *request, path []byte, uri *fasthttp.URI) {
 func (p *Proxy) dispatch(r *request, path []byte, uri *fasthttp.URI) {
 	rs := r.rs
 	t := rs.router.Table()
-	hash, status := rs.key(&r.ctx.Request.Header, path, uri)
+	hash, status, src := rs.key(&r.ctx.Request.Header, path, uri)
+	if status == balancer.KeyDuplicate {
+		p.reply(r, answer{reason: lrDupKey, status: fasthttp.StatusBadRequest, msg: rs.sources[src].dupMsg})
+		return
+	}
 	var buf [8]uint16
 	cands, d := p.decide(rs, t, status, hash, buf[:0])
 	if d.allDown {
@@ -97,26 +134,30 @@ func (p *Proxy) dispatch(r *request, path []byte, uri *fasthttp.URI) {
 }
 
 // key looks for the request's key in the set's sources, in order: the
-// first source that is present decides (a malformed key is KeyInvalid, not
-// skipped). path is the raw request path.
-func (rs *replicaSet) key(h *fasthttp.RequestHeader, path []byte, uri *fasthttp.URI) (uint64, balancer.KeyStatus) {
+// first source that is present decides (a malformed key is KeyInvalid, a
+// key header or query parameter sent twice KeyDuplicate, not skipped). It
+// also returns the index of the source that decided. path is the raw
+// request path.
+func (rs *replicaSet) key(h *fasthttp.RequestHeader, path []byte, uri *fasthttp.URI) (uint64, balancer.KeyStatus, int) {
 	for i := range rs.sources {
 		src := &rs.sources[i]
 		var hash uint64
 		var status balancer.KeyStatus
 		switch src.kind {
 		case keyHeader:
-			hash, status = balancer.HashHeader(h.PeekBytes(src.name))
+			// Every field of the name: fasthttp's PeekBytes gives the
+			// first, a replica may read another.
+			hash, status = balancer.HashHeaderValues(h.PeekAll(src.header))
 		case keyPathSegment:
 			hash, status = balancer.HashPathSegment(path, src.segment)
 		default:
 			hash, status = balancer.HashQuery(uri.QueryString(), src.name)
 		}
 		if status != balancer.KeyMissing {
-			return hash, status
+			return hash, status, i
 		}
 	}
-	return 0, balancer.KeyMissing
+	return 0, balancer.KeyMissing, -1
 }
 
 // matchSet returns the replica set of a request, or nil.

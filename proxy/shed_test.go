@@ -218,12 +218,14 @@ func TestMemoryGuard(t *testing.T) {
 	}
 }
 
-// TestInflightBodyBytes: request bodies held by requests in flight are
-// bounded by server.max_inflight_body_bytes.
+// TestInflightBodyBytes: the request body bytes buffered are bounded by
+// server.max_inflight_body_bytes.
 func TestInflightBodyBytes(t *testing.T) {
 	a := startReplica(t, "a")
 	arrived, release := hangingReplica(t, a)
-	_, addr := startProxy(t, func(c *Config) { c.Server.MaxInflightBodyBytes = 1 << 20 }, a)
+	// Bodies of 700 KiB buffered whole (not streamed past a 64 KiB
+	// buffer): two would take 1.4 MiB.
+	_, addr := startProxy(t, func(c *Config) { c.Server.MaxInflightBodyBytes, c.Server.BodyBufferBytes = 1<<20, 1<<20 }, a)
 	body := strings.Repeat("x", 700<<10)
 	held := make(chan reply, 1)
 	go func() {

@@ -69,7 +69,7 @@ func (s setAdmin) CreateSet(spec []byte, who admin.Actor) (admin.SetChange, erro
 	}
 	rec := membership.RuntimeRecord{Spec: compact.Bytes(), Action: "create", By: who.String(), Via: n.via()}
 	// Would this proxy serve it? The same rules a file's set meets (a
-	// unique match, a body limit within the start's), checked before
+	// unique match, valid limits), checked before
 	// anything is written: a refused set must not reach the fleet.
 	trial := slices.DeleteFunc(n.rt.Records(), func(r membership.RuntimeRecord) bool { return r.Set == sc.Name })
 	trialRec := rec

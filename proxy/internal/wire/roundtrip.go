@@ -44,15 +44,18 @@ type Outcome struct {
 // reach the replica exactly as if they had been set through req.Header.
 //
 // It does what fasthttp's HostClient.Do does for one attempt with its own
-// transport, for a request without a body stream whose reply is read
-// whole: no retry (keyway owns every retry), no MaxConnDuration, no user
+// transport, for a request whose body is buffered or streamed (the body
+// stream is read as the connection takes it, and detached from req once
+// written) and a reply whose body is read whole, or left to stream to the
+// client as opts say (resp's body stream then owns the connection until
+// fasthttp closes it): no retry (keyway owns every retry), no MaxConnDuration, no user
 // agent; resp is reset first and adds no default Content-Type. The
 // connection goes back to the pool unless either side asked to close it or
 // the exchange failed. Over a connection the hc's dialer wrapped in a
 // ReplicaConn, the outcome says what the connection saw.
 //
 // Safe for concurrent use; req and resp belong to the caller's goroutine.
-func RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time, lines []byte) (o Outcome) {
+func RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time, lines []byte, opts ReplyOpts) (o Outcome) {
 	resp.Reset()
 	resp.Header.SetNoDefaultContentType(true)
 	left := time.Until(deadline)
@@ -66,11 +69,13 @@ func RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Re
 		return o
 	}
 	conn := cc.Conn()
-	err = exchange(hc, conn, req, resp, deadline, lines)
+	streamed, err := exchange(hc, cc, (*fasthttp.HostClient).ReleaseConn, (*fasthttp.HostClient).CloseConn, req, resp, deadline, lines, opts)
 	if rc, ok := conn.(*ReplicaConn); ok {
 		rc.outcome(&o)
 	}
 	switch {
+	case streamed:
+		// The reply's body stream owns the connection now (ReplyStream).
 	case err != nil:
 		o.Err = transportError(err)
 		hc.CloseConn(cc)
@@ -82,26 +87,27 @@ func RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Re
 	return o
 }
 
-// exchange writes req on conn and reads the reply into resp, both within
-// deadline.
-func exchange(hc *fasthttp.HostClient, conn net.Conn, req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time, lines []byte) error {
+// exchange writes req on cc's connection and reads the reply into resp,
+// both within deadline (readReply). It reports whether the reply's body
+// is left to stream, with the connection.
+func exchange[C interface{ Conn() net.Conn }](hc *fasthttp.HostClient, cc C, release, closeConn func(*fasthttp.HostClient, C), req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time, lines []byte, opts ReplyOpts) (bool, error) {
+	conn := cc.Conn()
 	if err := conn.SetDeadline(deadline); err != nil {
-		return err
+		return false, err
 	}
 	req.URI().DisablePathNormalizing = hc.DisablePathNormalizing
 	if err := writeRequest(conn, req, lines); err != nil {
-		return err
-	}
-	if req.Header.IsHead() {
-		resp.SkipBody = true
+		return false, err
 	}
 	if hc.DisableHeaderNamesNormalizing {
 		resp.Header.DisableNormalizing()
 	}
 	br := hc.AcquireReader(conn)
-	err := resp.ReadLimitBody(br, hc.MaxResponseBodySize)
-	hc.ReleaseReader(br)
-	return err
+	streamed, err := readReply(hc, cc, release, closeConn, br, req, resp, opts)
+	if !streamed {
+		hc.ReleaseReader(br)
+	}
+	return streamed, err
 }
 
 // transportError is err as HostClient.Do reports it: any timeout is
@@ -120,8 +126,12 @@ func transportError(err error) error {
 // writeRequest writes req to conn, with lines spliced before the end of
 // its head.
 func writeRequest(conn net.Conn, req *fasthttp.Request, lines []byte) error {
+	bodyLen := -1 // a body stream: the head's end is found by its lines
+	if !req.IsBodyStream() {
+		bodyLen = len(req.Body())
+	}
 	w := headWriters.Get().(*headWriter)
-	w.conn, w.spliced, w.bodyLen, w.lines = conn, len(lines) == 0, len(req.Body()), lines
+	w.conn, w.spliced, w.bodyLen, w.lines = conn, len(lines) == 0, bodyLen, lines
 	w.bw.Reset(w)
 	err := req.Write(w.bw)
 	if err == nil {
@@ -199,9 +209,10 @@ func (w *headWriter) Write(p []byte) (int, error) {
 // end (no value holds a line break), and p is the head and at most
 // bodyLen bytes more: the head ends bodyLen bytes before p's end when p
 // holds the whole body, the usual case, which costs four comparisons.
-// Otherwise the head's lines are followed to the empty one.
+// Otherwise (and for a body of unknown length, bodyLen -1) the head's
+// lines are followed to the empty one.
 func headEnd(p []byte, bodyLen int) int {
-	if i := len(p) - bodyLen; i >= 4 && p[i-4] == '\r' && p[i-3] == '\n' && p[i-2] == '\r' && p[i-1] == '\n' {
+	if i := len(p) - bodyLen; bodyLen >= 0 && i >= 4 && p[i-4] == '\r' && p[i-3] == '\n' && p[i-2] == '\r' && p[i-1] == '\n' {
 		return i
 	}
 	for i := 0; ; {
