@@ -199,6 +199,8 @@ keyway_inflight_requests 0
 keyway_local_responses_total{reason="bad_key",set="orders"} 0
 keyway_local_responses_total{reason="body_too_large",set="none"} 0
 keyway_local_responses_total{reason="body_too_large",set="orders"} 0
+keyway_local_responses_total{reason="client_body",set="orders"} 0
+keyway_local_responses_total{reason="duplicate_key",set="orders"} 0
 keyway_local_responses_total{reason="internal",set="orders"} 0
 keyway_local_responses_total{reason="malformed",set="none"} 0
 keyway_local_responses_total{reason="memory",set="orders"} 0
