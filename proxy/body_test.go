@@ -276,3 +276,29 @@ func TestLargeRepliesStreamed(t *testing.T) {
 		t.Fatalf("HTTP/1.0: status %d, %d bytes, Content-Length %q", r.status, len(r.body), r.header["Content-Length"])
 	}
 }
+
+// TestStreamedReplyCutAtLimit: a reply of unknown length that passes
+// max_response_body_bytes within the buffer gets 502; one that passes it
+// after the buffer, while streamed, is cut there: the client's
+// connection closes mid-body and it never reads a whole 200.
+func TestStreamedReplyCutAtLimit(t *testing.T) {
+	rep := startReplica(t, "r0")
+	rep.setHandler(func(ctx *fasthttp.RequestCtx) {
+		n, _ := strconv.Atoi(string(ctx.QueryArgs().Peek("n")))
+		ctx.SetBodyStream(bytes.NewReader(bodyOf(n)), -1) // chunked
+	})
+	_, addr := startProxy(t, func(c *Config) { c.ReplicaSets[0].MaxResponseBodyBytes = 200 << 10 }, rep)
+	rc := dialRaw(t, addr)
+	rc.send(t, "GET /a?n=150000 HTTP/1.1\r\nHost: a\r\nX-Key: k1\r\n\r\n")
+	if r := rc.read(t); r.status != 200 || len(r.body) != 150000 {
+		t.Fatalf("a streamed reply within the limit: %d, %d bytes", r.status, len(r.body))
+	}
+	rc.send(t, "GET /a?n=1000000 HTTP/1.1\r\nHost: a\r\nX-Key: k1\r\n\r\n")
+	r, err := rc.tryRead()
+	if err == nil {
+		t.Fatalf("a reply past the limit while streamed was read whole: %d, %d bytes", r.status, len(r.body))
+	}
+	if !rc.closedByPeer(5 * time.Second) {
+		t.Fatal("the client's connection stayed open after a cut reply")
+	}
+}

@@ -16,6 +16,7 @@ import (
 // body; Fill starts one, Release ends it.
 type Body struct {
 	chunks [MaxChunks]*[ChunkSize]byte
+	nc     int   // chunks in use: chunks[:nc]
 	n      int   // bytes buffered
 	size   int64 // the body's length as framed (Content-Length), or -1 (chunked: until the stream ends)
 	limit  int64 // most bytes the body may have (max_body_bytes)
@@ -65,7 +66,9 @@ var chunkPool = sync.Pool{New: func() any { return new([ChunkSize]byte) }}
 // ErrBudget, ErrBodyTooLarge or the stream's error; the body must be
 // released in any case.
 func (b *Body) Fill(stream io.Reader, size, limit int64, max int, budget Budget) error {
-	*b = Body{chunks: b.chunks, stream: stream, size: size, limit: limit, budget: budget}
+	// Field by field: the chunks' array is kept (and nothing in it).
+	b.n, b.size, b.limit, b.stream, b.budget, b.taken = 0, size, limit, stream, budget, 0
+	b.off, b.streamed, b.whole, b.err = 0, 0, false, nil
 	if size > limit {
 		b.err = ErrBodyTooLarge
 		return b.err
@@ -79,7 +82,7 @@ func (b *Body) Fill(stream io.Reader, size, limit int64, max int, budget Budget)
 	}
 	for b.n < max {
 		c := b.n / ChunkSize
-		if b.chunks[c] == nil {
+		if c == b.nc {
 			if budget != nil {
 				if !budget.Take(ChunkSize) {
 					budget.Give(ChunkSize)
@@ -88,6 +91,7 @@ func (b *Body) Fill(stream io.Reader, size, limit int64, max int, budget Budget)
 				b.taken += ChunkSize
 			}
 			b.chunks[c] = chunkPool.Get().(*[ChunkSize]byte)
+			b.nc++
 		}
 		off := b.n % ChunkSize
 		end := min(ChunkSize, off+(max-b.n))
@@ -217,14 +221,13 @@ func (b *Body) Read(p []byte) (int, error) {
 
 // Release gives the buffer back to the pool and the budget.
 func (b *Body) Release() {
-	for i, c := range b.chunks {
-		if c != nil {
-			chunkPool.Put(c)
-			b.chunks[i] = nil
-		}
+	for i := range b.nc {
+		chunkPool.Put(b.chunks[i])
+		b.chunks[i] = nil
 	}
 	if b.budget != nil && b.taken > 0 {
 		b.budget.Give(b.taken)
 	}
-	*b = Body{}
+	b.nc, b.n, b.stream, b.budget, b.taken, b.err = 0, 0, nil, nil, 0, nil
+	b.off, b.streamed, b.whole = 0, 0, false
 }
