@@ -3,6 +3,7 @@ package wire
 import (
 	"cmp"
 	"crypto/tls"
+	"io"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -160,6 +161,12 @@ func (c *ClientConn) Close() error {
 	}()
 	return nil
 }
+
+// ReadFrom copies a body stream fasthttp writes to the client (a streamed
+// reply) in pieces of up to 64 KiB rather than its 4 KiB write buffer's
+// (see headWriter.ReadFrom), without the 32 KiB buffer io.Copy would
+// allocate for each.
+func (c *ClientConn) ReadFrom(r io.Reader) (int64, error) { return copyBuffered(c.Conn, r) }
 
 // TLSListener follows the request heads of the TLS connections ln
 // accepts, whose plaintext only the TLS connection sees. ln is a TLS

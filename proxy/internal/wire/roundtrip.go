@@ -204,6 +204,36 @@ func (w *headWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
+// ReadFrom copies a body stream to the connection in pieces of up to
+// copyBufSize, once the head has gone out: bufio.Writer hands a copy to
+// the writer beneath it when its own buffer is empty, which spares one
+// system call per 4 KiB (the bufio.Writer's size) of a streamed body.
+func (w *headWriter) ReadFrom(r io.Reader) (int64, error) {
+	if !w.spliced {
+		// Not yet the head's end: the head goes through Write.
+		return io.Copy(writerOnly{w}, r)
+	}
+	return copyBuffered(w.conn, r)
+}
+
+// writerOnly hides a writer's ReadFrom from io.Copy.
+type writerOnly struct{ io.Writer }
+
+// copyBufSize is the piece in which a streamed body is copied.
+const copyBufSize = 64 << 10
+
+var copyBufs = sync.Pool{New: func() any { b := make([]byte, copyBufSize); return &b }}
+
+// copyBuffered copies r to w through a pooled buffer of copyBufSize.
+func copyBuffered(w io.Writer, r io.Reader) (int64, error) {
+	bp := copyBufs.Get().(*[]byte)
+	defer copyBufs.Put(bp)
+	return io.CopyBuffer(writerOnly{w}, readerOnly{r}, *bp)
+}
+
+// readerOnly hides a reader's WriteTo from io.CopyBuffer.
+type readerOnly struct{ io.Reader }
+
 // headEnd returns the end of the head that p begins with (just after its
 // CRLF CRLF), or -1 if p holds none. A head holds no CRLF CRLF but at its
 // end (no value holds a line break), and p is the head and at most
