@@ -33,6 +33,7 @@ func floorProxyMain(args []string) error {
 	listen := fs.String("listen", "127.0.0.1:0", "address to listen on")
 	replicas := fs.String("replicas", "", "comma-separated host:port of the replicas")
 	maxConns := fs.Int("max-conns", 12048, "client connections")
+	stream := fs.Bool("stream-bodies", false, "stream request bodies (fasthttp's StreamRequestBody) to the replica, of any size, with 10-minute timeouts (the body mode)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -43,11 +44,18 @@ func floorProxyMain(args []string) error {
 	if err != nil {
 		return err
 	}
-	return newFloorProxy(strings.Split(*replicas, ","), *maxConns).Serve(ln)
+	return newFloorProxy(strings.Split(*replicas, ","), *maxConns, *stream).Serve(ln)
 }
 
-// newFloorProxy is the floor proxy's server over the replicas.
-func newFloorProxy(addrs []string, maxConns int) *fasthttp.Server {
+// newFloorProxy is the floor proxy's server over the replicas. With
+// stream (the body mode), fasthttp reads at most 8 KiB of a request body
+// before the handler (StreamRequestBody) and HostClient writes the rest
+// from the client's connection; every timeout is then bodyTimeout.
+func newFloorProxy(addrs []string, maxConns int, stream bool) *fasthttp.Server {
+	deadline, rw := 15*time.Second, 30*time.Second
+	if stream {
+		deadline, rw = bodyTimeout, bodyTimeout
+	}
 	hcs := make([]*fasthttp.HostClient, len(addrs))
 	for i, a := range addrs {
 		hcs[i] = &fasthttp.HostClient{
@@ -63,7 +71,7 @@ func newFloorProxy(addrs []string, maxConns int) *fasthttp.Server {
 	n := uint64(len(hcs))
 	handler := func(ctx *fasthttp.RequestCtx) {
 		hc := hcs[xxhash.Sum64(ctx.Request.Header.Peek("X-Key"))%n]
-		if err := hc.DoDeadline(&ctx.Request, &ctx.Response, ctx.Time().Add(15*time.Second)); err != nil {
+		if err := hc.DoDeadline(&ctx.Request, &ctx.Response, ctx.Time().Add(deadline)); err != nil {
 			ctx.Response.Reset()
 			ctx.SetStatusCode(fasthttp.StatusBadGateway)
 		}
@@ -73,8 +81,9 @@ func newFloorProxy(addrs []string, maxConns int) *fasthttp.Server {
 		Concurrency:                  maxConns,
 		ReadBufferSize:               16 << 10,
 		WriteBufferSize:              4 << 10,
-		ReadTimeout:                  30 * time.Second,
-		WriteTimeout:                 30 * time.Second,
+		ReadTimeout:                  rw,
+		WriteTimeout:                 rw,
+		StreamRequestBody:            stream,
 		IdleTimeout:                  10 * time.Minute,
 		NoDefaultServerHeader:        true,
 		NoDefaultContentType:         true,
@@ -88,6 +97,10 @@ func floorConfig(_ string, port int, e *targetEnv) ([]string, error) {
 	if e.tls != nil || e.sat != nil {
 		return nil, errors.New("gofloor has neither TLS nor overload settings")
 	}
-	return []string{"floor-proxy", "-listen", fmt.Sprintf("127.0.0.1:%d", port),
-		"-replicas", strings.Join(e.replicas, ","), "-max-conns", fmt.Sprint(e.maxConns)}, nil
+	args := []string{"floor-proxy", "-listen", fmt.Sprintf("127.0.0.1:%d", port),
+		"-replicas", strings.Join(e.replicas, ","), "-max-conns", fmt.Sprint(e.maxConns)}
+	if e.bodies != nil {
+		args = append(args, "-stream-bodies")
+	}
+	return args, nil
 }

@@ -31,7 +31,7 @@ func TestFloorProxy(t *testing.T) {
 	}
 	deadAddr := dead.Addr().String()
 	dead.Close()
-	srv := newFloorProxy([]string{reps[0].addr(), reps[1].addr(), reps[2].addr(), deadAddr}, 100)
+	srv := newFloorProxy([]string{reps[0].addr(), reps[1].addr(), reps[2].addr(), deadAddr}, 100, false)
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Shutdown() })
 

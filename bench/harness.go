@@ -16,6 +16,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"keyway/proxy"
 )
 
 // Config is what one harness run measures. Zero values are not defaults:
@@ -72,13 +74,19 @@ type Config struct {
 	// Instructions > 0 replaces every other measurement with the
 	// instruction-count mode (instructions.go): each proxy under
 	// cachegrind, this many requests.
-	Instructions int       `json:"instructions,omitempty"`
-	OutDir       string    `json:"-"`
-	Keyway       string    `json:"-"`                    // a prebuilt keyway binary; "" builds one
-	KeywayRev    string    `json:"keyway_rev,omitempty"` // build keyway from this git revision instead of the working tree
-	Repo         string    `json:"-"`                    // module root, for building keyway
-	Race         bool      `json:"-"`                    // build keyway with -race (the smoke test under -race)
-	Log          io.Writer `json:"-"`                    // progress; nil discards
+	Instructions int `json:"instructions,omitempty"`
+	// Bodies replaces every other measurement with the body-throughput
+	// mode (bodies.go): each target and size on a fresh process, one
+	// streaming replica, BodyConns connections sending bodies of the
+	// size for Duration.
+	Bodies    []proxy.ByteSize `json:"bodies,omitempty"`
+	BodyConns int              `json:"body_conns,omitempty"`
+	OutDir    string           `json:"-"`
+	Keyway    string           `json:"-"`                    // a prebuilt keyway binary; "" builds one
+	KeywayRev string           `json:"keyway_rev,omitempty"` // build keyway from this git revision instead of the working tree
+	Repo      string           `json:"-"`                    // module root, for building keyway
+	Race      bool             `json:"-"`                    // build keyway with -race (the smoke test under -race)
+	Log       io.Writer        `json:"-"`                    // progress; nil discards
 }
 
 // Harness runs the measurements of one Config.
@@ -158,7 +166,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 	}
 	h.loadgen = cfg.LoadGen
-	if h.loadgen == "auto" {
+	if h.loadgen == "auto" && len(cfg.Bodies) == 0 { // the body mode has its own client
 		h.loadgen = "vegeta"
 		if _, err := exec.LookPath("wrk"); err == nil {
 			h.loadgen = "wrk"
@@ -203,8 +211,18 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			return nil, errors.New("saturation: no target left to measure (keyway and haproxy are measured)")
 		}
 	}
-	for i := range cfg.Replicas {
-		r, err := startReplica("r"+strconv.Itoa(i), cfg.Keys, conc, service)
+	nrep := cfg.Replicas
+	if len(cfg.Bodies) > 0 {
+		nrep = 1 // the body mode's one streaming replica (bodies.go)
+	}
+	for i := range nrep {
+		var r *replica
+		var err error
+		if len(cfg.Bodies) > 0 {
+			r, err = startBodyReplica("r" + strconv.Itoa(i))
+		} else {
+			r, err = startReplica("r"+strconv.Itoa(i), cfg.Keys, conc, service)
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -217,6 +235,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	switch {
 	case cfg.Instructions > 0:
 		rep.Instr = h.measureInstructions(ctx)
+	case len(cfg.Bodies) > 0:
+		rep.BodyRuns = h.measureBodies(ctx)
 	case len(cfg.Pair) > 0:
 		for _, t := range pair {
 			rep.Env.Versions = append(rep.Env.Versions, t.name+": "+t.version)
@@ -297,6 +317,19 @@ func (c *Config) validate() error {
 		errs = append(errs, errors.New("-pair-alternate needs -pair"))
 	} else if len(c.Targets) == 0 {
 		errs = append(errs, errors.New("no targets"))
+	}
+	if len(c.Bodies) > 0 {
+		if c.BodyConns < 1 {
+			errs = append(errs, fmt.Errorf("-body-conns %d: must be at least 1", c.BodyConns))
+		}
+		if c.Saturation || len(c.Pair) > 0 || c.Instructions > 0 || c.TLS {
+			errs = append(errs, errors.New("-bodies cannot be combined with -saturation, -pair, -instructions or -tls"))
+		}
+		for _, n := range c.Bodies {
+			if n < 1 || n > maxBodySize {
+				errs = append(errs, fmt.Errorf("-bodies: %s: want 1B..1GiB", n))
+			}
+		}
 	}
 	switch c.LoadGen {
 	case "auto", "wrk", "vegeta":
@@ -397,7 +430,7 @@ func (h *Harness) start(ctx context.Context, t *target, maxConns int, tf *tlsFil
 		if err != nil {
 			return nil, err
 		}
-		env := &targetEnv{maxConns: maxConns, adminPort: admin, nofile: h.nofile, tls: tf, fwd: h.cfg.ForwardHeaders}
+		env := &targetEnv{maxConns: maxConns, adminPort: admin, nofile: h.nofile, tls: tf, fwd: h.cfg.ForwardHeaders, bodies: bodyTargetEnv(h.cfg.Bodies)}
 		if h.cfg.Saturation {
 			env.sat = &satTargetConfig{concurrency: h.cfg.Sat.Concurrency, service: h.cfg.Sat.Service}
 		}

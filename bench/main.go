@@ -10,6 +10,7 @@
 //	go run ./bench                              # every installed target, defaults below
 //	go run ./bench -rounds 1 -duration 5s -targets direct,keyway
 //	go run ./bench -tls -rates "" -targets keyway,haproxy,nginx,caddy   # plus TLS termination
+//	go run ./bench -bodies 1MiB,64MiB -targets keyway,haproxy,nginx  # body throughput instead
 //
 // It prints markdown tables and writes results.json, results.md and one
 // latency percentile plot per rate (latency-RATE.svg) to -out. Method and
@@ -90,6 +91,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	pair := fs.String("pair", "", "paired mode instead of the other measurements: two targets A,B (a proxy of -targets, or keyway@REV built from a git revision) run at once on the proxy's core, each under its own open-loop load at every -rates rate for -latency-duration, fresh processes each round; prints A ÷ B CPU per request and p50 per round's median (see docs/benchmarks.md)")
 	fs.DurationVar(&cfg.PairAlternate, "pair-alternate", 0, "paired mode: measure A and B in turn, in slices of this length (A B B A A B ...), each alone on the proxy's core while loaded, instead of both at once; 0: at once (a target can wait two slices for its next turn: keep that under keyway's server.park_idle_after, 2s, so that its client connections do not park in between; 500ms does)")
 	fs.IntVar(&cfg.Instructions, "instructions", 0, "instruction-count mode instead of the other measurements: each proxy of -targets under valgrind's cachegrind, a short and a long run on fresh processes, this many requests apart (2000 is plenty); prints instructions per request and the functions they go to (needs valgrind)")
+	bodies := fs.String("bodies", "", "body-throughput mode instead of the other measurements: request body sizes, comma-separated (1MiB,64MiB); each target streams POSTs of each size from -body-conns connections for -duration to one replica that reads and drops them, a fresh process per target and size; prints MB/s, proxy CPU per GB, MB/s per proxy core and peak RSS (see docs/benchmarks.md)")
+	fs.IntVar(&cfg.BodyConns, "body-conns", 4, "body mode: concurrent client connections, each sending one body after the other")
 	quiet := fs.Bool("quiet", false, "no progress lines on stderr")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -105,6 +108,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if cfg.Pair, err = parsePair(*pair); err != nil {
+		return err
+	}
+	if cfg.Bodies, err = parseBodies(*bodies); err != nil {
 		return err
 	}
 	for _, t := range strings.Split(targets, ",") {

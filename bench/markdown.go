@@ -34,7 +34,9 @@ func (r *Report) Markdown() string {
 			break
 		}
 	}
-	if c.Saturation || len(c.Pair) > 0 || c.Instructions > 0 {
+	if len(c.Bodies) > 0 {
+		fmt.Fprintf(&b, "Load: POST /ingest with request bodies of %s, the harness's own client, %d connections, closed loop; one replica reading each body from its stream into a reused buffer and answering 200 ok.\n", joinSizes(c.Bodies), c.BodyConns)
+	} else if c.Saturation || len(c.Pair) > 0 || c.Instructions > 0 {
 		fmt.Fprintf(&b, "Load: POST /ingest, %d-byte body, X-Key uniform over %d keys, %d replicas; vegeta, open loop.\n", c.Body, c.Keys, c.Replicas)
 	} else {
 		fmt.Fprintf(&b, "Load: POST /ingest, %d-byte body, X-Key uniform over %d keys, %d replicas; throughput with %s, %d connections, %v per run.\n",
@@ -54,6 +56,11 @@ func (r *Report) Markdown() string {
 	}
 	if len(c.Pair) > 0 {
 		r.pairMarkdown(&b)
+		r.notesAndFailures(&b)
+		return b.String()
+	}
+	if len(c.Bodies) > 0 {
+		r.bodiesMarkdown(&b)
 		r.notesAndFailures(&b)
 		return b.String()
 	}

@@ -30,6 +30,9 @@ type replica struct {
 	slots    chan struct{}
 	service  time.Duration
 	inflight atomic.Int64 // requests in the handler, waiting or served
+	// bodyBytes counts the request body bytes read (the body mode's
+	// replica, startBodyReplica).
+	bodyBytes atomic.Int64
 }
 
 var okBody = []byte("ok\n")

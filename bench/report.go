@@ -29,6 +29,10 @@ type Report struct {
 	PairSummary []PairSummary `json:"pair,omitempty"`
 	// Instr is the instruction-count mode's result (-instructions).
 	Instr []InstrSummary `json:"instructions,omitempty"`
+	// The body-throughput mode (-bodies): every run, and their summary
+	// by target and size.
+	BodyRuns    []BodyRun     `json:"body_runs,omitempty"`
+	BodySummary []BodySummary `json:"bodies,omitempty"`
 }
 
 // Env describes the machine and the software measured.
@@ -219,6 +223,11 @@ func (r *Report) summarise() {
 	}
 	if len(r.Config.Pair) > 0 {
 		r.PairSummary = summarisePairs(r.PairRuns, r.Config.Rates)
+		r.Summary, r.Ratios = nil, nil
+		return
+	}
+	if len(r.Config.Bodies) > 0 {
+		r.BodySummary = summariseBodies(r.BodyRuns, r.Config.Bodies)
 		r.Summary, r.Ratios = nil, nil
 		return
 	}
@@ -645,7 +654,7 @@ func writeFiles(r *Report, dir string) ([]string, error) {
 	}
 	files = append(files, path)
 	for _, rate := range r.Config.Rates {
-		if r.Config.Saturation || len(r.Config.Pair) > 0 || r.Config.Instructions > 0 {
+		if r.Config.Saturation || len(r.Config.Pair) > 0 || r.Config.Instructions > 0 || len(r.Config.Bodies) > 0 {
 			break
 		}
 		path := filepath.Join(dir, fmt.Sprintf("latency-%d.svg", rate))

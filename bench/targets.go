@@ -39,6 +39,9 @@ type targetEnv struct {
 	// fwd makes HAProxy and nginx add keyway's forwarding headers
 	// (Config.ForwardHeaders).
 	fwd bool
+	// bodies, when set, makes each proxy stream request bodies up to
+	// its maxBody, with timeouts that do not cut them (bodies.go).
+	bodies *bodyTargetConfig
 	// procEnv is set by the config function: extra environment for the
 	// proxy's process.
 	procEnv []string
@@ -121,7 +124,9 @@ func write(dir, name, text string) (string, error) {
 // on a free loopback port, warn-level logs, no access log. max_conns is
 // raised for the idle-connection test; the pool per replica is the default.
 // With TLS: the tls section with the run's certificate and TLS 1.3 only;
-// Go picks the suite and group (tls.go).
+// Go picks the suite and group (tls.go). With bodies: the set takes
+// bodies up to the run's largest, and reading a request and the exchange
+// with the replica may take bodyTimeout.
 func keywayConfig(dir string, port int, e *targetEnv) ([]string, error) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "listen: \"127.0.0.1:%d\"\n", port)
@@ -130,6 +135,15 @@ func keywayConfig(dir string, port int, e *targetEnv) ([]string, error) {
 		over = keywaySaturation(e.sat)
 	}
 	fmt.Fprintf(&b, "server:\n  max_conns: %d\n  idle_timeout: 10m\n  shutdown_timeout: 5s\n", e.maxConns)
+	timeouts := "{idle: 10m}"
+	if e.bodies != nil {
+		// Reading a whole request (server.read_timeout) and the whole
+		// exchange with the replica (timeouts.request) include the
+		// streamed body.
+		over.server = append(over.server, "read_timeout: "+bodyTimeout.String(), "write_timeout: "+bodyTimeout.String())
+		over.set = append(over.set, fmt.Sprintf("max_body_bytes: %d", e.bodies.maxBody))
+		timeouts = "{idle: 10m, request: " + bodyTimeout.String() + "}"
+	}
 	for _, l := range over.server {
 		fmt.Fprintf(&b, "  %s\n", l)
 	}
@@ -141,7 +155,7 @@ func keywayConfig(dir string, port int, e *targetEnv) ([]string, error) {
 	if e.tls != nil {
 		fmt.Fprintf(&b, "tls:\n  certificates:\n    - {cert_file: %q, key_file: %q}\n  min_version: \"1.3\"\n  session_tickets: false\n", e.tls.certFile, e.tls.keyFile)
 	}
-	fmt.Fprintf(&b, "replica_sets:\n  - name: bench\n    replicas: %d\n    key: [{header: X-Key}]\n    timeouts: {idle: 10m}\n", len(e.replicas))
+	fmt.Fprintf(&b, "replica_sets:\n  - name: bench\n    replicas: %d\n    key: [{header: X-Key}]\n    timeouts: %s\n", len(e.replicas), timeouts)
 	for _, l := range over.set {
 		fmt.Fprintf(&b, "    %s\n", l)
 	}
@@ -167,6 +181,9 @@ func keywayConfig(dir string, port int, e *targetEnv) ([]string, error) {
 // (stateful, useless without a cache) even with no-tls-tickets, so an
 // OpenSSL configuration file (OPENSSL_CONF, applied by OpenSSL to every
 // SSL_CTX) sets NumTickets to 0, as nginx does with ssl_conf_command.
+//
+// With bodies: as it is (HAProxy streams bodies and caps none), but
+// timeout server is bodyTimeout.
 func haproxyConfig(dir string, port int, e *targetEnv) ([]string, error) {
 	bind := ""
 	global := ""
@@ -178,6 +195,13 @@ func haproxyConfig(dir string, port int, e *targetEnv) ([]string, error) {
 			return nil, err
 		}
 		e.procEnv = append(e.procEnv, "OPENSSL_CONF="+conf)
+	}
+	// With bodies: HAProxy streams them by default (no option
+	// http-buffer-request) and caps none; timeout server is the longest
+	// the replica may go without reading.
+	serverTimeout := "30s"
+	if e.bodies != nil {
+		serverTimeout = fmt.Sprintf("%ds", int(bodyTimeout.Seconds()))
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, `global
@@ -191,7 +215,7 @@ defaults
   http-reuse always
   timeout connect 1s
   timeout client 10m
-  timeout server 30s
+  timeout server %[5]s
   timeout http-keep-alive 10m
   timeout http-request 30s
 
@@ -203,7 +227,7 @@ frontend fe
 backend be
   balance hdr(X-Key)
   hash-type consistent
-`, e.maxConns, port, global, bind)
+`, e.maxConns, port, global, bind, serverTimeout)
 	if e.fwd {
 		// keyway's forwarding headers: the client's address appended to
 		// any X-Forwarded-For, the scheme and the Host, and a random
@@ -249,6 +273,9 @@ NumTickets = 0
 // ssl_ciphers does not cover TLS 1.3) and group; no session tickets and no
 // session cache and no TLS 1.3 tickets (OpenSSL sends two stateful ones
 // otherwise), so that no handshake is a resumption.
+//
+// With bodies: no cap on a body, neither the request nor the reply
+// buffered, and bodyTimeout for every timeout that could cut a body.
 func nginxConfig(dir string, port int, e *targetEnv) ([]string, error) {
 	tmp := filepath.Join(dir, "nginx-tmp")
 	if err := os.MkdirAll(tmp, 0o777); err != nil {
@@ -274,6 +301,16 @@ func nginxConfig(dir string, port int, e *targetEnv) ([]string, error) {
 	var ups strings.Builder
 	for _, a := range e.replicas {
 		fmt.Fprintf(&ups, "    server %s;\n", a)
+	}
+	maxBody, bodyHTTP, bodyLoc := "8m", "", ""
+	if e.bodies != nil {
+		// Stream request bodies to the replica as they arrive, and
+		// replies to the client (proxy_http_version 1.1 is set below
+		// in any case); no cap on a body; no timeout that cuts one.
+		secs := int(bodyTimeout.Seconds())
+		maxBody = "0"
+		bodyHTTP = fmt.Sprintf("  client_body_timeout %[1]ds;\n  send_timeout %[1]ds;\n", secs)
+		bodyLoc = fmt.Sprintf("      proxy_request_buffering off;\n      proxy_buffering off;\n      proxy_send_timeout %[1]ds;\n      proxy_read_timeout %[1]ds;\n", secs)
 	}
 	fwd, fwdMap := "", ""
 	if e.fwd {
@@ -311,8 +348,8 @@ http {
   scgi_temp_path %[2]s/scgi;
   keepalive_timeout 600s;
   keepalive_requests 100000000;
-  client_max_body_size 8m;
-  upstream be {
+  client_max_body_size %[11]s;
+%[12]s  upstream be {
     hash $http_x_key consistent;
 %[4]s    keepalive 1024;
     keepalive_requests 100000000;
@@ -324,10 +361,10 @@ http {
       proxy_pass http://be;
       proxy_http_version 1.1;
       proxy_set_header Connection "";
-%[9]s    }
+%[9]s%[13]s    }
   }
 %[10]s}
-`, user, tmp, e.maxConns, ups.String(), port, e.nofile, listen, tlsConf, fwd, fwdMap)
+`, user, tmp, e.maxConns, ups.String(), port, e.nofile, listen, tlsConf, fwd, fwdMap, maxBody, bodyHTTP, bodyLoc)
 	path, err := write(dir, "nginx.conf", text)
 	return []string{"-e", filepath.Join(tmp, "nginx-error.log"), "-p", tmp, "-c", path}, err
 }
