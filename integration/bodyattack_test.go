@@ -43,7 +43,8 @@ func statusKB(t *testing.T, pid int, prefix string) int64 {
 func rssBytes(t *testing.T, pid int) int64 { return statusKB(t, pid, "VmRSS:") << 10 }
 
 // TestAnnouncedBodyAllocatesNothing: connections that announce an 8 MB
-// body and send 3 bytes of it (the attack issue 28 measured at 2 MiB each)
+// body and send 3 bytes of it (each cost keyway more than 2 MiB while a
+// body was buffered by its announced length)
 // cost keyway at most 32 KiB of resident memory each, and a keyed request
 // on another connection is answered meanwhile.
 func TestAnnouncedBodyAllocatesNothing(t *testing.T) {

@@ -270,8 +270,7 @@ func (p *Proxy) refusal(r *request, v verdict) answer {
 	if r.rs = p.matchSet(r.ctx.Host(), r.ctx.URI().PathOriginal()); r.rs == nil {
 		return refusal(v)
 	}
-	return answer{reason: lrBodyTooLarge, status: fasthttp.StatusRequestEntityTooLarge, conn: connLinger,
-		msg: "request body exceeds max_body_bytes (" + ByteSize(r.rs.maxBody).String() + ") of this replica set"}
+	return tooLarge(r.rs)
 }
 
 // errMalformedReply is a reply fasthttp read but keyway does not relay.

@@ -247,7 +247,10 @@ func (l *memLimitState) tick(now time.Time) {
 		// Nothing allocates, so the runtime starts no collection under
 		// the lowered limit (keyway's request path and its shed answers
 		// allocate nothing): force one, off the request path, while the
-		// guard sheds anyway.
+		// guard sheds anyway. Measured reason: without it a shedding
+		// keyway shed every request until the runtime's periodic
+		// collection, 2 minutes (memForceAfter);
+		// TestMemLimitsForceWhenNothingAllocates holds it.
 		l.forced = true
 		l.mu.Unlock()
 		runtime.GC()

@@ -146,6 +146,10 @@ func (r *memReclaim) step(now time.Time, begin bool, parked int) {
 			case !r.forced && now.Sub(r.start) >= reclaimIdle:
 				// Nothing allocates (reclaimIdle): the two collections
 				// fasthttp's pools need, forced, off the request path.
+				// Measured reason: without them one idle-memory round
+				// in eight kept 14,785 bytes per parked connection
+				// instead of 2.6-2.7 KB (reclaimIdle);
+				// TestReclaimForcesWhenNothingAllocates holds it.
 				r.forced = true
 				runtime.GC()
 				runtime.GC()

@@ -68,17 +68,21 @@ func (p *Proxy) readBody(r *request, stream io.Reader) bool {
 	return true
 }
 
+// tooLarge is keyway's answer to a request whose body exceeds its set's
+// max_body_bytes. The rest of the body is unread: the connection closes
+// lingering, so that a client still sending reads the answer.
+func tooLarge(rs *replicaSet) answer {
+	return answer{reason: lrBodyTooLarge, status: fasthttp.StatusRequestEntityTooLarge, conn: connLinger,
+		msg: "request body exceeds max_body_bytes (" + ByteSize(rs.maxBody).String() + ") of this replica set"}
+}
+
 // bodyAnswer is keyway's answer to a request whose body failed as err
 // said (wire.Body.Err): too large, over the budget, or not received.
 func bodyAnswer(rs *replicaSet, err error) answer {
 	var ne net.Error
 	switch {
 	case errors.Is(err, wire.ErrBodyTooLarge):
-		// The rest of the body is unread: the client is likely still
-		// sending it, and a plain close would reset the connection under
-		// the answer.
-		return answer{reason: lrBodyTooLarge, status: fasthttp.StatusRequestEntityTooLarge, conn: connLinger,
-			msg: "request body exceeds max_body_bytes (" + ByteSize(rs.maxBody).String() + ") of this replica set"}
+		return tooLarge(rs)
 	case errors.Is(err, wire.ErrBudget):
 		return answer{reason: lrMemory, status: fasthttp.StatusServiceUnavailable, retry: time.Second, conn: connLinger,
 			msg: "the request bodies buffered would exceed server.max_inflight_body_bytes: the request was not delivered; retry later"}
