@@ -2,9 +2,9 @@ package wire
 
 // Contract tests: one per assumption keyway makes about fasthttp or Go
 // that their documentation does not promise. Each fails loudly, naming
-// what breaks in keyway, when an upgrade changes the behaviour. The list,
-// and what breaks without each, is in docs/proxy.md ("What keyway assumes
-// of its dependencies"); keep the two in step.
+// what breaks in keyway, when an upgrade changes the behaviour. Operators
+// read the same list, with what breaks without each, in docs/proxy.md:
+// a new test here needs its line there.
 
 import (
 	"bufio"
