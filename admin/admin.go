@@ -39,6 +39,10 @@ type Readiness interface {
 // Options are the admin server's dependencies. Gatherer is required.
 type Options struct {
 	Gatherer prometheus.Gatherer
+	// Listen opens the admin listening socket; nil means net.Listen. A
+	// process that inherits its sockets (an upgrade's new process, systemd
+	// socket activation) passes one that hands them out.
+	Listen func(network, addr string) (net.Listener, error)
 	// Ready, if nil, makes /readyz always ready.
 	Ready  Readiness
 	Logger *zap.Logger
@@ -223,7 +227,11 @@ func (s *Server) Listen() error {
 	if s.ln != nil {
 		return nil
 	}
-	ln, err := net.Listen("tcp", s.cfg.Listen)
+	listen := s.opts.Listen
+	if listen == nil {
+		listen = net.Listen
+	}
+	ln, err := listen("tcp", s.cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("admin listen %s: %w", s.cfg.Listen, err)
 	}

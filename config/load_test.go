@@ -68,6 +68,7 @@ server:
   max_header_bytes: 32KiB
   max_conns: 500
   shutdown_timeout: 5s
+  drain_idle: 2s
   reduce_memory: true
   park_idle_after: 3s
 replica_sets:
@@ -120,7 +121,7 @@ func fullConfig() Config {
 	c.Listen = "127.0.0.1:8081"
 	c.Server = proxy.ServerConfig{
 		ReadTimeout: 10 * time.Second, WriteTimeout: 11 * time.Second, IdleTimeout: 90 * time.Second,
-		MaxHeaderBytes: 32 << 10, MaxConns: 500, ShutdownTimeout: 5 * time.Second, ReduceMemory: true, ParkIdleAfter: 3 * time.Second,
+		MaxHeaderBytes: 32 << 10, MaxConns: 500, ShutdownTimeout: 5 * time.Second, DrainIdle: 2 * time.Second, ReduceMemory: true, ParkIdleAfter: 3 * time.Second,
 		MaxInflightBodyBytes: 256 << 20, BodyBufferBytes: 64 << 10,
 	}
 	c.ReplicaSets = []proxy.SetConfig{{

@@ -112,6 +112,12 @@ type Node struct {
 	ml      atomic.Pointer[memberlist.Memberlist]
 	addr    atomic.Pointer[string] // the advertised gossip address, set before ml
 	started chan struct{}
+	// joined is closed once the sink has seen the members the first
+	// successful join brought (at once without seeds); joining says a
+	// join succeeded and the next snapshot closes it.
+	joined     chan struct{}
+	joining    atomic.Bool
+	joinedOnce sync.Once
 }
 
 type inMsg struct {
@@ -146,6 +152,7 @@ func New(cfg Config, self Meta, opts Options) (*Node, error) {
 		dirty:   make(chan struct{}, 1),
 		inbox:   make(chan inMsg, 256),
 		started: make(chan struct{}),
+		joined:  make(chan struct{}),
 	}
 	n.metrics = newMetrics(opts.Registerer, n.HealthScore)
 	base := self.Replica
@@ -230,6 +237,11 @@ func (n *Node) HealthScore() int {
 
 // Started is closed once the gossip listener is bound.
 func (n *Node) Started() <-chan struct{} { return n.started }
+
+// Joined is closed once the node has joined the cluster (one seed at
+// least answered; at once without seeds) and the Sink has been handed the
+// members the join brought.
+func (n *Node) Joined() <-chan struct{} { return n.joined }
 
 // GossipAddr returns the advertised gossip address, or "" before Run.
 func (n *Node) GossipAddr() string {
@@ -368,6 +380,8 @@ func (n *Node) memberlistConfig() *memberlist.Config {
 // joinLoop joins the seeds with backoff, then re-joins them periodically.
 func (n *Node) joinLoop(ctx context.Context, ml *memberlist.Memberlist) {
 	if len(n.cfg.Join) == 0 {
+		n.joining.Store(true)
+		n.signal()
 		return
 	}
 	backoff := 200 * time.Millisecond
@@ -375,6 +389,10 @@ func (n *Node) joinLoop(ctx context.Context, ml *memberlist.Memberlist) {
 		k, err := ml.Join(n.cfg.Join)
 		if err == nil || k > 0 {
 			n.log.Info("gossip joined", zap.Strings("seeds", n.cfg.Join), zap.Int("contacted", k))
+			// memberlist merged the seeds' state before Join returned: the
+			// next snapshot holds it.
+			n.joining.Store(true)
+			n.signal()
 			break
 		}
 		n.metrics.joinFailures.Inc()
@@ -447,10 +465,14 @@ func (n *Node) forget() bool {
 }
 
 func (n *Node) emit() {
+	joined := n.joining.Load()
 	ms := n.Members()
 	n.metrics.observe(ms)
 	if n.opts.Sink != nil {
 		n.opts.Sink.SetMembers(ms)
+	}
+	if joined {
+		n.joinedOnce.Do(func() { close(n.joined) })
 	}
 }
 

@@ -101,6 +101,11 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) {
 		if v := recover(); v != nil {
 			p.panicked(&r, v)
 		}
+		if p.draining.Load() {
+			// The proxy is stopping: the client learns it with this
+			// answer, and sends its next request elsewhere.
+			ctx.SetConnectionClose()
+		}
 		if r.body != nil {
 			// The request's body may point into the body's buffer.
 			ctx.Request.ResetBody()

@@ -170,6 +170,9 @@ func startProxy(t testing.TB, modify func(*Config), reps ...*testReplica) (*Prox
 func testConfig(reps ...*testReplica) Config {
 	cfg := DefaultConfig()
 	cfg.Listen = "127.0.0.1:0"
+	// A test's stop closes idle connections at once; the drain's grace
+	// has its own tests (drain_test.go).
+	cfg.Server.DrainIdle = 0
 	sc := DefaultSetConfig()
 	sc.Name = "orders"
 	sc.Replicas = len(reps)

@@ -51,6 +51,15 @@ type TableObserver interface {
 type Options struct {
 	// Logger receives application logs. If nil, logs are discarded.
 	Logger *zap.Logger
+	// Listen opens the proxy's listening socket; nil means net.Listen. A
+	// process that inherits its sockets (an upgrade's new process, systemd
+	// socket activation) passes one that hands them out.
+	Listen func(network, addr string) (net.Listener, error)
+	// Hold, if non-nil, delays accepting until it is closed (or Run's
+	// context ends): the socket listens meanwhile, so clients wait in the
+	// kernel's queue rather than being answered by a proxy that does not
+	// know its replicas yet.
+	Hold <-chan struct{}
 	// AccessLog, if non-nil, receives the access log: one Write per
 	// request, of one JSON object and '\n' (docs/logging.md). Write must be
 	// safe for concurrent use, must not block on I/O and must not retain
@@ -115,11 +124,13 @@ type Proxy struct {
 	server  *fasthttp.Server
 	tls     *tlsconfig.Server // nil: plain HTTP
 
-	mu      sync.Mutex
-	ln      net.Listener
-	ready   atomic.Bool
-	started atomic.Bool
-	stopped atomic.Bool // Run has returned: late timers change nothing
+	mu    sync.Mutex
+	ln    net.Listener
+	ready atomic.Bool
+	// draining: Run is stopping; every response closes its connection.
+	draining atomic.Bool
+	started  atomic.Bool
+	stopped  atomic.Bool // Run has returned: late timers change nothing
 
 	// reloadMu serializes Reload and the start and end of Run. runCtx is
 	// Run's context for the routers of sets added later (nil before Run);
@@ -561,7 +572,11 @@ func (p *Proxy) Listen() error {
 	if p.ln != nil {
 		return nil
 	}
-	ln, err := net.Listen("tcp", p.cfg.Listen)
+	listen := p.opts.Listen
+	if listen == nil {
+		listen = net.Listen
+	}
+	ln, err := listen("tcp", p.cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", p.cfg.Listen, err)
 	}
@@ -646,6 +661,12 @@ func (p *Proxy) Run(ctx context.Context) error {
 		// heads are followed above TLS.
 		serve = wire.TLSListener(p.tls.Listener(ln))
 	}
+	if p.opts.Hold != nil {
+		select {
+		case <-p.opts.Hold:
+		case <-ctx.Done():
+		}
+	}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- p.server.Serve(serve) }()
 	select {
@@ -663,16 +684,22 @@ func (p *Proxy) Run(ctx context.Context) error {
 	case <-ctx.Done():
 	}
 	p.ready.Store(false)
-	p.log.Info("proxy shutting down", zap.Duration("timeout", p.cfg.Server.ShutdownTimeout))
+	p.log.Info("proxy shutting down", zap.Duration("drain_idle", p.cfg.Server.DrainIdle), zap.Duration("timeout", p.cfg.Server.ShutdownTimeout))
 	sctx, cancel := context.WithTimeout(context.Background(), p.cfg.Server.ShutdownTimeout)
 	defer cancel()
+	left := p.drain(sctx, ln)
 	if p.parker != nil {
 		// Parked connections are idle: closed now, as fasthttp closes its
 		// idle ones; from here a connection that would park closes.
 		p.parker.Stop()
 	}
-	err := p.server.ShutdownWithContext(sctx)
+	// Serve returns once its listener is closed; then fasthttp's shutdown
+	// closes the idle connections and waits for requests in flight (it
+	// checks every 100ms: with none left it returns at once).
+	_ = ln.Close()
 	<-serveErr
+	err := p.server.ShutdownWithContext(sctx)
+	p.log.Info("proxy drained", zap.Int("open_after_grace", left))
 	p.front.StopLingering()
 	for _, rs := range p.routes.Load().sets {
 		t := rs.router.Table()
@@ -686,6 +713,62 @@ func (p *Proxy) Run(ctx context.Context) error {
 	}
 	p.log.Info("proxy stopped")
 	return nil
+}
+
+// FlushRouters applies every set's pending replica changes now rather
+// than after the routers' coalescing window.
+func (p *Proxy) FlushRouters() {
+	for _, rs := range p.routes.Load().sets {
+		rs.router.Flush()
+	}
+}
+
+// drainPoll is how often a draining proxy counts its connections: the
+// stop ends at most this long after the last one closed.
+const drainPoll = 5 * time.Millisecond
+
+// drain is the first part of a graceful stop. The listener closes (in an
+// upgrade the new process holds its own copy of the socket, and keeps
+// accepting on it); every response from now on closes its connection;
+// idle keep-alive connections, parked ones included, stay open for
+// server.drain_idle, so that a request the client sends on one meanwhile
+// is answered (with Connection: close) rather than meeting a connection
+// closed under it: closing an idle connection races the client's next
+// request, which the client cannot tell from a lost one. drain returns
+// once no connection is left or the grace has passed, with the number of
+// connections still open then (the caller's shutdown closes the idle ones
+// and waits for requests in flight). ctx (server.shutdown_timeout) ends
+// the grace too.
+func (p *Proxy) drain(ctx context.Context, ln *wire.Listener) int {
+	p.draining.Store(true)
+	ln.StopAccepting()
+	open := func() int {
+		n := int(p.server.GetOpenConnectionsCount())
+		if p.parker != nil {
+			n += int(p.parker.Stats().Parked.Load())
+		}
+		return n
+	}
+	if p.cfg.Server.DrainIdle <= 0 {
+		return open()
+	}
+	deadline := time.NewTimer(p.cfg.Server.DrainIdle)
+	defer deadline.Stop()
+	tick := time.NewTicker(drainPoll)
+	defer tick.Stop()
+	for {
+		n := open()
+		if n == 0 {
+			return 0
+		}
+		select {
+		case <-deadline.C:
+			return n
+		case <-ctx.Done(): // shutdown_timeout bounds the whole stop
+			return n
+		case <-tick.C:
+		}
+	}
 }
 
 // startRouter runs a set's router until its stop or Run's end; reloadMu

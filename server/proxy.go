@@ -4,7 +4,9 @@ import (
 	"context"
 	"crypto/tls"
 	"io"
+	"net"
 	"sync"
+	"time"
 
 	"github.com/hashicorp/memberlist"
 	"github.com/prometheus/client_golang/prometheus"
@@ -43,6 +45,17 @@ type Options struct {
 	// gossip in-process (internal/gossipfault) and for special networks.
 	// Nil in production.
 	GossipTransport func(*memberlist.NetTransport) memberlist.NodeAwareTransport
+	// Listen opens the proxy's and the admin API's listening sockets; nil
+	// means net.Listen. keyway proxy passes one that hands out the sockets
+	// it inherited (an upgrade, systemd socket activation).
+	Listen func(network, addr string) (net.Listener, error)
+	// HoldAccepts makes the proxy accept connections only once it is
+	// ready to route them (HandedOver): for sockets that were listening
+	// before this process started (an upgrade's new process, systemd
+	// socket activation), whose clients wait in the kernel's queue
+	// meanwhile instead of meeting a proxy that does not know its
+	// replicas yet.
+	HoldAccepts bool
 }
 
 // ProxyNode is one keyway proxy process: the proxy, its health checks and
@@ -67,6 +80,11 @@ type ProxyNode struct {
 	fleet  *membership.Fleet     // nil when gossip is off
 	view   *view
 	adm    *admin.Server // nil when admin.listen is empty
+
+	// hold delays the proxy's accepting until the node is ready to route
+	// (Options.HoldAccepts); nil: accept at once.
+	hold     chan struct{}
+	holdOnce sync.Once
 
 	// Rolling restarts (restart.go), and Run's context for them.
 	restarts restarts
@@ -161,6 +179,11 @@ func NewProxy(cfg config.Config, opts Options) (_ *ProxyNode, err error) {
 		FleetChanged: func() { n.pokeFleet() },
 		FleetEvents:  auditFleet(n.audit),
 		TLSEvents:    auditTLS(n.audit),
+		Listen:       opts.Listen,
+	}
+	if opts.HoldAccepts {
+		n.hold = make(chan struct{})
+		popts.Hold = n.hold
 	}
 	if cfg.Health.Passive.Enabled {
 		popts.Observer = n.hc
@@ -185,7 +208,7 @@ func NewProxy(cfg config.Config, opts Options) (_ *ProxyNode, err error) {
 			Gatherer: n.reg, Ready: readiness{n}, Logger: n.log.Named("admin"),
 			Sets: n.view, Members: n.view, Events: n.view, Config: n.view, Drainer: n.view, Fleet: n.view,
 			SetAdmin: setAdmin{n}, Repairer: n.view, Planner: n.view, Restarter: n.view,
-			Registerer: n.reg, TLSEvents: auditTLS(n.audit),
+			Registerer: n.reg, TLSEvents: auditTLS(n.audit), Listen: opts.Listen,
 		}
 		if opts.Load != nil {
 			aopts.Reloader = n
@@ -275,6 +298,9 @@ func (n *ProxyNode) Run(ctx context.Context) error {
 	if n.adm != nil {
 		g.Go(func() error { return n.adm.Run(front) })
 	}
+	if n.hold != nil {
+		g.Go(func() error { n.releaseHold(front); return nil })
+	}
 	err := g.Wait()
 	if err != nil {
 		// No stack trace: the error says what failed (a taken port, say), and
@@ -282,6 +308,59 @@ func (n *ProxyNode) Run(ctx context.Context) error {
 		n.log.WithOptions(zap.AddStacktrace(zapcore.FatalLevel)).Error("keyway stopped with an error", zap.Error(err))
 	}
 	return err
+}
+
+// holdMax bounds how long a node holding its accepts (Options.HoldAccepts)
+// waits to be ready: then it serves what it knows (its static replicas;
+// requests for a set it knows no replica of get 503 with Retry-After).
+const holdMax = 30 * time.Second
+
+// releaseHold lets the proxy accept once the node can route as the fleet
+// does: gossip has joined and the routers hold the replicas it brought,
+// and the run-time state has been compared with another proxy's (see
+// Runtime.Synced); at most holdMax.
+func (n *ProxyNode) releaseHold(ctx context.Context) {
+	defer n.holdOnce.Do(func() { close(n.hold) })
+	if n.node == nil {
+		return
+	}
+	deadline := time.NewTimer(holdMax)
+	defer deadline.Stop()
+	select {
+	case <-n.node.Joined():
+	case <-ctx.Done():
+		return
+	case <-deadline.C:
+		n.log.Warn("not joined to gossip yet; accepting anyway", zap.Duration("after", holdMax))
+		return
+	}
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for !n.rt.Synced() {
+		select {
+		case <-ctx.Done():
+			return
+		case <-deadline.C:
+			n.log.Warn("run-time state not compared with another proxy yet; accepting anyway", zap.Duration("after", holdMax))
+			return
+		case <-tick.C:
+		}
+	}
+	n.p.FlushRouters()
+}
+
+// HandedOver reports whether the node accepts connections and, when it
+// holds its accepts (Options.HoldAccepts), whether it has stopped
+// holding: an upgrade's new process tells the old one to stop then.
+func (n *ProxyNode) HandedOver() bool {
+	if n.hold != nil {
+		select {
+		case <-n.hold:
+		default:
+			return false
+		}
+	}
+	return n.p.Ready()
 }
 
 // ReopenLogs reopens the access log file, so that after a rotation
@@ -328,6 +407,12 @@ func (n *ProxyNode) pokeFleet() {
 		n.fleet.Poke()
 	}
 }
+
+// Logger is the node's application logger.
+func (n *ProxyNode) Logger() *zap.Logger { return n.log }
+
+// Close releases what NewProxy opened, for a node that will not Run.
+func (n *ProxyNode) Close() { n.close() }
 
 // close releases what NewProxy opened when it fails half-way.
 func (n *ProxyNode) close() {

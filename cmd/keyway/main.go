@@ -23,6 +23,15 @@ func main() {
 		for range usr1 {
 		}
 	}()
+	// SIGUSR2 upgrades a proxy's binary (runProxy); the other commands
+	// survive one, as SIGUSR1.
+	usr2 := make(chan os.Signal, 1)
+	notifyUpgrade(usr2)
+	go func() {
+		for range usr2 {
+		}
+	}()
+	upgradesEnabled = true
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	if err == nil {
 		return

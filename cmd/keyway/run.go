@@ -12,11 +12,14 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 
 	"keyway/admin"
 	"keyway/config"
 	"keyway/internal/buildinfo"
 	"keyway/server"
+
+	"go.uber.org/zap"
 )
 
 // Exit codes: 0 success, 1 runtime failure, 2 bad usage or bad configuration.
@@ -254,10 +257,39 @@ func runValidate(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
+// upgradesEnabled is set by main: binary upgrades (tableflip) need a
+// process of keyway's own, started once; commands run in-process by tests
+// get none.
+var upgradesEnabled bool
+
+// upgradeTimeout bounds how long an upgrade waits for the new process to
+// be ready (it holds its accepts for up to 30s until it can route).
+const upgradeTimeout = time.Minute
+
+const proxyUsage = `Usage: keyway proxy -c FILE [flags]
+
+Runs the proxy until SIGINT or SIGTERM, then stops gracefully: it stops
+accepting, answers the requests in flight with Connection: close, gives
+idle keep-alive connections server.drain_idle to send one more request
+(answered with close), and exits as soon as no connection is left.
+SIGHUP re-reads FILE (with the same flags and environment) and applies
+the replica sets, log.level, admin.token_file and the TLS keys and files
+without dropping a connection; a file changing any other key is refused whole and logged.
+SIGUSR1 reopens the access log file (log.access.path) after a rotation.
+SIGUSR2 upgrades the binary without losing a request: the executable at
+the path keyway was started from runs with the same arguments, inherits
+the listening sockets, and once it has joined gossip and can route, this
+process stops accepting and drains as for SIGTERM. With systemd socket
+activation (LISTEN_FDS) keyway serves the sockets systemd passes whose
+addresses match listen and admin.listen. See docs/operations.md.
+
+`
+
 func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("proxy", flag.ContinueOnError)
 	cf := config.NewProxyFlags(fs)
-	if err := parseFlags(fs, args, stderr, "Usage: keyway proxy -c FILE [flags]\n\nRuns the proxy until SIGINT or SIGTERM, then drains in-flight requests.\nSIGHUP re-reads FILE (with the same flags and environment) and applies\nthe replica sets, log.level, admin.token_file and the TLS keys and files\nwithout dropping a connection; a file changing any other key is refused whole and logged.\nSIGUSR1 reopens the access log file (log.access.path) after a rotation.\n\n"); err != nil {
+	pidFile := fs.String("pid-file", "", "write the PID of the process that serves to `FILE` once it is ready (after an upgrade, the new process's)")
+	if err := parseFlags(fs, args, stderr, proxyUsage); err != nil {
 		return err
 	}
 	// First, so that a SIGHUP or SIGUSR1 during startup waits for the node
@@ -268,6 +300,9 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	usr1 := make(chan os.Signal, 1)
 	notifyReopen(usr1)
 	defer signal.Stop(usr1)
+	usr2 := make(chan os.Signal, 1)
+	notifyUpgrade(usr2)
+	defer signal.Stop(usr2)
 
 	cfg, err := loadConfig(cf)
 	if err != nil {
@@ -275,15 +310,69 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	// Before anything is opened or started: this may exec.
 	keepSysmonAwake(cfg.Server.RuntimeDeepSleep, stderr)
+	h, err := newHandover(upgradesEnabled, *pidFile)
+	if err != nil {
+		return err
+	}
+	defer h.close()
+	if h.Upgrading() && cfg.Gossip.Enabled && cfg.Gossip.BindPort != 0 {
+		// The old process holds the gossip port until it has drained, and
+		// this one must be in the cluster before it takes over: it gossips
+		// from another port (the cluster learns it from its address).
+		fmt.Fprintf(stderr, "keyway: upgrade: the old process holds gossip port %d until it exits; this process gossips from a free port\n", cfg.Gossip.BindPort)
+		cfg.Gossip.BindPort = 0
+		if cfg.Gossip.AdvertisePort != 0 {
+			cfg.Gossip.AdvertisePort = 0
+		}
+	}
 	node, err := server.NewProxy(cfg, server.Options{
 		Stdout: stdout, Stderr: stderr, Version: versionString(),
 		File: cf.File, Load: func() (config.Config, error) { return loadConfig(cf) },
+		Listen: h.Listen, HoldAccepts: h.Upgrading() || h.HasActivated(),
 	})
 	if err != nil {
 		return explainBind(err, cf.File, proxyListeners(cfg))
 	}
+	if err := h.Unused(); err != nil {
+		node.Close()
+		return err
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	go func() {
+		// Once the proxy serves: an upgrade's old process stops, the PID
+		// file and systemd learn this process.
+		t := time.NewTicker(10 * time.Millisecond)
+		defer t.Stop()
+		for !node.HandedOver() {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+		if err := h.Ready(); err != nil {
+			node.Logger().Warn("ready, but not told", zap.Error(err))
+		}
+	}()
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-usr2:
+				log := node.Logger().Named("upgrade")
+				log.Info("upgrade: starting the new process", zap.Strings("argv", os.Args))
+				if err := h.Upgrade(); err != nil {
+					log.Error("upgrade failed; this process goes on serving", zap.Error(err))
+					continue
+				}
+				log.Info("upgrade: the new process serves; this one stops accepting and drains")
+				cancel()
+				return
+			}
+		}
+	}()
 	go func() {
 		for {
 			select {

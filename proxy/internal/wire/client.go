@@ -35,7 +35,7 @@ type Front struct {
 // may park; beneath TLS they linger only, and TLSListener follows the
 // heads above TLS.
 func (f *Front) Listen(ln net.Listener, scan bool) *Listener {
-	return &Listener{Listener: ln, front: f, scan: scan, accepting: make(chan struct{})}
+	return &Listener{Listener: ln, front: f, scan: scan, accepting: make(chan struct{}), closed: make(chan struct{})}
 }
 
 // StopLingering ends every lingering close (within lingerPoll) and waits
@@ -50,6 +50,12 @@ type Listener struct {
 	scan      bool
 	once      sync.Once
 	accepting chan struct{} // closed when the server first calls Accept
+
+	stopOnce  sync.Once
+	stopping  atomic.Bool
+	closeOnce sync.Once
+	closed    chan struct{} // closed by Close
+	closeErr  error
 }
 
 // Accepting is closed once the server called Accept. fasthttp's Shutdown
@@ -65,9 +71,38 @@ func (l *Listener) Accept() (net.Conn, error) {
 		c, err = l.Listener.Accept()
 	}
 	if err != nil {
+		if l.stopping.Load() {
+			// StopAccepting closed the socket: the server keeps running,
+			// counting its connections as usual, until Close.
+			<-l.closed
+			return nil, net.ErrClosed
+		}
 		return nil, err
 	}
 	return NewClientConn(c, l.front, l.scan), nil
+}
+
+// StopAccepting closes the listening socket while the server keeps
+// serving the connections it has: its Accept waits for Close instead of
+// failing, so that the server does not stop, and its count of open
+// connections (fasthttp's, which counts a running Serve as one) stays
+// true. New connections are refused by the kernel, or, when another
+// process holds a copy of the socket (an upgrade's new process), accepted
+// there.
+func (l *Listener) StopAccepting() {
+	l.stopOnce.Do(func() {
+		l.stopping.Store(true)
+		l.closeErr = l.Listener.Close()
+	})
+}
+
+// Close closes the listener; closing it again, or after StopAccepting,
+// returns the first close's result (fasthttp's Shutdown closes the
+// listeners it serves whatever their state).
+func (l *Listener) Close() error {
+	l.StopAccepting()
+	l.closeOnce.Do(func() { close(l.closed) })
+	return l.closeErr
 }
 
 // refuse answers a connection beyond the connection limit and closes it,

@@ -1,0 +1,134 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"strconv"
+	"sync"
+)
+
+// A proxy's listening sockets may come from before this process started:
+//
+//   - from systemd socket activation (LISTEN_FDS): systemd holds the
+//     socket across a stop and start, and clients wait in its queue
+//     instead of being refused;
+//   - from the old process of a binary upgrade (SIGUSR2, upgrade_unix.go):
+//     the new process gets copies of the old one's sockets, accepts on
+//     them once it is ready, and the old one then stops accepting and
+//     drains.
+//
+// sockets hands them out to the listeners by address, and opens the
+// others itself.
+type sockets struct {
+	mu        sync.Mutex
+	activated []net.Listener // from systemd, not yet handed out
+	// upgrades passes the sockets on to an upgrade's new process; nil off
+	// Unix, or when upgrades are off.
+	upgrades upgrader
+}
+
+// upgrader is what sockets needs from tableflip's Upgrader (upgrade_unix.go).
+type upgrader interface {
+	// Listener returns the inherited listener of this address, or nil.
+	Listener(network, addr string) (net.Listener, error)
+	// Listen opens a listener that an upgrade passes on.
+	Listen(network, addr string) (net.Listener, error)
+	// AddListener passes ln on to an upgrade's new process.
+	AddListener(network, addr string, ln net.Listener) error
+}
+
+// Listen is the listeners' Listen (server.Options.Listen).
+func (s *sockets) Listen(network, addr string) (net.Listener, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.upgrades != nil {
+		ln, err := s.upgrades.Listener(network, addr)
+		if err != nil {
+			return nil, err
+		}
+		if ln != nil {
+			return ln, nil
+		}
+	}
+	if ln := s.takeActivated(addr); ln != nil {
+		if s.upgrades != nil {
+			if err := s.upgrades.AddListener(network, addr, ln); err != nil {
+				return nil, err
+			}
+		}
+		return ln, nil
+	}
+	if s.upgrades != nil {
+		return s.upgrades.Listen(network, addr)
+	}
+	return net.Listen(network, addr)
+}
+
+// HasActivated reports whether systemd passed sockets.
+func (s *sockets) HasActivated() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.activated) > 0
+}
+
+// Unused returns an error naming the sockets systemd passed that no
+// listener took: a .socket unit and a configuration that disagree.
+func (s *sockets) Unused() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.activated) == 0 {
+		return nil
+	}
+	var addrs []string
+	for _, ln := range s.activated {
+		addrs = append(addrs, ln.Addr().String())
+	}
+	return usageError{fmt.Sprintf("systemd passed sockets that no listener of keyway uses: %v; make the .socket unit's ListenStream= and keyway's listen (and admin.listen) name the same addresses", addrs)}
+}
+
+// takeActivated returns and forgets the activated listener bound to the
+// configured address addr, or nil.
+func (s *sockets) takeActivated(addr string) net.Listener {
+	for i, ln := range s.activated {
+		if sameAddr(addr, ln.Addr()) {
+			s.activated = slices.Delete(s.activated, i, i+1)
+			return ln
+		}
+	}
+	return nil
+}
+
+// sameAddr reports whether a socket bound to bound is what the configured
+// address addr ("host:port") asks for: the same port, and the same IP, or
+// an unspecified one for an empty, "0.0.0.0" or "::" host.
+func sameAddr(addr string, bound net.Addr) bool {
+	ta, ok := bound.(*net.TCPAddr)
+	if !ok {
+		return false
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if p, err := strconv.Atoi(port); err != nil || p != ta.Port {
+		return false
+	}
+	if host == "" {
+		return ta.IP.IsUnspecified()
+	}
+	ip := net.ParseIP(host)
+	if ip == nil {
+		ips, err := net.LookupIP(host)
+		if err != nil {
+			return false
+		}
+		return slices.ContainsFunc(ips, ta.IP.Equal)
+	}
+	return ip.Equal(ta.IP) || (ip.IsUnspecified() && ta.IP.IsUnspecified())
+}
+
+// errNoUpgrades is the answer to an upgrade request where upgrades are
+// off (off Unix).
+var errNoUpgrades = errors.New("binary upgrades need Unix")

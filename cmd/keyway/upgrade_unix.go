@@ -1,0 +1,108 @@
+//go:build unix
+
+package main
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+
+	"github.com/cloudflare/tableflip"
+	"github.com/coreos/go-systemd/v22/activation"
+	"github.com/coreos/go-systemd/v22/daemon"
+)
+
+// handover is a proxy process's sockets and its part in upgrades: the
+// sockets systemd passed, and tableflip's Upgrader, which passes them on
+// to an upgrade's new process (SIGUSR2) and tells the old one when the
+// new one is ready.
+type handover struct {
+	*sockets
+	upg *tableflip.Upgrader // nil: upgrades off (not a keyway process of its own)
+}
+
+// newHandover takes the sockets systemd passed (LISTEN_FDS) and, when
+// upgrades is set, starts tableflip's Upgrader: once per process, in the
+// process keyway's main runs (tests running the command in-process get
+// no upgrades). pidFile, if set, receives the PID of the process that
+// serves, once it is ready (after an upgrade, the new one's).
+func newHandover(upgrades bool, pidFile string) (*handover, error) {
+	h := &handover{sockets: &sockets{}}
+	ls, err := activation.Listeners()
+	if err != nil {
+		return nil, fmt.Errorf("systemd socket activation: %w", err)
+	}
+	for _, ln := range ls {
+		if ln != nil {
+			h.activated = append(h.activated, ln)
+		}
+	}
+	if !upgrades {
+		return h, nil
+	}
+	h.upg, err = tableflip.New(tableflip.Options{PIDFile: pidFile, UpgradeTimeout: upgradeTimeout})
+	if err != nil {
+		h.close()
+		return nil, fmt.Errorf("binary upgrades: %w", err)
+	}
+	h.upgrades = fds{h.upg.Fds}
+	return h, nil
+}
+
+// fds is tableflip's Fds as sockets' upgrader.
+type fds struct{ f *tableflip.Fds }
+
+func (f fds) Listener(network, addr string) (net.Listener, error) { return f.f.Listener(network, addr) }
+func (f fds) Listen(network, addr string) (net.Listener, error)   { return f.f.Listen(network, addr) }
+func (f fds) AddListener(network, addr string, ln net.Listener) error {
+	tl, ok := ln.(tableflip.Listener)
+	if !ok {
+		return fmt.Errorf("the socket for %s cannot be passed on to an upgrade", addr)
+	}
+	return f.f.AddListener(network, addr, tl)
+}
+
+// Upgrading reports whether this process is an upgrade's new process.
+func (h *handover) Upgrading() bool { return h.upg != nil && h.upg.HasParent() }
+
+// Ready says this process serves: an upgrade's old process then stops
+// accepting and drains; the PID file names this process; systemd
+// (Type=notify) learns the PID that serves now.
+func (h *handover) Ready() error {
+	var err error
+	if h.upg != nil {
+		err = h.upg.Ready()
+	}
+	if _, nerr := daemon.SdNotify(false, "READY=1\nMAINPID="+strconv.Itoa(os.Getpid())); nerr != nil && err == nil {
+		err = fmt.Errorf("telling systemd: %w", nerr)
+	}
+	return err
+}
+
+// Upgrade starts the binary at the path this process was started from,
+// passing it the listening sockets, and waits until it is ready (or
+// failed, or upgradeTimeout passed). On success this process must stop.
+func (h *handover) Upgrade() error {
+	if h.upg == nil {
+		return errors.New("binary upgrades are off in this process")
+	}
+	return h.upg.Upgrade()
+}
+
+// close stops upgrades and closes the activated sockets no listener took.
+func (h *handover) close() {
+	if h.upg != nil {
+		h.upg.Stop()
+	}
+	for _, ln := range h.activated {
+		_ = ln.Close()
+	}
+	h.activated = nil
+}
+
+// notifyUpgrade relays SIGUSR2, the signal that upgrades the binary.
+func notifyUpgrade(c chan<- os.Signal) { signal.Notify(c, syscall.SIGUSR2) }
