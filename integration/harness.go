@@ -97,6 +97,80 @@ func Start(t testing.TB, name string, args ...string) *Proc {
 	return p
 }
 
+// StartLogged is Start with the process's output going to a file in a
+// temporary directory rather than to pipes, for a process that passes its
+// output on to processes it starts (a binary upgrade's new process): the
+// test sees when the first one exits, though the others still write. The
+// file's lines are read as they come, from every process writing it.
+func StartLogged(t testing.TB, name string, args ...string) *Proc {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name+".log")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	p := &Proc{Name: name, cmd: exec.Command(Binary, args...), cond: make(chan struct{}, 1), done: make(chan struct{})}
+	p.cmd.Stdout, p.cmd.Stderr = f, f
+	if err := p.cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", name, err)
+	}
+	stop := make(chan struct{})
+	var tailing sync.WaitGroup
+	tailing.Go(func() { p.follow(path, stop) })
+	go func() {
+		err := p.cmd.Wait()
+		p.mu.Lock()
+		p.err = err
+		p.mu.Unlock()
+		close(p.done)
+		p.notify()
+	}()
+	t.Cleanup(func() {
+		if !p.Exited() {
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+		close(stop)
+		tailing.Wait()
+		if t.Failed() {
+			t.Logf("--- output of %s (last 60 lines):\n%s", name, p.tail(60))
+		}
+	})
+	return p
+}
+
+// follow reads the lines of the log file path as they are written, until
+// stop.
+func (p *Proc) follow(path string, stop <-chan struct{}) {
+	f, err := os.Open(path)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	br := bufio.NewReaderSize(f, 64<<10)
+	var partial []byte
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		line, err := br.ReadBytes('\n')
+		partial = append(partial, line...)
+		if err == nil {
+			p.mu.Lock()
+			p.lines = append(p.lines, strings.TrimRight(string(partial), "\n"))
+			p.mu.Unlock()
+			partial = partial[:0]
+			p.notify()
+			continue
+		}
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+		}
+	}
+}
+
 func (p *Proc) notify() {
 	select {
 	case p.cond <- struct{}{}:

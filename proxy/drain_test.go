@@ -95,14 +95,19 @@ func TestDrainAnswersIdleConnectionsWithClose(t *testing.T) {
 }
 
 // After server.drain_idle, connections still idle are closed and Run
-// returns; with drain_idle 0 they are closed at once.
+// returns; with drain_idle 0 they are closed at once. That includes a
+// connection that never carried a request, which fasthttp's shutdown
+// alone closes only 5 seconds after it opened: beyond shutdown_timeout
+// here, so that Run would fail.
 func TestDrainClosesIdleConnectionsAfterTheGrace(t *testing.T) {
 	for _, grace := range []time.Duration{0, 300 * time.Millisecond} {
 		t.Run(grace.String(), func(t *testing.T) {
 			cfg := testConfig(startReplica(t, "r1"))
 			cfg.Server.DrainIdle = grace
+			cfg.Server.ShutdownTimeout = 2 * time.Second
 			cfg.Server.ParkIdleAfter = 100 * time.Millisecond
 			p, cancel, runErr := runProxy(t, cfg, nil)
+			fresh := dialRaw(t, p.Addr().String()) // never sends
 			var cs []*rawConn
 			for range 3 {
 				c := dialRaw(t, p.Addr().String())
@@ -118,7 +123,7 @@ func TestDrainClosesIdleConnectionsAfterTheGrace(t *testing.T) {
 			if err := within(t, runErr, 10*time.Second, "Run to return"); err != nil {
 				t.Fatalf("Run: %v", err)
 			}
-			for i, c := range append(cs, live) {
+			for i, c := range append(cs, live, fresh) {
 				if !c.closedByPeer(5 * time.Second) {
 					t.Errorf("connection %d open after the stop", i)
 				}

@@ -45,10 +45,11 @@ type Options struct {
 	// gossip in-process (internal/gossipfault) and for special networks.
 	// Nil in production.
 	GossipTransport func(*memberlist.NetTransport) memberlist.NodeAwareTransport
-	// Listen opens the proxy's and the admin API's listening sockets; nil
-	// means net.Listen. keyway proxy passes one that hands out the sockets
-	// it inherited (an upgrade, systemd socket activation).
-	Listen func(network, addr string) (net.Listener, error)
+	// Listen opens the proxy's and the admin API's listening sockets, name
+	// "proxy" or "admin"; nil means net.Listen. keyway proxy passes one
+	// that hands out the sockets it inherited (an upgrade, systemd socket
+	// activation).
+	Listen func(name, network, addr string) (net.Listener, error)
 	// HoldAccepts makes the proxy accept connections only once it is
 	// ready to route them (HandedOver): for sockets that were listening
 	// before this process started (an upgrade's new process, systemd
@@ -179,7 +180,7 @@ func NewProxy(cfg config.Config, opts Options) (_ *ProxyNode, err error) {
 		FleetChanged: func() { n.pokeFleet() },
 		FleetEvents:  auditFleet(n.audit),
 		TLSEvents:    auditTLS(n.audit),
-		Listen:       opts.Listen,
+		Listen:       listenAs(opts.Listen, "proxy"),
 	}
 	if opts.HoldAccepts {
 		n.hold = make(chan struct{})
@@ -208,7 +209,7 @@ func NewProxy(cfg config.Config, opts Options) (_ *ProxyNode, err error) {
 			Gatherer: n.reg, Ready: readiness{n}, Logger: n.log.Named("admin"),
 			Sets: n.view, Members: n.view, Events: n.view, Config: n.view, Drainer: n.view, Fleet: n.view,
 			SetAdmin: setAdmin{n}, Repairer: n.view, Planner: n.view, Restarter: n.view,
-			Registerer: n.reg, TLSEvents: auditTLS(n.audit), Listen: opts.Listen,
+			Registerer: n.reg, TLSEvents: auditTLS(n.audit), Listen: listenAs(opts.Listen, "admin"),
 		}
 		if opts.Load != nil {
 			aopts.Reloader = n
@@ -423,6 +424,14 @@ func (n *ProxyNode) close() {
 		_ = n.adm.Close()
 	}
 	n.logs.Close()
+}
+
+// listenAs is listen for the listener name, or nil (net.Listen).
+func listenAs(listen func(name, network, addr string) (net.Listener, error), name string) func(network, addr string) (net.Listener, error) {
+	if listen == nil {
+		return nil
+	}
+	return func(network, addr string) (net.Listener, error) { return listen(name, network, addr) }
 }
 
 func orDiscard(w io.Writer) io.Writer {

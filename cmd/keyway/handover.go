@@ -23,28 +23,32 @@ import (
 // others itself.
 type sockets struct {
 	mu        sync.Mutex
-	activated []net.Listener // from systemd, not yet handed out
+	activated []activated // from systemd, not yet handed out
 	// upgrades passes the sockets on to an upgrade's new process; nil off
 	// Unix, or when upgrades are off.
 	upgrades upgrader
 }
 
-// upgrader is what sockets needs from tableflip's Upgrader (upgrade_unix.go).
+// upgrader is what sockets needs from tableflip's Fds (upgrade_unix.go).
+// Sockets are passed on under the listener's name and address (key):
+// "proxy 127.0.0.1:0" and "admin 127.0.0.1:0" are two sockets.
 type upgrader interface {
-	// Listener returns the inherited listener of this address, or nil.
-	Listener(network, addr string) (net.Listener, error)
-	// Listen opens a listener that an upgrade passes on.
-	Listen(network, addr string) (net.Listener, error)
-	// AddListener passes ln on to an upgrade's new process.
-	AddListener(network, addr string, ln net.Listener) error
+	// Listener returns the inherited listener of this key, or nil.
+	Listener(network, key string) (net.Listener, error)
+	// Listen opens a listener on addr that an upgrade passes on as key.
+	Listen(network, key, addr string) (net.Listener, error)
+	// AddListener passes ln on to an upgrade's new process as key.
+	AddListener(network, key string, ln net.Listener) error
 }
 
-// Listen is the listeners' Listen (server.Options.Listen).
-func (s *sockets) Listen(network, addr string) (net.Listener, error) {
+// Listen is the listeners' Listen (server.Options.Listen): the socket
+// of the listener name ("proxy", "admin") on addr.
+func (s *sockets) Listen(name, network, addr string) (net.Listener, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	key := name + " " + addr
 	if s.upgrades != nil {
-		ln, err := s.upgrades.Listener(network, addr)
+		ln, err := s.upgrades.Listener(network, key)
 		if err != nil {
 			return nil, err
 		}
@@ -52,16 +56,16 @@ func (s *sockets) Listen(network, addr string) (net.Listener, error) {
 			return ln, nil
 		}
 	}
-	if ln := s.takeActivated(addr); ln != nil {
+	if ln := s.takeActivated(name, addr); ln != nil {
 		if s.upgrades != nil {
-			if err := s.upgrades.AddListener(network, addr, ln); err != nil {
+			if err := s.upgrades.AddListener(network, key, ln); err != nil {
 				return nil, err
 			}
 		}
 		return ln, nil
 	}
 	if s.upgrades != nil {
-		return s.upgrades.Listen(network, addr)
+		return s.upgrades.Listen(network, key, addr)
 	}
 	return net.Listen(network, addr)
 }
@@ -73,6 +77,12 @@ func (s *sockets) HasActivated() bool {
 	return len(s.activated) > 0
 }
 
+// activated is a socket systemd passed, with its FileDescriptorName.
+type activated struct {
+	name string
+	ln   net.Listener
+}
+
 // Unused returns an error naming the sockets systemd passed that no
 // listener took: a .socket unit and a configuration that disagree.
 func (s *sockets) Unused() error {
@@ -82,22 +92,26 @@ func (s *sockets) Unused() error {
 		return nil
 	}
 	var addrs []string
-	for _, ln := range s.activated {
-		addrs = append(addrs, ln.Addr().String())
+	for _, a := range s.activated {
+		addrs = append(addrs, a.name+" "+a.ln.Addr().String())
 	}
-	return usageError{fmt.Sprintf("systemd passed sockets that no listener of keyway uses: %v; make the .socket unit's ListenStream= and keyway's listen (and admin.listen) name the same addresses", addrs)}
+	return usageError{fmt.Sprintf("systemd passed sockets that no listener of keyway uses: %v; name them FileDescriptorName=proxy and FileDescriptorName=admin in the .socket unit, or make its ListenStream= and keyway's listen (and admin.listen) the same addresses", addrs)}
 }
 
-// takeActivated returns and forgets the activated listener bound to the
-// configured address addr, or nil.
-func (s *sockets) takeActivated(addr string) net.Listener {
-	for i, ln := range s.activated {
-		if sameAddr(addr, ln.Addr()) {
-			s.activated = slices.Delete(s.activated, i, i+1)
-			return ln
-		}
+// takeActivated returns and forgets the activated socket of the listener
+// name: the one systemd names so (FileDescriptorName= in the .socket
+// unit), else the one bound to the configured address addr; or nil.
+func (s *sockets) takeActivated(name, addr string) net.Listener {
+	i := slices.IndexFunc(s.activated, func(a activated) bool { return a.name == name })
+	if i < 0 {
+		i = slices.IndexFunc(s.activated, func(a activated) bool { return sameAddr(addr, a.ln.Addr()) })
 	}
-	return nil
+	if i < 0 {
+		return nil
+	}
+	ln := s.activated[i].ln
+	s.activated = slices.Delete(s.activated, i, i+1)
+	return ln
 }
 
 // sameAddr reports whether a socket bound to bound is what the configured

@@ -32,13 +32,13 @@ type handover struct {
 // serves, once it is ready (after an upgrade, the new one's).
 func newHandover(upgrades bool, pidFile string) (*handover, error) {
 	h := &handover{sockets: &sockets{}}
-	ls, err := activation.Listeners()
+	named, err := activation.ListenersWithNames()
 	if err != nil {
 		return nil, fmt.Errorf("systemd socket activation: %w", err)
 	}
-	for _, ln := range ls {
-		if ln != nil {
-			h.activated = append(h.activated, ln)
+	for name, lns := range named {
+		for _, ln := range lns {
+			h.activated = append(h.activated, activated{name: name, ln: ln})
 		}
 	}
 	if !upgrades {
@@ -56,14 +56,18 @@ func newHandover(upgrades bool, pidFile string) (*handover, error) {
 // fds is tableflip's Fds as sockets' upgrader.
 type fds struct{ f *tableflip.Fds }
 
-func (f fds) Listener(network, addr string) (net.Listener, error) { return f.f.Listener(network, addr) }
-func (f fds) Listen(network, addr string) (net.Listener, error)   { return f.f.Listen(network, addr) }
-func (f fds) AddListener(network, addr string, ln net.Listener) error {
+func (f fds) Listener(network, key string) (net.Listener, error) { return f.f.Listener(network, key) }
+
+func (f fds) Listen(network, key, addr string) (net.Listener, error) {
+	return f.f.ListenWithCallback(network, key, func(network, _ string) (net.Listener, error) { return net.Listen(network, addr) })
+}
+
+func (f fds) AddListener(network, key string, ln net.Listener) error {
 	tl, ok := ln.(tableflip.Listener)
 	if !ok {
-		return fmt.Errorf("the socket for %s cannot be passed on to an upgrade", addr)
+		return fmt.Errorf("the socket %s cannot be passed on to an upgrade", key)
 	}
-	return f.f.AddListener(network, addr, tl)
+	return f.f.AddListener(network, key, tl)
 }
 
 // Upgrading reports whether this process is an upgrade's new process.
@@ -98,8 +102,8 @@ func (h *handover) close() {
 	if h.upg != nil {
 		h.upg.Stop()
 	}
-	for _, ln := range h.activated {
-		_ = ln.Close()
+	for _, a := range h.activated {
+		_ = a.ln.Close()
 	}
 	h.activated = nil
 }

@@ -28,6 +28,7 @@ type Front struct {
 	Parker *Parker
 
 	lingering lingerTracker
+	open      connSet // the connections Listen accepted, until closed
 }
 
 // Listen returns ln's connections as ClientConns. scan says whether they
@@ -41,6 +42,59 @@ func (f *Front) Listen(ln net.Listener, scan bool) *Listener {
 // StopLingering ends every lingering close (within lingerPoll) and waits
 // for them; connections closed afterwards close at once.
 func (f *Front) StopLingering() { f.lingering.stopAndWait() }
+
+// CloseWaiting closes the connections no request is arriving on: opened
+// or answered, and not a byte read since. A stopping server calls it once
+// its grace for such connections is over: fasthttp's Shutdown closes a
+// keep-alive connection idle after an answer, but one that never carried
+// a request only 5 seconds after it opened. It returns how many it
+// closed. Parked connections are the Parker's to close.
+func (f *Front) CloseWaiting() int {
+	n := 0
+	for _, c := range f.open.list() {
+		if c.waiting.Load() {
+			_ = c.Conn.Close()
+			n++
+		}
+	}
+	return n
+}
+
+// connSet is a set of connections, safe for concurrent use.
+type connSet struct {
+	mu sync.Mutex
+	m  map[*ClientConn]struct{}
+}
+
+func (s *connSet) add(c *ClientConn) {
+	s.mu.Lock()
+	if s.m == nil {
+		s.m = map[*ClientConn]struct{}{}
+	}
+	s.m[c] = struct{}{}
+	c.tracked = true
+	s.mu.Unlock()
+}
+
+// remove forgets c; a connection that was never added costs nothing.
+func (s *connSet) remove(c *ClientConn) {
+	if !c.tracked {
+		return
+	}
+	s.mu.Lock()
+	delete(s.m, c)
+	s.mu.Unlock()
+}
+
+func (s *connSet) list() []*ClientConn {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*ClientConn, 0, len(s.m))
+	for c := range s.m {
+		out = append(out, c)
+	}
+	return out
+}
 
 // Listener is the front end's listener: it accepts ClientConns, and it
 // tells when the server first accepts.
@@ -79,7 +133,9 @@ func (l *Listener) Accept() (net.Conn, error) {
 		}
 		return nil, err
 	}
-	return NewClientConn(c, l.front, l.scan), nil
+	cc := NewClientConn(c, l.front, l.scan)
+	l.front.open.add(cc)
+	return cc, nil
 }
 
 // StopAccepting closes the listening socket while the server keeps
@@ -141,17 +197,27 @@ type ClientConn struct {
 	linger atomic.Bool
 	head   HeadScan
 	ps     parkState
+	// waiting: no byte of a request has arrived since the connection
+	// opened or its last answer (CloseWaiting closes such connections).
+	waiting atomic.Bool
+	tracked bool // in front.open
 }
 
 // NewClientConn wraps c, accepted by f's listener; scan as for Listen.
 func NewClientConn(c net.Conn, f *Front, scan bool) *ClientConn {
 	tc, _ := c.(*net.TCPConn)
-	return &ClientConn{Conn: c, tcp: tc, front: f, scan: scan}
+	cc := &ClientConn{Conn: c, tcp: tc, front: f, scan: scan}
+	cc.waiting.Store(true)
+	return cc
 }
 
 func (c *ClientConn) Read(b []byte) (int, error) {
 	if !c.scan {
-		return c.Conn.Read(b)
+		n, err := c.Conn.Read(b)
+		if n > 0 && c.waiting.Load() {
+			c.waiting.Store(false)
+		}
+		return n, err
 	}
 	if c.head.st == hsBare {
 		return 0, ErrBareLF
@@ -159,6 +225,9 @@ func (c *ClientConn) Read(b []byte) (int, error) {
 	n, err := c.Conn.Read(b)
 	if n > 0 {
 		c.ps.parkAt = false
+		if c.waiting.Load() {
+			c.waiting.Store(false)
+		}
 	} else if err != nil && c.parkDue(err) {
 		c.ps.parking.Store(true)
 		return 0, ErrParked
@@ -183,6 +252,7 @@ func (c *ClientConn) Close() error {
 	if c.ps.parking.CompareAndSwap(true, false) && c.front.Parker.park(c) {
 		return nil
 	}
+	c.front.open.remove(c)
 	if c.tcp == nil || !c.linger.Load() || !c.front.lingering.start() {
 		return c.Conn.Close()
 	}
@@ -286,8 +356,16 @@ func HeadOf(c net.Conn) *HeadScan {
 // ClientConn that the next read deadline fasthttp sets is the wait for a
 // keep-alive request's first byte (see Parker).
 func ConnState(c net.Conn, state fasthttp.ConnState) {
-	if cc, ok := c.(*ClientConn); ok && state == fasthttp.StateIdle {
-		cc.ps.idleNext = true
+	if state == fasthttp.StateIdle {
+		if tc, ok := c.(interface{ NetConn() net.Conn }); ok {
+			c = tc.NetConn() // the TCP connection beneath TLS
+			if cc, ok := c.(*ClientConn); ok {
+				cc.waiting.Store(true)
+			}
+		} else if cc, ok := c.(*ClientConn); ok {
+			cc.ps.idleNext = true
+			cc.waiting.Store(true)
+		}
 	}
 	s := HeadOf(c)
 	if s == nil {

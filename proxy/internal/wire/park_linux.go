@@ -233,6 +233,7 @@ func (pk *Parker) expire(now time.Time) {
 	}
 	pk.mu.Unlock()
 	for _, c := range dead {
+		c.front.open.remove(c)
 		_ = c.tcp.Close()
 	}
 	pk.stats.Closed.Add(uint64(len(dead)))
@@ -261,6 +262,7 @@ func (pk *Parker) closeAll() {
 	pk.stats.Parked.Add(-int64(len(conns)))
 	pk.mu.Unlock()
 	for _, c := range conns {
+		c.front.open.remove(c)
 		_ = c.tcp.Close()
 	}
 }

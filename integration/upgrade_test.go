@@ -1,0 +1,157 @@
+//go:build unix
+
+package integration
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"keyway/internal/poll"
+)
+
+// fleetYAML makes proxies exchange views fast and call a difference a
+// disagreement after 1s.
+const fleetYAML = "fleet: {interval: 200ms, disagreement_bound: 1s}\n"
+
+// proxyYAML is the configuration StartProxyWith writes, joining join.
+func proxyYAML(join []string, extra string) string {
+	return fmt.Sprintf(`listen: "127.0.0.1:0"
+admin: {listen: "127.0.0.1:0"}
+log: {level: info, format: json}
+gossip:
+  enabled: true
+  %s
+replica_sets:
+  - name: orders
+    replicas: 3
+    key: [{header: X-Key}]
+    timeouts: {connect: 500ms, request: 5s, idle: 30s}
+%s`, gossipYAML(join, "  "), extra)
+}
+
+// readPID returns the PID in file, or 0.
+func readPID(file string) int {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return 0
+	}
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	return pid
+}
+
+// watchAgreement polls a proxy's fleet view until stop and returns what
+// it saw disagree: another proxy routing a set differently.
+func watchAgreement(t *testing.T, adminAddr string, stop <-chan struct{}) func() []string {
+	var mu sync.Mutex
+	var seen []string
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			fs := fleetOf(t, adminAddr)
+			if !fs.Agree {
+				mu.Lock()
+				seen = append(seen, fmt.Sprintf("%s: %+v", time.Now().Format("15:04:05.000"), fs.Sets))
+				mu.Unlock()
+			}
+		}
+	})
+	return func() []string { wg.Wait(); mu.Lock(); defer mu.Unlock(); return seen }
+}
+
+// A binary upgrade (SIGUSR2) under 1,000 keyed POSTs a second loses no
+// request: no error, no connection error, every key answered by its owner
+// before, during and after; the old process exits once drained; another
+// proxy of the cluster sees no disagreement and takes nothing over.
+func TestUpgradeUnderLoadLosesNothing(t *testing.T) {
+	skipShort(t)
+	b := StartProxyWith(t, "proxy-b", nil, 3, fleetYAML)
+	for i := range 3 {
+		StartReplica(t, fmt.Sprintf("orders-%d", i), []string{b.Gossip})
+	}
+	b.WaitRotation(t, 3, 20*time.Second)
+
+	dir := t.TempDir()
+	pidFile := filepath.Join(dir, "proxy-a.pid")
+	cfg := WriteFile(t, dir, "proxy-a.yaml", proxyYAML([]string{b.Gossip}, fleetYAML+"server: {drain_idle: 2s}\n"))
+	a := StartLogged(t, "proxy-a", "proxy", "-c", cfg, "--pid-file", pidFile)
+	t.Cleanup(func() {
+		// The new process is this test's too, by way of the old one.
+		if pid := readPID(pidFile); pid != 0 && pid != a.Pid() {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
+	addr := a.WaitLine(t, logField("proxy listening", "addr"), 20*time.Second)[1]
+	adminAddr := a.WaitLine(t, logField("admin listening", "addr"), 20*time.Second)[1]
+	pa := &ProxyProc{Proc: a, Addr: addr, Admin: adminAddr}
+	pa.WaitRotation(t, 3, 20*time.Second)
+	poll.Until(t, 10*time.Second, "the PID file", func() bool { return readPID(pidFile) == a.Pid() })
+	poll.Until(t, 10*time.Second, "the two proxies to hear each other", func() bool {
+		return len(fleetOf(t, b.Admin).Proxies) == 1 && len(fleetOf(t, adminAddr).Proxies) == 1
+	})
+
+	keys := Keys(300)
+	c := NewClient()
+	owners := c.Owners(t, b.Addr, keys, 8)
+	if via := c.Owners(t, addr, keys, 8); fmt.Sprint(via) != fmt.Sprint(owners) {
+		t.Fatal("the two proxies route keys differently before the upgrade")
+	}
+
+	stopWatch := make(chan struct{})
+	disagreements := watchAgreement(t, b.Admin, stopWatch)
+	load := StartLoad(func() string { return addr }, keys, owners, 1000)
+	poll.Until(t, 10*time.Second, "1,000 requests before the upgrade", func() bool { n, _ := load.Counts(); return n >= 1000 })
+
+	old := a.Pid()
+	if err := syscall.Kill(old, syscall.SIGUSR2); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, 70*time.Second, "the new process to be ready (PID file)", func() bool { p := readPID(pidFile); return p != 0 && p != old })
+	sent, _ := load.Counts()
+	start := time.Now()
+	poll.Until(t, 10*time.Second, "the old process to exit", a.Exited)
+	exitAfter := time.Since(start)
+	if err := a.err; err != nil {
+		t.Fatalf("the old process exited with %v", err)
+	}
+	poll.Until(t, 10*time.Second, "1,000 requests after the old process exited", func() bool { n, _ := load.Counts(); return n >= sent+1000 })
+	total, failures := load.Stop()
+	close(stopWatch)
+	if failures != "" {
+		t.Errorf("requests lost across the upgrade: %s", failures)
+	}
+	t.Logf("%d requests, the old process exited %v after the new one was ready", total, exitAfter.Round(time.Millisecond))
+
+	// After: the same addresses serve, from the new process.
+	if via := c.Owners(t, addr, keys, 8); fmt.Sprint(via) != fmt.Sprint(owners) {
+		t.Error("the new process routes keys differently")
+	}
+	if fs := fleetOf(t, adminAddr); !fs.Agree {
+		t.Errorf("the new process disagrees with the fleet: %+v", fs.Sets)
+	}
+	if d := disagreements(); len(d) > 0 {
+		t.Errorf("the other proxy saw a disagreement during the upgrade: %v", d)
+	}
+	for _, msg := range []string{"another proxy routes a replica set differently, for longer than fleet.disagreement_bound: some keys go to different replicas",
+		"rolling restart taken over: the proxy running it left the fleet"} {
+		if l := b.Logs(msg); len(l) > 0 {
+			t.Errorf("the other proxy logged %q: %v", msg, l)
+		}
+	}
+	if l := a.Logs("upgrade: the new process serves; this one stops accepting and drains"); len(l) != 1 {
+		t.Errorf("the old process's log of the handover: %v", l)
+	}
+}
