@@ -104,13 +104,19 @@ func Start(t testing.TB, name string, args ...string) *Proc {
 // file's lines are read as they come, from every process writing it.
 func StartLogged(t testing.TB, name string, args ...string) *Proc {
 	t.Helper()
+	return startLogged(t, name, func(cmd *exec.Cmd) { cmd.Args = append([]string{Binary}, args...) })
+}
+
+func startLogged(t testing.TB, name string, setup func(*exec.Cmd)) *Proc {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), name+".log")
 	f, err := os.Create(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	p := &Proc{Name: name, cmd: exec.Command(Binary, args...), cond: make(chan struct{}, 1), done: make(chan struct{})}
+	p := &Proc{Name: name, cmd: exec.Command(Binary), cond: make(chan struct{}, 1), done: make(chan struct{})}
+	setup(p.cmd)
 	p.cmd.Stdout, p.cmd.Stderr = f, f
 	if err := p.cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", name, err)
@@ -138,6 +144,21 @@ func StartLogged(t testing.TB, name string, args ...string) *Proc {
 		}
 	})
 	return p
+}
+
+// StartActivated starts keyway as systemd's socket activation would: the
+// listening sockets files as fds 3, 4, ..., named by names
+// (LISTEN_FDNAMES, e.g. "proxy"), and LISTEN_FDS and LISTEN_PID set. The
+// PID is the process's own: a shell sets it and execs keyway, so the PID
+// stays. Its output goes to a log file as with StartLogged.
+func StartActivated(t testing.TB, name string, files []*os.File, names string, args ...string) *Proc {
+	t.Helper()
+	sh := append([]string{"-c", `LISTEN_PID=$$ exec "$0" "$@"`, Binary}, args...)
+	return startLogged(t, name, func(cmd *exec.Cmd) {
+		cmd.Path, cmd.Args = "/bin/sh", append([]string{"/bin/sh"}, sh...)
+		cmd.ExtraFiles = files
+		cmd.Env = append(os.Environ(), "LISTEN_FDS="+strconv.Itoa(len(files)), "LISTEN_FDNAMES="+names)
+	})
 }
 
 // follow reads the lines of the log file path as they are written, until

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 )
@@ -95,13 +97,30 @@ func (l *Load) one(key string, body []byte) {
 		return
 	}
 	kind := fail
-	if len(kind) > 40 {
-		kind = kind[:40]
+	if i := strings.LastIndex(kind, ": "); strings.HasPrefix(kind, "error: ") && i > 0 {
+		kind = "error: " + kind[i+2:] // the cause, without the URL
+	}
+	if len(kind) > 60 {
+		kind = kind[:60]
 	}
 	l.failures[kind]++
 	if len(l.examples) < 5 {
 		l.examples = append(l.examples, fail)
 	}
+}
+
+// FailedExcept returns how many requests failed for a reason that does
+// not contain any of the texts.
+func (l *Load) FailedExcept(texts ...string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for kind, c := range l.failures {
+		if !slices.ContainsFunc(texts, func(s string) bool { return strings.Contains(kind, s) }) {
+			n += c
+		}
+	}
+	return n
 }
 
 // Counts returns the requests answered so far and those that failed.

@@ -340,6 +340,14 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
+		// A stop closes the copies of the listening sockets kept for an
+		// upgrade as the listeners close theirs: else the kernel would go
+		// on completing connections that nobody accepts, and reset them at
+		// exit.
+		<-ctx.Done()
+		h.close()
+	}()
+	go func() {
 		// Once the proxy serves: an upgrade's old process stops, the PID
 		// file and systemd learn this process.
 		t := time.NewTicker(10 * time.Millisecond)

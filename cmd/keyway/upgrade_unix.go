@@ -97,11 +97,15 @@ func (h *handover) Upgrade() error {
 	return h.upg.Upgrade()
 }
 
-// close stops upgrades and closes the activated sockets no listener took.
+// close stops upgrades, closing the copies of the sockets kept to pass
+// on, and closes the activated sockets no listener took. Safe to call
+// more than once.
 func (h *handover) close() {
 	if h.upg != nil {
-		h.upg.Stop()
+		h.upg.Stop() // closes its copies of the sockets (once)
 	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	for _, a := range h.activated {
 		_ = a.ln.Close()
 	}
