@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
@@ -50,11 +51,12 @@ func TestSIGTERMUnderLoadAnswersWhatArrivedAndExits(t *testing.T) {
 }
 
 // Socket activation as systemd does it: the test holds the listening
-// socket and starts keyway with it as fd 3 (LISTEN_FDS, LISTEN_FDNAMES
-// proxy, LISTEN_PID). Under 1,000 keyed POSTs a second, the proxy is
-// stopped (SIGTERM, waited for) and a new one started on the same socket:
-// nothing is refused, and every request is answered, those sent in the
-// gap once the new process serves.
+// sockets and starts keyway with them as fds 3 and 4 (LISTEN_FDS,
+// LISTEN_FDNAMES proxy:admin, LISTEN_PID). Under 1,000 keyed POSTs a
+// second, the proxy is stopped (SIGTERM, waited for) and a new one started
+// on the same sockets: nothing is refused, and every request is answered,
+// those sent in the gap once the new process serves. Then the new one is
+// upgraded (SIGUSR2): the sockets systemd passed pass on too.
 func TestSocketActivationRestartUnderLoad(t *testing.T) {
 	skipShort(t)
 	var static string
@@ -63,20 +65,27 @@ func TestSocketActivationRestartUnderLoad(t *testing.T) {
 		_, addr := StartReplicaProcess(t, name)
 		static += fmt.Sprintf("      - {name: %s, addr: %q}\n", name, addr)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	hold := func() (*os.File, string) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		f, err := ln.(*net.TCPListener).File()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { f.Close() })
+		return f, ln.Addr().String()
 	}
-	defer ln.Close()
-	sock, err := ln.(*net.TCPListener).File()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sock.Close()
-	addr := ln.Addr().String()
-	// listen names the socket's address; the name "proxy" would do alone.
-	cfg := WriteFile(t, t.TempDir(), "proxy.yaml", fmt.Sprintf(`listen: %q
-admin: {listen: "127.0.0.1:0"}
+	sock, addr := hold()
+	adminSock, adminAddr := hold()
+	// listen names the proxy socket's address; admin.listen names
+	// another address: systemd's name for the socket decides.
+	dir := t.TempDir()
+	pidFile := filepath.Join(dir, "proxy.pid")
+	cfg := WriteFile(t, dir, "proxy.yaml", fmt.Sprintf(`listen: %q
+admin: {listen: "127.0.0.1:1"}
 log: {level: info, format: json}
 server: {drain_idle: 1s}
 replica_sets:
@@ -86,9 +95,12 @@ replica_sets:
     static:
 %s`, addr, static))
 	start := func(name string) *Proc {
-		p := StartActivated(t, name, []*os.File{sock}, "proxy", "proxy", "-c", cfg)
+		p := StartActivated(t, name, []*os.File{sock, adminSock}, "proxy:admin", "proxy", "-c", cfg, "--pid-file", pidFile)
 		if got := p.WaitLine(t, logField("proxy listening", "addr"), 20*time.Second)[1]; got != addr {
 			t.Fatalf("%s listens on %s, not on the socket it was given (%s)", name, got, addr)
+		}
+		if got := p.WaitLine(t, logField("admin listening", "addr"), 20*time.Second)[1]; got != adminAddr {
+			t.Fatalf("%s's admin API listens on %s, not on the socket it was given (%s)", name, got, adminAddr)
 		}
 		return p
 	}
@@ -109,11 +121,33 @@ replica_sets:
 	sent, _ := load.Counts()
 	second := start("proxy-2")
 	poll.Until(t, 10*time.Second, "1,000 requests after the restart", func() bool { n, _ := load.Counts(); return n >= sent+1000 })
+	if _, failed := load.Counts(); failed != 0 {
+		_, failures := load.Stop()
+		t.Fatalf("requests lost across a stop and start on one socket: %s", failures)
+	}
+	served := second.servedAfter(stopped)
+
+	t.Cleanup(func() {
+		if pid := readPID(pidFile); pid != 0 && pid != second.Pid() {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
+	poll.Until(t, 10*time.Second, "the PID file", func() bool { return readPID(pidFile) == second.Pid() })
+	if err := syscall.Kill(second.Pid(), syscall.SIGUSR2); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, 70*time.Second, "the upgrade's new process to serve", func() bool { p := readPID(pidFile); return p != 0 && p != second.Pid() })
+	poll.Until(t, 10*time.Second, "the upgraded process to exit", second.Exited)
+	sent, _ = load.Counts()
+	poll.Until(t, 10*time.Second, "1,000 requests after the upgrade", func() bool { n, _ := load.Counts(); return n >= sent+1000 })
 	total, failures := load.Stop()
 	if failures != "" {
-		t.Errorf("requests lost across a stop and start on one socket: %s", failures)
+		t.Errorf("requests lost across the upgrade of a socket-activated proxy: %s", failures)
 	}
-	t.Logf("%d requests; the second process served %v after the first exited", total, second.servedAfter(stopped).Round(time.Millisecond))
+	if got := Metric(adminAddr, "keyway_build_info", nil); got != 1 {
+		t.Errorf("the admin API on the socket systemd passed, after the upgrade: keyway_build_info %v", got)
+	}
+	t.Logf("%d requests; the second process served %v after the first exited", total, served.Round(time.Millisecond))
 }
 
 // servedAfter is how long after t the process logged "proxy listening".
