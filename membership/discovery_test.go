@@ -142,9 +142,37 @@ func TestMetaRoundTripAndGarbage(t *testing.T) {
 			t.Errorf("flags round trip %+v: %+v, %v", f, got, err)
 		}
 	}
-	// Appended fields of a later revision are ignored.
-	if got, err := DecodeMeta(append(b, 1, 2, 3)); err != nil || got != m {
+	// A proxy's id comes last; metadata without one (an older proxy's, or
+	// an agent's) decodes with none, and Member.ID falls back to the node
+	// name.
+	px := Meta{Role: RoleProxy, Addr: "127.0.0.1:9901", Boot: 7, Fingerprint: "orders:0a1b2c3d", ID: "host-a:8080"}
+	pb, err := px.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := DecodeMeta(pb); err != nil || got != px {
+		t.Fatalf("proxy round trip: %+v, %v", got, err)
+	}
+	if mb, _ := (Meta{Role: RoleProxy, Addr: px.Addr, Boot: 7, Fingerprint: px.Fingerprint}).Encode(); len(mb) != len(pb)-1-len(px.ID) {
+		t.Errorf("a meta without id is %d bytes, want %d: it must encode as before ids existed", len(mb), len(pb)-1-len(px.ID))
+	}
+	older, err := DecodeMeta(pb[:len(pb)-1-len(px.ID)])
+	if err != nil || older.ID != "" || older.Fingerprint != px.Fingerprint {
+		t.Fatalf("an older proxy's meta: %+v, %v", older, err)
+	}
+	if id := (Member{Node: "proxy-host-a.x1", Meta: older}).ID(); id != "proxy-host-a.x1" {
+		t.Errorf("Member.ID without an advertised id = %q, want the node name", id)
+	}
+	if id := (Member{Node: "proxy-host-a.x1", Meta: px}).ID(); id != "host-a:8080" {
+		t.Errorf("Member.ID = %q, want the advertised id", id)
+	}
+	// Appended fields of a later revision are ignored (after the id; a
+	// member without one writes an empty id first).
+	if got, err := DecodeMeta(append(pb, 1, 2, 3)); err != nil || got != px {
 		t.Fatalf("trailing bytes: %+v %v", got, err)
+	}
+	if got, err := DecodeMeta(append(b, 0, 1, 2, 3)); err != nil || got != m {
+		t.Fatalf("trailing bytes after an empty id: %+v %v", got, err)
 	}
 	for name, in := range map[string][]byte{
 		"empty":         nil,
@@ -153,6 +181,7 @@ func TestMetaRoundTripAndGarbage(t *testing.T) {
 		"bad role":      append([]byte{1, 9}, b[2:]...),
 		"bad state":     append([]byte{1, 2, 99}, b[3:]...),
 		"truncated":     b[:len(b)-3],
+		"truncated id":  pb[:len(pb)-2],
 		"oversized":     make([]byte, 600),
 	} {
 		if _, err := DecodeMeta(in); err == nil {
