@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"sync"
 	"time"
@@ -25,6 +26,14 @@ import (
 // the YAML file it is the top-level `fleet` section. Every proxy of a
 // fleet should use the same values: the verdict depends on them.
 type FleetConfig struct {
+	// ID is this proxy's stable identity in the fleet: the other proxies
+	// key its views, votes, run-time records and rolling restarts by it
+	// (not by its per-boot gossip node name), so that the old and the new
+	// process of one proxy during a binary upgrade count as one proxy.
+	// Default "": <host name>:<port>, the port the proxy listener is bound
+	// to (see ProxyID). 1 to 128 bytes of letters, digits, '.', '-', '_'
+	// and ':'; unique in the fleet.
+	ID string `yaml:"id"`
 	// Share publishes this proxy's evidence to the other proxies and holds
 	// out the replicas the fleet's verdict names. Default true; false
 	// keeps rotation purely local (digests are still compared).
@@ -59,6 +68,11 @@ func DefaultFleetConfig() FleetConfig {
 // Validate reports every problem.
 func (c FleetConfig) Validate() error {
 	var errs []error
+	if c.ID != "" {
+		if err := validFleetID(c.ID); err != nil {
+			errs = append(errs, fmt.Errorf("id: %q %v; leave it empty for <host name>:<port>, or write e.g. edge-1", c.ID, err))
+		}
+	}
 	if c.Interval < 100*time.Millisecond || c.Interval > 10*time.Second {
 		errs = append(errs, fmt.Errorf("interval: must be between 100ms and 10s, got %s", c.Interval))
 	}
@@ -75,6 +89,55 @@ func (c FleetConfig) Validate() error {
 		errs = append(errs, fmt.Errorf("disagreement_bound: must be at least 1s, got %s", c.DisagreementBound))
 	}
 	return errors.Join(errs...)
+}
+
+// MaxFleetIDLen bounds fleet.id: it travels in the proxy's gossip
+// metadata (at most 512 bytes, with the ring fingerprints).
+const MaxFleetIDLen = 128
+
+// validFleetID says what is wrong with id as a fleet ID, or nil.
+func validFleetID(id string) error {
+	if id == "" || len(id) > MaxFleetIDLen {
+		return fmt.Errorf("must be 1 to %d bytes long, got %d", MaxFleetIDLen, len(id))
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '.', c == '-', c == '_', c == ':':
+		case c >= 0x80:
+			return fmt.Errorf("has a non-ASCII byte at byte %d: use letters, digits, '.', '-', '_' and ':'", i)
+		default:
+			return fmt.Errorf("has %q at byte %d: use letters, digits, '.', '-', '_' and ':'", rune(c), i)
+		}
+	}
+	return nil
+}
+
+// ProxyID returns this proxy's fleet ID: fleet.id, or when it is empty
+// host:port, where port is the one listen (the proxy listener) is bound
+// to; host is the machine's host name (os.Hostname). A process that
+// inherits the listener of the one it replaces (a binary upgrade) gets
+// the same ID. The error, for a default that is no valid ID (an odd host
+// name), says to set fleet.id.
+func (c FleetConfig) ProxyID(host string, listen net.Addr) (string, error) {
+	if c.ID != "" {
+		if err := validFleetID(c.ID); err != nil {
+			return "", fmt.Errorf("fleet.id: %q %v", c.ID, err)
+		}
+		return c.ID, nil
+	}
+	port := ""
+	if listen != nil {
+		_, port, _ = net.SplitHostPort(listen.String())
+	}
+	if host == "" || port == "" {
+		return "", fmt.Errorf("fleet.id: empty, and the default <host name>:<port> is unknown (host name %q, listener %v); set fleet.id", host, listen)
+	}
+	id := net.JoinHostPort(host, port)
+	if err := validFleetID(id); err != nil {
+		return "", fmt.Errorf("fleet.id: empty, and the default <host name>:<port> %q %v; set fleet.id", id, err)
+	}
+	return id, nil
 }
 
 // FleetEvent is a change the fleet caused or this proxy noticed, for the

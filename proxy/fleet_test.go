@@ -1,7 +1,9 @@
 package proxy
 
 import (
+	"net"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -137,5 +139,71 @@ func TestFleetShareOff(t *testing.T) {
 	}
 	if v := p2.FleetSets(now); len(v) != 1 || v[0].Digest == "" || len(v[0].Votes) != 0 {
 		t.Fatalf("with fleet.share false P2's view: %+v", v)
+	}
+}
+
+func TestFleetIDRules(t *testing.T) {
+	cases := map[string]struct {
+		id   string
+		want string // "" means valid
+	}{
+		"default":       {id: ""},
+		"host and port": {id: "edge-1.example.com:8080"},
+		"upper case":    {id: "EDGE_1"},
+		"128 bytes":     {id: strings.Repeat("a", 128)},
+		"129 bytes":     {id: strings.Repeat("a", 129), want: `id: "` + strings.Repeat("a", 129) + `" must be 1 to 128 bytes long, got 129; leave it empty for <host name>:<port>, or write e.g. edge-1`},
+		"space":         {id: "edge 1", want: `id: "edge 1" has ' ' at byte 4: use letters, digits, '.', '-', '_' and ':'; leave it empty`},
+		"slash":         {id: "edge/1", want: `has '/' at byte 4`},
+		"non-ASCII":     {id: "édge", want: `has a non-ASCII byte at byte 0`},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			c := DefaultFleetConfig()
+			c.ID = tc.id
+			err := c.Validate()
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("Validate: %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Validate: %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestProxyID(t *testing.T) {
+	ln := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 41277}
+	cases := map[string]struct {
+		id, host string
+		listen   net.Addr
+		want     string // the ID, or with err a part of the error
+		err      bool
+	}{
+		"configured":        {id: "edge-1", host: "h", listen: ln, want: "edge-1"},
+		"default":           {host: "web-3", listen: ln, want: "web-3:41277"},
+		"default, any addr": {host: "web-3", listen: &net.TCPAddr{Port: 8080}, want: "web-3:8080"},
+		"no host name":      {listen: ln, err: true, want: "fleet.id: empty, and the default <host name>:<port> is unknown"},
+		"odd host name":     {host: "web 3", listen: ln, err: true, want: `fleet.id: empty, and the default <host name>:<port> "web 3:41277" has ' ' at byte 3`},
+		"not listening":     {host: "web-3", err: true, want: "set fleet.id"},
+		"invalid":           {id: "a b", host: "h", listen: ln, err: true, want: `fleet.id: "a b" has ' '`},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			c := DefaultFleetConfig()
+			c.ID = tc.id
+			got, err := c.ProxyID(tc.host, tc.listen)
+			if tc.err {
+				if err == nil || !strings.Contains(err.Error(), tc.want) {
+					t.Fatalf("ProxyID = %q, %v; want an error with %q", got, err, tc.want)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Fatalf("ProxyID = %q, %v; want %q", got, err, tc.want)
+			}
+		})
 	}
 }
