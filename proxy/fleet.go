@@ -149,7 +149,7 @@ type FleetEvent struct {
 	Kind    string
 	Set     string
 	Replica string // fleet_hold, fleet_release
-	Peer    string // fleet_disagreement, fleet_agreement
+	Peer    string // fleet_disagreement, fleet_agreement: the peer's fleet ID
 	Voters  []string
 	// For disagreements: the two digests and how long they have differed.
 	Digest, PeerDigest string
@@ -165,7 +165,7 @@ const vetoGrain = int64(50 * time.Millisecond)
 type fleetView struct {
 	mu       sync.Mutex
 	peers    []balancer.FleetPeer
-	disagree map[[2]string]time.Time // (peer, set) → since when the digests differ
+	disagree map[[2]string]time.Time // (peer ID, set) → since when the digests differ
 	reported map[[2]string]bool      // disagreements past the bound, reported
 }
 
@@ -258,7 +258,7 @@ func (p *Proxy) SetFleet(peers []balancer.FleetPeer, now time.Time) {
 // names.
 func (p *Proxy) applyVerdict(st *setState, peers []balancer.FleetPeer, now time.Time) {
 	self := p.fleetSet(st, peers, now)
-	views := append(slices.Clone(peers), balancer.FleetPeer{Node: "", Sets: []balancer.FleetSet{self}})
+	views := append(slices.Clone(peers), balancer.FleetPeer{ID: "", Sets: []balancer.FleetSet{self}})
 	t := st.router.Table()
 	var ring []string
 	for _, m := range t.Members() {
@@ -322,7 +322,7 @@ func (p *Proxy) compareDigests(rt *routes, peers []balancer.FleetPeer, now time.
 			if rs == nil || s.Digest == "" {
 				continue
 			}
-			k := [2]string{peer.Node, s.Set}
+			k := [2]string{peer.ID, s.Set}
 			mine := rs.st.router.Table().Digest()
 			if mine == s.Digest {
 				continue
@@ -336,9 +336,9 @@ func (p *Proxy) compareDigests(rt *routes, peers []balancer.FleetPeer, now time.
 			if d := now.Sub(since); d >= p.cfg.Fleet.DisagreementBound && !p.fleet.reported[k] {
 				p.fleet.reported[k] = true
 				p.log.Warn("another proxy routes a replica set differently, for longer than fleet.disagreement_bound: some keys go to different replicas",
-					zap.String("set", s.Set), zap.String("peer", peer.Node), zap.Duration("for", d),
+					zap.String("set", s.Set), zap.String("peer", peer.ID), zap.Duration("for", d),
 					zap.String("digest", mine), zap.String("peer_digest", s.Digest))
-				p.fleetEvent(FleetEvent{Kind: "fleet_disagreement", Set: s.Set, Peer: peer.Node, Digest: mine, PeerDigest: s.Digest, For: d})
+				p.fleetEvent(FleetEvent{Kind: "fleet_disagreement", Set: s.Set, Peer: peer.ID, Digest: mine, PeerDigest: s.Digest, For: d})
 			}
 		}
 	}
@@ -363,13 +363,14 @@ type FleetSetStatus struct {
 	Digest string
 	// Held are the replicas the fleet holds out on votes, sorted.
 	Held []balancer.FleetExclusion
-	// Peers are the other proxies' digests of the set, sorted by node.
+	// Peers are the other proxies' digests of the set, sorted by ID.
 	Peers []FleetPeerSet
 }
 
 // FleetPeerSet is one peer's digest of a set and whether it agrees.
 type FleetPeerSet struct {
-	Node   string
+	// ID is the peer's fleet ID.
+	ID     string
 	Digest string
 	Agrees bool
 	// Since is when the disagreement started (zero while it agrees).
@@ -395,8 +396,8 @@ func (p *Proxy) FleetStatus() []FleetSetStatus {
 		for _, peer := range p.fleet.peers {
 			for _, s := range peer.Sets {
 				if s.Set == name {
-					since := p.fleet.disagree[[2]string{peer.Node, name}]
-					fs.Peers = append(fs.Peers, FleetPeerSet{Node: peer.Node, Digest: s.Digest, Agrees: s.Digest == fs.Digest, Since: since})
+					since := p.fleet.disagree[[2]string{peer.ID, name}]
+					fs.Peers = append(fs.Peers, FleetPeerSet{ID: peer.ID, Digest: s.Digest, Agrees: s.Digest == fs.Digest, Since: since})
 				}
 			}
 		}

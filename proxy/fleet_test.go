@@ -44,7 +44,7 @@ func TestFleetVotesVetoesAndDigests(t *testing.T) {
 	p1, _ := startProxyOpts(t, Options{FleetEvents: ev1.add}, nil, reps...)
 	p2, addr2 := startProxyOpts(t, Options{FleetEvents: ev2.add}, nil, reps...)
 	view := func(node string, p *Proxy, now time.Time) balancer.FleetPeer {
-		return balancer.FleetPeer{Node: node, Sets: p.FleetSets(now)}
+		return balancer.FleetPeer{ID: node, Sets: p.FleetSets(now)}
 	}
 	digest := func(p *Proxy) string { return p.Router("orders").Table().Digest() }
 	if digest(p1) != digest(p2) {
@@ -133,7 +133,7 @@ func TestFleetShareOff(t *testing.T) {
 	p2, _ := startProxy(t, func(c *Config) { c.Fleet.Share = false }, reps...)
 	p1.SetExcluded("orders", "orders-1", balancer.ReasonEjected, true)
 	now := time.Now()
-	p2.SetFleet([]balancer.FleetPeer{{Node: "p1", Sets: p1.FleetSets(now)}}, now)
+	p2.SetFleet([]balancer.FleetPeer{{ID: "p1", Sets: p1.FleetSets(now)}}, now)
 	if got := excludedBy(p2, "orders-1"); got != 0 {
 		t.Fatalf("with fleet.share false P2 follows P1's vote: %v", got)
 	}
