@@ -263,6 +263,10 @@ type MemberInfo struct {
 	State       string `json:"state,omitempty"`
 	Zone        string `json:"zone,omitempty"`
 	Fingerprint string `json:"fingerprint,omitempty"`
+	// ID is a proxy's fleet ID (its node name if it advertises none); two
+	// alive proxy members with one ID are the old and the new process of
+	// one proxy, during a binary upgrade.
+	ID string `json:"id,omitempty"`
 }
 
 // DrainResult is the 202 answer of drain and undrain.

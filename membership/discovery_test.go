@@ -506,3 +506,31 @@ func TestDiscoveryReportsStoppedSeen(t *testing.T) {
 		t.Fatalf("reports %+v, want o-0 (draining) and o-1 (stopped, seen)", reports)
 	}
 }
+
+// Fingerprint mismatches are tracked per proxy ID: of the two processes
+// of an upgrading proxy the newest boot speaks for it, a mismatch that
+// goes on from the old process to the new one is counted once, and the
+// other process of this proxy is no other proxy.
+func TestDiscoveryFingerprintsByProxyID(t *testing.T) {
+	ft := &fakeTarget{sets: map[string][]balancer.Replica{}, fps: map[string]string{"orders": "fp-A"}}
+	d := NewDiscovery(ft, DiscoveryOptions{})
+	d.self = "edge-a"
+	proc := func(node, id string, boot int64, fp string) Member {
+		return Member{Node: node, Status: StatusAlive, Meta: Meta{Role: RoleProxy, ID: id, Boot: boot, Fingerprint: FingerprintMeta(map[string]string{"orders": fp})}}
+	}
+	check := func(step string, pairs, total float64, ms ...Member) {
+		t.Helper()
+		d.SetMembers(ms)
+		if got := testutil.ToFloat64(d.mismatchPeers); got != pairs {
+			t.Fatalf("%s: disagreeing pairs %v, want %v", step, got, pairs)
+		}
+		if got := testutil.ToFloat64(d.mismatchTotal); got != total {
+			t.Fatalf("%s: mismatches counted %v, want %v", step, got, total)
+		}
+	}
+	own := proc("a.2", "edge-a", 9, "fp-other") // this proxy's other process, routing otherwise
+	check("old process disagrees", 1, 1, proc("b.1", "edge-b", 1, "fp-X"), own)
+	check("new process disagrees too", 1, 1, proc("b.1", "edge-b", 1, "fp-X"), proc("b.2", "edge-b", 2, "fp-X"), own)
+	check("new process agrees", 0, 1, proc("b.1", "edge-b", 1, "fp-X"), proc("b.2", "edge-b", 2, "fp-A"), own)
+	check("old process gone", 0, 1, proc("b.2", "edge-b", 2, "fp-A"))
+}
