@@ -565,6 +565,9 @@ type RestartStatus struct {
 	// its new process resumes the restart once the old one is gone (a
 	// "resumed" step).
 	Owner string `json:"owner"`
+	// OwnerNode is the gossip node of the owner's process that runs it:
+	// the new process, once it has resumed the restart after an upgrade.
+	OwnerNode string `json:"owner_node,omitempty"`
 	// By is who started it.
 	By string `json:"by,omitempty"`
 	// Replicas are the replicas it restarts, in order; Current the one
