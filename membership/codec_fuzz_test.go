@@ -111,6 +111,7 @@ func FuzzUserMessage(f *testing.F) {
 		[]byte(`{"kind":"runtime_digest","node":"p2","digest":"00"}`),
 		[]byte(`{"kind":"runtime_records","node":"p2","digest":"x","reply":true,"records":[{"set":"orders","version":3,"origin":"p2"},{"set":""}]}`),
 		[]byte(`{"kind":"proxy_state","node":"p2","seq":1,"sets":[{"set":"orders","digest":"d","votes":[{"replica":"o-0","reason":"refused","age_ms":-9223372036854775808}],"vetoes":["o-1"],"inflight":{"o-0":1}}]}`),
+		[]byte(`{"kind":"proxy_state","node":"p2.b","id":"edge-2:8080","boot":-1,"seq":18446744073709551615,"sets":[]}`),
 		[]byte(`{"kind":1}`),
 		[]byte(`[]`),
 		[]byte("\xff"),
