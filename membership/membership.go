@@ -46,7 +46,9 @@ func (s Status) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
 
 // Member is one gossip member as this node knows it. It is a plain value.
 type Member struct {
-	// Node is the gossip node name: the replica name plus a boot suffix.
+	// Node is the gossip node name: the replica name (a proxy's:
+	// proxy-<host name>) plus a boot suffix, one per process. A proxy's
+	// identity across its processes is ID().
 	Node string `json:"node"`
 	// Gossip is the member's gossip address.
 	Gossip string `json:"gossip"`
