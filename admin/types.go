@@ -263,6 +263,10 @@ type MemberInfo struct {
 	State       string `json:"state,omitempty"`
 	Zone        string `json:"zone,omitempty"`
 	Fingerprint string `json:"fingerprint,omitempty"`
+	// ID is a proxy's fleet ID (its node name if it advertises none); two
+	// alive proxy members with one ID are the old and the new process of
+	// one proxy, during a binary upgrade.
+	ID string `json:"id,omitempty"`
 }
 
 // DrainResult is the 202 answer of drain and undrain.
@@ -309,8 +313,8 @@ type SetChange struct {
 	// wrote; every proxy applies the highest.
 	Version uint64 `json:"version"`
 	// By is who issued it (the X-Keyway-Actor header, else "anonymous",
-	// and the client address); Via the proxy that took it (its gossip
-	// node name, or "local" without gossip).
+	// and the client address); Via the proxy that took it (its fleet ID,
+	// or "local" without gossip).
 	By  string `json:"by"`
 	Via string `json:"via"`
 	// Scope is "fleet" (every proxy of the gossip cluster applies it) or
@@ -380,8 +384,11 @@ type RuntimeStatus struct {
 // fleet route every set alike, what the fleet holds out on shared
 // evidence, and whether this proxy has lost gossip contact.
 type FleetStatus struct {
-	// Self is this proxy's gossip node name ("" when gossip is off).
-	Self string `json:"self"`
+	// Self is this proxy's fleet ID (fleet.id; "" when gossip is off), by
+	// which the other proxies know it, and SelfNode its gossip node name
+	// (one per process: two during a binary upgrade).
+	Self     string `json:"self"`
+	SelfNode string `json:"self_node,omitempty"`
 	// Share says this proxy publishes its evidence and follows the fleet's
 	// verdict (fleet.share).
 	Share bool `json:"share"`
@@ -402,7 +409,14 @@ type FleetStatus struct {
 
 // FleetProxy is another proxy of the fleet.
 type FleetProxy struct {
-	Node string `json:"node"`
+	// ID is its fleet ID (its gossip node name if it advertises none: an
+	// older version).
+	ID string `json:"id"`
+	// Node is the gossip node whose view this proxy follows (its newest
+	// process), and Nodes every alive gossip node carrying the ID, sorted:
+	// two while it upgrades its binary.
+	Node  string   `json:"node"`
+	Nodes []string `json:"nodes"`
 	// Admin is its admin API address, as it advertises it.
 	Admin string `json:"admin,omitempty"`
 	// Heard is when its last view arrived (every fleet.interval).
@@ -435,7 +449,8 @@ type FleetHeld struct {
 
 // FleetPeerDigest is one peer's digest of a set.
 type FleetPeerDigest struct {
-	Node   string `json:"node"`
+	// ID is the peer's fleet ID.
+	ID     string `json:"id"`
 	Digest string `json:"digest"`
 	Agrees bool   `json:"agrees"`
 	// DisagreeingSince and DisagreeingSeconds say how long the digests
@@ -543,10 +558,16 @@ type RestartStatus struct {
 	// Error says which) or "interrupted" (the proxy running it stopped
 	// with no other proxy to take it over).
 	State string `json:"state"`
-	// Owner is the gossip node of the proxy running it. Every proxy
-	// shows the same restart; if the owner leaves the fleet, the alive
-	// proxy with the lowest node name takes it over (a "takeover" step).
+	// Owner is the fleet ID of the proxy running it. Every proxy shows
+	// the same restart; if the owner leaves the fleet (no alive process
+	// carries its ID), the alive proxy with the lowest ID takes it over (a
+	// "takeover" step). A binary upgrade of the owner hands nothing over:
+	// its new process resumes the restart once the old one is gone (a
+	// "resumed" step).
 	Owner string `json:"owner"`
+	// OwnerNode is the gossip node of the owner's process that runs it:
+	// the new process, once it has resumed the restart after an upgrade.
+	OwnerNode string `json:"owner_node,omitempty"`
 	// By is who started it.
 	By string `json:"by,omitempty"`
 	// Replicas are the replicas it restarts, in order; Current the one
@@ -567,8 +588,10 @@ type RestartStep struct {
 	Time    time.Time `json:"time"`
 	Replica string    `json:"replica"`
 	// Step is "drain", "drained", "restart", "started", "undrain",
-	// "ready", "failed", "handover" (the owner is stopping and leaves it
-	// to another proxy) or "takeover" (another proxy continues it).
+	// "ready", "failed", "handover" (the owner's process is stopping and
+	// leaves it to another proxy, or to its own new process), "takeover"
+	// (another proxy continues it) or "resumed" (the owner's new process
+	// continues it).
 	Step   string `json:"step"`
 	Detail string `json:"detail,omitempty"`
 }

@@ -50,9 +50,10 @@ type FleetSet struct {
 	Inflight map[string]int64
 }
 
-// FleetPeer is what one proxy published last: its node name and its sets.
+// FleetPeer is what one proxy published last: its fleet ID and its sets.
 type FleetPeer struct {
-	Node string
+	// ID is the proxy's stable fleet ID (its voters are named by it).
+	ID   string
 	Sets []FleetSet
 }
 
@@ -74,7 +75,8 @@ type FleetRules struct {
 // FleetExclusion is a replica the fleet holds out, and why.
 type FleetExclusion struct {
 	Replica string
-	// Voters are the proxies whose votes hold it out, sorted.
+	// Voters are the IDs of the proxies whose votes hold it out, sorted
+	// (one vote per ID).
 	Voters []string
 	// Since is when the oldest of those votes started.
 	Since time.Time
@@ -123,7 +125,7 @@ func FleetVerdict(set string, ring []string, views []FleetPeer, now time.Time, r
 					continue
 				}
 				if t := get(vote.Replica); t != nil {
-					t.voters = append(t.voters, v.Node)
+					t.voters = append(t.voters, v.ID)
 					if t.since.IsZero() || vote.Since.Before(t.since) {
 						t.since = vote.Since
 					}

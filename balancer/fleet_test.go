@@ -18,51 +18,51 @@ func TestFleetVerdict(t *testing.T) {
 		rules FleetRules
 		want  []string
 	}{
-		"no votes": {views: []FleetPeer{{Node: "a"}, {Node: "b"}}},
+		"no votes": {views: []FleetPeer{{ID: "a"}, {ID: "b"}}},
 		"one fresh vote is followed": {
-			views: []FleetPeer{{Node: "a", Sets: []FleetSet{{Set: "s", Votes: []FleetVote{vote("r1", time.Second)}}}}, {Node: "b"}},
+			views: []FleetPeer{{ID: "a", Sets: []FleetSet{{Set: "s", Votes: []FleetVote{vote("r1", time.Second)}}}}, {ID: "b"}},
 			want:  []string{"r1"},
 		},
 		"a solo vote lapses after SoloVoteMax": {
-			views: []FleetPeer{{Node: "a", Sets: []FleetSet{{Set: "s", Votes: []FleetVote{vote("r1", 20*time.Second)}}}}},
+			views: []FleetPeer{{ID: "a", Sets: []FleetSet{{Set: "s", Votes: []FleetVote{vote("r1", 20*time.Second)}}}}},
 		},
 		"two voters have no time bound": {
 			views: []FleetPeer{
-				{Node: "a", Sets: []FleetSet{{Set: "s", Votes: []FleetVote{vote("r1", time.Minute)}}}},
-				{Node: "b", Sets: []FleetSet{{Set: "s", Votes: []FleetVote{vote("r1", 30*time.Second)}}}},
+				{ID: "a", Sets: []FleetSet{{Set: "s", Votes: []FleetVote{vote("r1", time.Minute)}}}},
+				{ID: "b", Sets: []FleetSet{{Set: "s", Votes: []FleetVote{vote("r1", 30*time.Second)}}}},
 			},
 			want: []string{"r1"},
 		},
 		"a veto keeps a replica in": {
 			views: []FleetPeer{
-				{Node: "a", Sets: []FleetSet{{Set: "s", Votes: []FleetVote{vote("r1", time.Second), vote("r2", time.Second)}}}},
-				{Node: "b", Sets: []FleetSet{{Set: "s", Vetoes: []string{"r1"}}}},
+				{ID: "a", Sets: []FleetSet{{Set: "s", Votes: []FleetVote{vote("r1", time.Second), vote("r2", time.Second)}}}},
+				{ID: "b", Sets: []FleetSet{{Set: "s", Vetoes: []string{"r1"}}}},
 			},
 			want: []string{"r2"},
 		},
 		"votes of another set and of non-members are ignored": {
-			views: []FleetPeer{{Node: "a", Sets: []FleetSet{
+			views: []FleetPeer{{ID: "a", Sets: []FleetSet{
 				{Set: "other", Votes: []FleetVote{vote("r1", time.Second)}},
 				{Set: "s", Votes: []FleetVote{vote("gone", time.Second)}},
 			}}},
 		},
 		"an operator drain on one proxy is not a vote": {
-			views: []FleetPeer{{Node: "a", Sets: []FleetSet{{Set: "s", Votes: []FleetVote{{Replica: "r1", Reason: ReasonAdmin, Since: now}}}}}},
+			views: []FleetPeer{{ID: "a", Sets: []FleetSet{{Set: "s", Votes: []FleetVote{{Replica: "r1", Reason: ReasonAdmin, Since: now}}}}}},
 		},
 		"the cap keeps the best-backed, then the oldest": {
 			views: []FleetPeer{
-				{Node: "a", Sets: []FleetSet{{Set: "s", Votes: []FleetVote{vote("r0", 1*time.Second), vote("r1", 2*time.Second), vote("r2", 3*time.Second)}}}},
-				{Node: "b", Sets: []FleetSet{{Set: "s", Votes: []FleetVote{vote("r0", 1*time.Second)}}}},
+				{ID: "a", Sets: []FleetSet{{Set: "s", Votes: []FleetVote{vote("r0", 1*time.Second), vote("r1", 2*time.Second), vote("r2", 3*time.Second)}}}},
+				{ID: "b", Sets: []FleetSet{{Set: "s", Votes: []FleetVote{vote("r0", 1*time.Second)}}}},
 			},
 			want: []string{"r0", "r2"},
 		},
 		"one voter twice counts once": {
 			views: []FleetPeer{
-				{Node: "a", Sets: []FleetSet{{Set: "s", Votes: []FleetVote{vote("r1", 20*time.Second), vote("r1", 20*time.Second)}}}},
+				{ID: "a", Sets: []FleetSet{{Set: "s", Votes: []FleetVote{vote("r1", 20*time.Second), vote("r1", 20*time.Second)}}}},
 			},
 		},
 		"no bound without SoloVoteMax": {
-			views: []FleetPeer{{Node: "a", Sets: []FleetSet{{Set: "s", Votes: []FleetVote{vote("r1", time.Hour)}}}}},
+			views: []FleetPeer{{ID: "a", Sets: []FleetSet{{Set: "s", Votes: []FleetVote{vote("r1", time.Hour)}}}}},
 			rules: FleetRules{MaxShare: 1},
 			want:  []string{"r1"},
 		},

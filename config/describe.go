@@ -178,6 +178,7 @@ func fieldDocs() map[string]string {
 		"server.max_inflight_body_bytes": "bounds the request body bytes buffered, all requests and sets together, checked before each 4KiB of a body's buffer is allocated: beyond it a request gets 503 with Retry-After (reason memory); default 256MiB; 0 is off, else at least 1MiB",
 		"server.body_buffer_bytes":       "how much of a request body is read before a replica connection is taken: a body that fits is buffered whole and can be replayed; a longer one is streamed after it, sent once; 16KiB to 1MiB, default 64KiB",
 
+		"fleet.id":                 "this proxy's stable ID in the fleet: the other proxies key its views, votes, run-time records and rolling restarts by it, so the old and the new process of a binary upgrade count as one proxy; empty means HOST:PORT, this machine's host name and the bound proxy port (a process that inherits the listener keeps it); 1 to 128 bytes of letters, digits, '.', '-', '_', ':'; unique in the fleet",
 		"fleet.share":              "publish this proxy's evidence (ejections, probe failures, refused connections) to the other proxies and hold out what the fleet's verdict names; false keeps rotation local",
 		"fleet.interval":           "how often this proxy's view goes to every other proxy and the verdict is evaluated; a proxy silent for 3 intervals is forgotten; 100ms to 10s",
 		"fleet.solo_vote_max":      "how long the fleet follows evidence only one proxy has (a crash is confirmed by gossip well within it; a broken path on one proxy is not followed longer); 0 = no bound",

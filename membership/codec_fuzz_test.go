@@ -14,7 +14,8 @@ import (
 // what it accepts must encode again to a meta that decodes the same.
 func FuzzDecodeMeta(f *testing.F) {
 	for _, m := range []Meta{
-		{Role: RoleProxy, Addr: "127.0.0.1:8080", Boot: 1, Fingerprint: "orders=abc,events=def"},
+		{Role: RoleProxy, Addr: "127.0.0.1:8080", Boot: 1, Fingerprint: "orders=abc,events=def", ID: "host-a:8080"},
+		{Role: RoleProxy, Addr: "127.0.0.1:8080", Boot: 1, Fingerprint: "orders=abc"}, // an older proxy: no id
 		{Role: RoleReplica, Set: "orders", Replica: "o-0", Addr: "10.0.0.1:9000", State: balancer.StateDraining, Weight: 3, Zone: "a", Boot: -5, Remove: true, Held: true, SetStopped: true},
 	} {
 		b, err := m.Encode()
@@ -22,6 +23,9 @@ func FuzzDecodeMeta(f *testing.F) {
 			f.Fatal(err)
 		}
 		f.Add(b)
+		if m.ID == "" {
+			b = append(b, 0) // an empty id, before the extra fields
+		}
 		f.Add(append(b, 0xff, 0x00)) // a later revision's extra fields
 	}
 	f.Add([]byte{})
@@ -50,21 +54,22 @@ func FuzzDecodeMeta(f *testing.F) {
 // FuzzMetaRoundTrip builds metas from fuzzed fields: every meta that
 // encodes decodes to itself, and one that does not encode is over a limit.
 func FuzzMetaRoundTrip(f *testing.F) {
-	f.Add(uint8(1), uint8(0), uint16(0), int64(0), "", "", "127.0.0.1:1", "", "", uint8(0))
-	f.Add(uint8(2), uint8(2), uint16(7), int64(-1), "orders", "o-0", "10.0.0.1:9000", "zone-a", "orders=ff", uint8(7))
-	f.Fuzz(func(t *testing.T, role, state uint8, weight uint16, boot int64, set, replica, addr, zone, fp string, flags uint8) {
+	f.Add(uint8(1), uint8(0), uint16(0), int64(0), "", "", "127.0.0.1:1", "", "", "", uint8(0))
+	f.Add(uint8(1), uint8(0), uint16(0), int64(1), "", "", "127.0.0.1:1", "", "orders:0123abcd", "host-a:8080", uint8(0))
+	f.Add(uint8(2), uint8(2), uint16(7), int64(-1), "orders", "o-0", "10.0.0.1:9000", "zone-a", "orders=ff", "", uint8(7))
+	f.Fuzz(func(t *testing.T, role, state uint8, weight uint16, boot int64, set, replica, addr, zone, fp, id string, flags uint8) {
 		m := Meta{
 			Role: RoleProxy + Role(role%2), State: balancer.State(state % (uint8(balancer.StateFailed) + 1)),
-			Weight: weight, Boot: boot, Set: set, Replica: replica, Addr: addr, Zone: zone, Fingerprint: fp,
+			Weight: weight, Boot: boot, Set: set, Replica: replica, Addr: addr, Zone: zone, Fingerprint: fp, ID: id,
 			Remove: flags&1 != 0, Held: flags&2 != 0, SetStopped: flags&4 != 0,
 		}
 		enc, err := m.Encode()
 		if err != nil {
 			long := false
-			for _, s := range []string{set, replica, addr, zone, fp} {
+			for _, s := range []string{set, replica, addr, zone, fp, id} {
 				long = long || len(s) > 255
 			}
-			if !long && 6+10+5+len(set)+len(replica)+len(addr)+len(zone)+len(fp) <= MetaMaxSize {
+			if !long && 6+10+6+len(set)+len(replica)+len(addr)+len(zone)+len(fp)+len(id) <= MetaMaxSize {
 				t.Fatalf("%+v within limits does not encode: %v", m, err)
 			}
 			return
@@ -106,6 +111,7 @@ func FuzzUserMessage(f *testing.F) {
 		[]byte(`{"kind":"runtime_digest","node":"p2","digest":"00"}`),
 		[]byte(`{"kind":"runtime_records","node":"p2","digest":"x","reply":true,"records":[{"set":"orders","version":3,"origin":"p2"},{"set":""}]}`),
 		[]byte(`{"kind":"proxy_state","node":"p2","seq":1,"sets":[{"set":"orders","digest":"d","votes":[{"replica":"o-0","reason":"refused","age_ms":-9223372036854775808}],"vetoes":["o-1"],"inflight":{"o-0":1}}]}`),
+		[]byte(`{"kind":"proxy_state","node":"p2.b","id":"edge-2:8080","boot":-1,"seq":18446744073709551615,"sets":[]}`),
 		[]byte(`{"kind":1}`),
 		[]byte(`[]`),
 		[]byte("\xff"),

@@ -18,7 +18,7 @@ type AdminDrain struct {
 	// an agent of another incarnation ignores it.
 	Boot  int64 `json:"boot,omitempty"`
 	Drain bool  `json:"drain"`
-	// By is the gossip node name of the proxy that sent it, for logs.
+	// By is the fleet ID of the proxy that sent it, for logs.
 	By string `json:"by"`
 }
 

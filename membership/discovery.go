@@ -87,7 +87,8 @@ type Discovery struct {
 	cmdMu sync.Mutex
 	mu    sync.Mutex
 	// node is the attached Node (nil before Attach, and in tests that set
-	// send alone); self is its name, the By of the commands it sends.
+	// send alone); self is its ID (this proxy's fleet ID), the By of the
+	// commands it sends.
 	node *Node
 	self string
 	send func(node string, msg []byte) error // the attached Node's Send; a test hook
@@ -96,7 +97,7 @@ type Discovery struct {
 	// answered from it.
 	members    []Member
 	index      incarnations
-	mismatched map[string]bool      // "peer/set" pairs known to disagree
+	mismatched map[string]bool      // "peer ID/set" pairs known to disagree
 	held       map[[2]string]int64  // set/replica → boot of the newest incarnation seen holding an operator drain
 	redrains   map[string]int       // gossip node → drain commands sent to that incarnation
 	unknown    map[string]bool      // sets advertised that this proxy does not serve
@@ -159,7 +160,7 @@ func NewDiscovery(t Target, opts DiscoveryOptions) *Discovery {
 // Attach sets the gossip node that sends drain reports and commands.
 func (d *Discovery) Attach(n *Node) {
 	d.mu.Lock()
-	d.node, d.self, d.send = n, n.Name(), n.Send
+	d.node, d.self, d.send = n, n.ID(), n.Send
 	d.rule = isolationRuleFor(n.cfg)
 	d.mu.Unlock()
 }
@@ -286,17 +287,28 @@ func parseFingerprintMeta(s string) map[string]string {
 }
 
 // checkFingerprints compares the other live proxies' fingerprints with
-// ours for every set both serve.
+// ours for every set both serve. A proxy is known by its ID, and of two
+// processes carrying one ID (a binary upgrade) the newest boot speaks for
+// it; the other process of this proxy is not another proxy.
 func (d *Discovery) checkFingerprints(ms []Member) {
 	mine := parseFingerprintMeta(FingerprintMeta(d.target.Fingerprints()))
-	now := map[string]bool{}
+	d.mu.Lock()
+	self := d.self
+	d.mu.Unlock()
+	newest := map[string]Member{}
 	for _, m := range ms {
-		if m.Self || m.Meta.Role != RoleProxy || m.Status != StatusAlive {
+		if m.Self || m.Meta.Role != RoleProxy || m.Status != StatusAlive || (self != "" && m.ID() == self) {
 			continue
 		}
+		if n, ok := newest[m.ID()]; !ok || m.Meta.Boot > n.Meta.Boot {
+			newest[m.ID()] = m
+		}
+	}
+	now := map[string]bool{}
+	for id, m := range newest {
 		for set, fp := range parseFingerprintMeta(m.Meta.Fingerprint) {
 			if my, ok := mine[set]; ok && my != fp {
-				now[m.Node+"/"+set] = true
+				now[id+"/"+set] = true
 			}
 		}
 	}

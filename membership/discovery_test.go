@@ -142,9 +142,37 @@ func TestMetaRoundTripAndGarbage(t *testing.T) {
 			t.Errorf("flags round trip %+v: %+v, %v", f, got, err)
 		}
 	}
-	// Appended fields of a later revision are ignored.
-	if got, err := DecodeMeta(append(b, 1, 2, 3)); err != nil || got != m {
+	// A proxy's id comes last; metadata without one (an older proxy's, or
+	// an agent's) decodes with none, and Member.ID falls back to the node
+	// name.
+	px := Meta{Role: RoleProxy, Addr: "127.0.0.1:9901", Boot: 7, Fingerprint: "orders:0a1b2c3d", ID: "host-a:8080"}
+	pb, err := px.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := DecodeMeta(pb); err != nil || got != px {
+		t.Fatalf("proxy round trip: %+v, %v", got, err)
+	}
+	if mb, _ := (Meta{Role: RoleProxy, Addr: px.Addr, Boot: 7, Fingerprint: px.Fingerprint}).Encode(); len(mb) != len(pb)-1-len(px.ID) {
+		t.Errorf("a meta without id is %d bytes, want %d: it must encode as before ids existed", len(mb), len(pb)-1-len(px.ID))
+	}
+	older, err := DecodeMeta(pb[:len(pb)-1-len(px.ID)])
+	if err != nil || older.ID != "" || older.Fingerprint != px.Fingerprint {
+		t.Fatalf("an older proxy's meta: %+v, %v", older, err)
+	}
+	if id := (Member{Node: "proxy-host-a.x1", Meta: older}).ID(); id != "proxy-host-a.x1" {
+		t.Errorf("Member.ID without an advertised id = %q, want the node name", id)
+	}
+	if id := (Member{Node: "proxy-host-a.x1", Meta: px}).ID(); id != "host-a:8080" {
+		t.Errorf("Member.ID = %q, want the advertised id", id)
+	}
+	// Appended fields of a later revision are ignored (after the id; a
+	// member without one writes an empty id first).
+	if got, err := DecodeMeta(append(pb, 1, 2, 3)); err != nil || got != px {
 		t.Fatalf("trailing bytes: %+v %v", got, err)
+	}
+	if got, err := DecodeMeta(append(b, 0, 1, 2, 3)); err != nil || got != m {
+		t.Fatalf("trailing bytes after an empty id: %+v %v", got, err)
 	}
 	for name, in := range map[string][]byte{
 		"empty":         nil,
@@ -153,6 +181,7 @@ func TestMetaRoundTripAndGarbage(t *testing.T) {
 		"bad role":      append([]byte{1, 9}, b[2:]...),
 		"bad state":     append([]byte{1, 2, 99}, b[3:]...),
 		"truncated":     b[:len(b)-3],
+		"truncated id":  pb[:len(pb)-2],
 		"oversized":     make([]byte, 600),
 	} {
 		if _, err := DecodeMeta(in); err == nil {
@@ -476,4 +505,32 @@ func TestDiscoveryReportsStoppedSeen(t *testing.T) {
 	if len(reports) != 2 || reports[0].Replica != "o-0" || reports[0].StoppedSeen || reports[1].Replica != "o-1" || !reports[1].StoppedSeen {
 		t.Fatalf("reports %+v, want o-0 (draining) and o-1 (stopped, seen)", reports)
 	}
+}
+
+// Fingerprint mismatches are tracked per proxy ID: of the two processes
+// of an upgrading proxy the newest boot speaks for it, a mismatch that
+// goes on from the old process to the new one is counted once, and the
+// other process of this proxy is no other proxy.
+func TestDiscoveryFingerprintsByProxyID(t *testing.T) {
+	ft := &fakeTarget{sets: map[string][]balancer.Replica{}, fps: map[string]string{"orders": "fp-A"}}
+	d := NewDiscovery(ft, DiscoveryOptions{})
+	d.self = "edge-a"
+	proc := func(node, id string, boot int64, fp string) Member {
+		return Member{Node: node, Status: StatusAlive, Meta: Meta{Role: RoleProxy, ID: id, Boot: boot, Fingerprint: FingerprintMeta(map[string]string{"orders": fp})}}
+	}
+	check := func(step string, pairs, total float64, ms ...Member) {
+		t.Helper()
+		d.SetMembers(ms)
+		if got := testutil.ToFloat64(d.mismatchPeers); got != pairs {
+			t.Fatalf("%s: disagreeing pairs %v, want %v", step, got, pairs)
+		}
+		if got := testutil.ToFloat64(d.mismatchTotal); got != total {
+			t.Fatalf("%s: mismatches counted %v, want %v", step, got, total)
+		}
+	}
+	own := proc("a.2", "edge-a", 9, "fp-other") // this proxy's other process, routing otherwise
+	check("old process disagrees", 1, 1, proc("b.1", "edge-b", 1, "fp-X"), own)
+	check("new process disagrees too", 1, 1, proc("b.1", "edge-b", 1, "fp-X"), proc("b.2", "edge-b", 2, "fp-X"), own)
+	check("new process agrees", 0, 1, proc("b.1", "edge-b", 1, "fp-X"), proc("b.2", "edge-b", 2, "fp-A"), own)
+	check("old process gone", 0, 1, proc("b.2", "edge-b", 2, "fp-A"))
 }

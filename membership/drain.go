@@ -74,13 +74,15 @@ func (d *Discovery) Drain(set, replica string, drain bool) error {
 	return nil
 }
 
-// tellProxies sends msg to every other alive proxy of the last snapshot,
-// best effort (a proxy that misses it is logged at debug level), and
-// returns how many it reached.
+// tellProxies sends msg to every other alive proxy process of the last
+// snapshot (the other process of this proxy too, during an upgrade), best
+// effort (one that misses it is logged at debug level), and returns how
+// many other proxies (IDs) it reached.
 func (d *Discovery) tellProxies(send func(string, []byte) error, msg []byte) (told int) {
 	d.mu.Lock()
-	ms := d.members
+	ms, self := d.members, d.self
 	d.mu.Unlock()
+	reached := map[string]bool{}
 	for _, m := range ms {
 		if m.Meta.Role != RoleProxy || m.Status != StatusAlive || m.Self {
 			continue
@@ -89,9 +91,11 @@ func (d *Discovery) tellProxies(send func(string, []byte) error, msg []byte) (to
 			d.log.Debug("command not told to a proxy", zap.String("proxy", m.Node), zap.String("kind", MessageKind(msg)), zap.Error(err))
 			continue
 		}
-		told++
+		if m.ID() != self {
+			reached[m.ID()] = true
+		}
 	}
-	return told
+	return len(reached)
 }
 
 // OperatorHeld reports whether the newest alive incarnation of a replica

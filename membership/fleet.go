@@ -21,6 +21,13 @@ import (
 // then applies the same rule (balancer.FleetVerdict) to all views. Direct
 // messages, not gossip broadcasts: the fleet has a handful of proxies, a
 // message is small, and a periodic resend repairs any loss.
+//
+// A proxy is known by its stable ID (Meta.ID), not by its gossip node
+// name: during a binary upgrade the old and the new process of one proxy
+// are both alive, with two node names and one ID. The others keep one
+// view per ID, the one from the newest boot (the new process's sequence
+// numbers start again at 1), and the two processes send each other
+// nothing.
 
 // FleetTarget is what the fleet exchange reads and feeds: the proxy.
 type FleetTarget interface {
@@ -58,24 +65,36 @@ type Fleet struct {
 	received *prometheus.CounterVec // result
 	peersG   prometheus.Gauge
 
-	mu     sync.Mutex
-	node   *Node
-	seq    uint64
-	peers  map[string]*fleetPeer // by node name
-	busy   map[string]bool       // peers with a reliable send in flight
-	sendFn func(node string, msg []byte, reliable bool) error
+	mu      sync.Mutex
+	node    *Node
+	self    string // this proxy's ID (the attached Node's)
+	boot    int64  // this process's boot (the attached Node's)
+	seq     uint64
+	peers   map[string]*fleetPeer // by proxy ID
+	busy    map[string]bool       // gossip nodes with a reliable send in flight
+	sendFn  func(node string, msg []byte, reliable bool) error
+	dupWarn time.Time // when a view carrying this proxy's own ID was last logged
 }
 
 type fleetPeer struct {
 	view  balancer.FleetPeer
+	node  string // the gossip node that sent the view
+	boot  int64  // the sender's boot: a view from an older one is stale
 	seq   uint64
 	heard time.Time
-	addr  string // the peer's admin address, from its gossip metadata
+	addr  string   // the peer's admin address, from its gossip metadata
+	nodes []string // the alive gossip nodes carrying its ID
 }
 
 // PeerStatus is one other proxy as the fleet exchange knows it.
 type PeerStatus struct {
-	Node string
+	// ID is the proxy's stable ID (its node name if it advertises none).
+	ID string
+	// Node is the gossip node whose view applies (the newest boot heard),
+	// and Nodes every alive gossip node carrying the ID, sorted: two while
+	// the proxy upgrades its binary.
+	Node  string
+	Nodes []string
 	// Admin is the peer's admin API address ("" when it advertises none).
 	Admin string
 	// Heard is when its last view arrived.
@@ -86,10 +105,13 @@ type PeerStatus struct {
 
 const proxyStateKind = "proxy_state"
 
-// proxyState is the wire form of a view: JSON, kind "proxy_state".
+// proxyState is the wire form of a view: JSON, kind "proxy_state". ID
+// and Boot are absent from an older proxy: its node name is its ID.
 type proxyState struct {
 	Kind string     `json:"kind"`
 	Node string     `json:"node"`
+	ID   string     `json:"id,omitempty"`
+	Boot int64      `json:"boot,omitempty"`
 	Seq  uint64     `json:"seq"`
 	Sets []stateSet `json:"sets"`
 }
@@ -141,11 +163,12 @@ func NewFleet(t FleetTarget, opts FleetOptions) *Fleet {
 	return f
 }
 
-// Attach sets the gossip node the views go through.
+// Attach sets the gossip node the views go through; its ID names this
+// proxy in them.
 func (f *Fleet) Attach(n *Node) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.node = n
+	f.node, f.self, f.boot = n, n.ID(), n.Meta().Boot
 	f.sendFn = func(node string, msg []byte, reliable bool) error {
 		if reliable {
 			return n.SendReliable(node, msg)
@@ -174,8 +197,9 @@ func (f *Fleet) HandleMessage(from string, msg []byte) {
 		f.received.WithLabelValues("invalid").Inc()
 		return
 	}
+	id := cmp.Or(ps.ID, ps.Node)
 	now := f.now()
-	view := balancer.FleetPeer{Node: ps.Node, Sets: make([]balancer.FleetSet, 0, len(ps.Sets))}
+	view := balancer.FleetPeer{ID: id, Sets: make([]balancer.FleetSet, 0, len(ps.Sets))}
 	for _, s := range ps.Sets {
 		fs := balancer.FleetSet{Set: s.Set, Digest: s.Digest, Vetoes: s.Vetoes, Inflight: s.Inflight}
 		for _, v := range s.Votes {
@@ -187,17 +211,34 @@ func (f *Fleet) HandleMessage(from string, msg []byte) {
 		view.Sets = append(view.Sets, fs)
 	}
 	f.mu.Lock()
-	p := f.peers[ps.Node]
-	if p != nil && ps.Seq <= p.seq && ps.Seq != 0 {
+	if id == f.self && f.self != "" {
+		// The other process of this proxy sends none: another proxy
+		// claims this proxy's ID.
+		warn := now.Sub(f.dupWarn) >= time.Minute
+		if warn {
+			f.dupWarn = now
+		}
+		f.mu.Unlock()
+		f.received.WithLabelValues("invalid").Inc()
+		if warn {
+			f.log.Warn("another proxy uses this proxy's fleet ID: their views and votes are confused; give every proxy its own fleet.id",
+				zap.String("id", id), zap.String("node", ps.Node))
+		}
+		return
+	}
+	p := f.peers[id]
+	if p != nil && (ps.Boot < p.boot || ps.Boot == p.boot && ps.Seq <= p.seq && ps.Seq != 0) {
+		// An older process of the proxy (a binary upgrade), or an older
+		// view of the same one.
 		f.mu.Unlock()
 		f.received.WithLabelValues("stale").Inc()
 		return
 	}
 	if p == nil {
 		p = &fleetPeer{}
-		f.peers[ps.Node] = p
+		f.peers[id] = p
 	}
-	p.view, p.seq, p.heard = view, ps.Seq, now
+	p.view, p.node, p.boot, p.seq, p.heard = view, ps.Node, ps.Boot, ps.Seq, now
 	f.peersG.Set(float64(len(f.peers)))
 	peers := f.viewsLocked()
 	f.mu.Unlock()
@@ -205,32 +246,36 @@ func (f *Fleet) HandleMessage(from string, msg []byte) {
 	f.target.SetFleet(peers, now)
 }
 
-// viewsLocked returns the peers' views sorted by node; f.mu is held.
+// viewsLocked returns the peers' views sorted by ID; f.mu is held.
 func (f *Fleet) viewsLocked() []balancer.FleetPeer {
 	out := make([]balancer.FleetPeer, 0, len(f.peers))
 	for _, p := range f.peers {
 		out = append(out, p.view)
 	}
-	slices.SortFunc(out, func(a, b balancer.FleetPeer) int { return cmp.Compare(a.Node, b.Node) })
+	slices.SortFunc(out, func(a, b balancer.FleetPeer) int { return cmp.Compare(a.ID, b.ID) })
 	return out
 }
 
-// Peers returns the other proxies with a current view, sorted by node.
+// Peers returns the other proxies with a current view, sorted by ID.
 func (f *Fleet) Peers() []PeerStatus {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	out := make([]PeerStatus, 0, len(f.peers))
-	for name, p := range f.peers {
-		out = append(out, PeerStatus{Node: name, Admin: p.addr, Heard: p.heard, Sets: p.view.Sets})
+	for id, p := range f.peers {
+		nodes := p.nodes
+		if len(nodes) == 0 {
+			nodes = []string{p.node} // not seen in gossip since the view came
+		}
+		out = append(out, PeerStatus{ID: id, Node: p.node, Nodes: slices.Clone(nodes), Admin: p.addr, Heard: p.heard, Sets: p.view.Sets})
 	}
-	slices.SortFunc(out, func(a, b PeerStatus) int { return cmp.Compare(a.Node, b.Node) })
+	slices.SortFunc(out, func(a, b PeerStatus) int { return cmp.Compare(a.ID, b.ID) })
 	return out
 }
 
 // Run sends this proxy's view to every other alive proxy every Interval
-// and on Poke, forgets peers not heard from for 3 intervals or gone from
-// gossip, and hands the views to the target at every tick, until ctx is
-// done.
+// and on Poke, forgets peers not heard from for 3 intervals or whose ID
+// no alive member carries any more, and hands the views to the target at
+// every tick, until ctx is done.
 func (f *Fleet) Run(ctx context.Context) error {
 	t := time.NewTicker(f.interval)
 	defer t.Stop()
@@ -251,13 +296,14 @@ func (f *Fleet) Run(ctx context.Context) error {
 func (f *Fleet) step() {
 	now := f.now()
 	f.mu.Lock()
-	alive := f.aliveProxiesLocked()
-	for name, p := range f.peers {
-		if _, ok := alive[name]; !ok || now.Sub(p.heard) > 3*f.interval {
-			delete(f.peers, name)
-		} else {
-			p.addr = alive[name]
+	alive := f.aliveIDsLocked()
+	for id, p := range f.peers {
+		a, ok := alive[id]
+		if !ok || now.Sub(p.heard) > 3*f.interval {
+			delete(f.peers, id)
+			continue
 		}
+		p.addr, p.nodes = a.addr, a.nodes
 	}
 	f.peersG.Set(float64(len(f.peers)))
 	peers := f.viewsLocked()
@@ -266,16 +312,44 @@ func (f *Fleet) step() {
 	f.publish()
 }
 
-// aliveProxiesLocked returns the other alive proxies' node names and admin
-// addresses; f.mu is held.
-func (f *Fleet) aliveProxiesLocked() map[string]string {
-	out := map[string]string{}
+// aliveProxy is what gossip says of one proxy ID.
+type aliveProxy struct {
+	addr  string   // the admin address of its newest boot
+	boot  int64    // that boot
+	nodes []string // its alive gossip nodes, sorted
+}
+
+// aliveIDsLocked returns the other alive proxies by ID; f.mu is held.
+func (f *Fleet) aliveIDsLocked() map[string]aliveProxy {
+	out := map[string]aliveProxy{}
 	if f.node == nil {
 		return out
 	}
+	for _, m := range f.node.Members() { // sorted by node name
+		if m.Meta.Role != RoleProxy || m.Status != StatusAlive || m.Self {
+			continue
+		}
+		a, seen := out[m.ID()]
+		if !seen || m.Meta.Boot > a.boot {
+			a.addr, a.boot = m.Meta.Addr, m.Meta.Boot
+		}
+		a.nodes = append(a.nodes, m.Node)
+		out[m.ID()] = a
+	}
+	return out
+}
+
+// targetsLocked returns the gossip nodes this proxy's view goes to: every
+// other alive proxy, but not the other process of this proxy (its
+// upgrade's), which shares this proxy's ID; f.mu is held.
+func (f *Fleet) targetsLocked() []string {
+	if f.node == nil {
+		return nil
+	}
+	var out []string
 	for _, m := range f.node.Members() {
-		if m.Meta.Role == RoleProxy && m.Status == StatusAlive && !m.Self {
-			out[m.Node] = m.Meta.Addr
+		if m.Meta.Role == RoleProxy && m.Status == StatusAlive && !m.Self && m.ID() != f.self {
+			out = append(out, m.Node)
 		}
 	}
 	return out
@@ -297,7 +371,7 @@ func (f *Fleet) publish() {
 	sets := f.target.FleetSets(now)
 	f.mu.Lock()
 	f.seq++
-	ps := proxyState{Kind: proxyStateKind, Node: f.node.Name(), Seq: f.seq, Sets: make([]stateSet, 0, len(sets))}
+	ps := proxyState{Kind: proxyStateKind, Node: f.node.Name(), ID: f.self, Boot: f.boot, Seq: f.seq, Sets: make([]stateSet, 0, len(sets))}
 	for _, s := range sets {
 		ss := stateSet{Set: s.Set, Digest: s.Digest, Vetoes: s.Vetoes, Inflight: s.Inflight}
 		for _, v := range s.Votes {
@@ -312,9 +386,9 @@ func (f *Fleet) publish() {
 		return
 	}
 	send := f.sendFn
-	targets := f.aliveProxiesLocked()
+	targets := f.targetsLocked()
 	f.mu.Unlock()
-	for name := range targets {
+	for _, name := range targets {
 		if len(msg) <= maxPacket {
 			if err := send(name, msg, false); err != nil {
 				f.log.Debug("fleet view not sent", zap.String("proxy", name), zap.Error(err))

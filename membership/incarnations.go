@@ -12,7 +12,9 @@ import (
 // a later Meta.Boot, and the older ones stay listed, dead or left, until
 // membership forgets them, or alive for the seconds gossip takes to find
 // a crashed one dead. incarnations is where the rules that pick among
-// them live; nothing else compares boots.
+// them live; nothing else compares replicas' boots. (A proxy's processes
+// share its fleet ID the same way: the isolation rule's successors and
+// the fleet exchange compare their boots.)
 
 // incarnations indexes one member snapshot by replica (set, replica name),
 // for the members with role replica that name both. Discovery builds one

@@ -23,7 +23,8 @@ import (
 // The rule, evaluated on every member snapshot and every 200ms:
 //
 //   - Peers are the other members that did not leave; a dead member that a
-//     newer alive incarnation of its replica supersedes (a restart) is no
+//     newer alive incarnation supersedes (a restart of its replica, or a
+//     newer process of its proxy: a restart or a binary upgrade) is no
 //     peer, nor is one dead for longer than the window (old news).
 //   - Enter isolation when there are at least two peers, at least one of
 //     them died within the window, and either more than half of them did,
@@ -103,7 +104,7 @@ type isolation struct {
 
 // census counts the peers of a snapshot and returns those dead since
 // from, as the rule defines them.
-func census(ms []Member, idx incarnations, from time.Time) (peers int, dead []Member) {
+func census(ms []Member, idx successors, from time.Time) (peers int, dead []Member) {
 	for _, m := range ms {
 		if m.Self || m.Status == StatusLeft {
 			continue
@@ -119,13 +120,37 @@ func census(ms []Member, idx incarnations, from time.Time) (peers int, dead []Me
 	return peers, dead
 }
 
-// superseded reports whether a newer alive incarnation of m's replica
-// exists.
-func (idx incarnations) superseded(m Member) bool {
-	if m.Meta.Role != RoleReplica {
-		return false
+// successors index a snapshot's newest alive incarnations: of replicas
+// (by set and name) and of proxies (by fleet ID).
+type successors struct {
+	replicas incarnations
+	proxies  map[string]Member // fleet ID → newest alive process
+}
+
+func newSuccessors(ms []Member) successors {
+	s := successors{replicas: indexIncarnations(ms), proxies: map[string]Member{}}
+	for _, m := range ms {
+		if m.Meta.Role != RoleProxy || m.Status != StatusAlive {
+			continue
+		}
+		if n, ok := s.proxies[m.ID()]; !ok || m.Meta.Boot > n.Meta.Boot {
+			s.proxies[m.ID()] = m
+		}
 	}
-	n, ok := idx.newestAlive(m.Meta.Set, m.Meta.Replica)
+	return s
+}
+
+// superseded reports whether a newer alive incarnation of m exists: of
+// its replica, or a process of its proxy (one fleet ID).
+func (s successors) superseded(m Member) bool {
+	var n Member
+	var ok bool
+	switch m.Meta.Role {
+	case RoleReplica:
+		n, ok = s.replicas.newestAlive(m.Meta.Set, m.Meta.Replica)
+	case RoleProxy:
+		n, ok = s.proxies[m.ID()]
+	}
 	return ok && n.Node != m.Node && n.Meta.Boot > m.Meta.Boot
 }
 
@@ -139,7 +164,7 @@ type isolationEnd struct {
 // step applies the rule to one snapshot, this node's health score and the
 // time. end is set when an isolation ended here.
 func (r isolationRule) step(s isolation, ms []Member, score int, now time.Time) (next isolation, end isolationEnd) {
-	idx := indexIncarnations(ms)
+	idx := newSuccessors(ms)
 	if !s.on {
 		from := now.Add(-r.window)
 		if s.after.After(from) {

@@ -36,6 +36,14 @@ func proxyPeer(name string, dead ...float64) Member {
 	return m
 }
 
+// proxyProcess is a proxy process with a fleet ID, alive, or dead since
+// the given second.
+func proxyProcess(node, id string, boot int64, dead ...float64) Member {
+	m := proxyPeer(node, dead...)
+	m.Meta.ID, m.Meta.Boot = id, boot
+	return m
+}
+
 func self() Member {
 	return Member{Node: "me", Self: true, Meta: Meta{Role: RoleProxy}, Status: StatusAlive, Since: at(-600)}
 }
@@ -91,6 +99,14 @@ func TestIsolationRuleEnters(t *testing.T) {
 		"a dead incarnation superseded by a newer alive one is a restart": {
 			ms:    []Member{self(), peer("o-0", 1, -1), peer("o-0", 2), peer("o-1", 1), proxyPeer("p2")},
 			score: 5,
+		},
+		"a dead proxy process superseded by a newer process of its fleet ID is an upgrade": {
+			ms:    []Member{self(), proxyProcess("p2.a", "edge-b", 1, -1), proxyProcess("p2.b", "edge-b", 2), peer("o-1", 1)},
+			score: 5,
+		},
+		"a dead proxy process of another fleet ID counts": {
+			ms:    []Member{self(), proxyProcess("p2.a", "edge-b", 1, -1), proxyProcess("p3.a", "edge-c", 2), peer("o-1", 1)},
+			score: 5, want: []string{"p2.a"},
 		},
 		"members that left do not count": {
 			// Of the peers that did not leave, 1 of 2 is dead.

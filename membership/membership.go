@@ -46,7 +46,9 @@ func (s Status) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
 
 // Member is one gossip member as this node knows it. It is a plain value.
 type Member struct {
-	// Node is the gossip node name: the replica name plus a boot suffix.
+	// Node is the gossip node name: the replica name (a proxy's:
+	// proxy-<host name>) plus a boot suffix, one per process. A proxy's
+	// identity across its processes is ID().
 	Node string `json:"node"`
 	// Gossip is the member's gossip address.
 	Gossip string `json:"gossip"`
@@ -57,6 +59,12 @@ type Member struct {
 	// Self marks this node's own entry.
 	Self bool `json:"self,omitempty"`
 }
+
+// ID is the member's stable identity: a proxy's Meta.ID, or the node name
+// of a member that advertises none (an agent, or a proxy of a version
+// without IDs). Two alive members with one ID are two processes of one
+// proxy (during a binary upgrade): they count as one proxy.
+func (m Member) ID() string { return cmp.Or(m.Meta.ID, m.Node) }
 
 // Sink receives the full member list after every change (coalesced).
 // Calls are serialized; implementations must not block and must not call
@@ -171,6 +179,10 @@ func New(cfg Config, self Meta, opts Options) (*Node, error) {
 
 // Name returns the gossip node name.
 func (n *Node) Name() string { return n.name }
+
+// ID returns this node's stable identity: the ID it advertises, or its
+// node name when it advertises none (see Member.ID).
+func (n *Node) ID() string { return cmp.Or(n.Meta().ID, n.name) }
 
 // Meta returns the metadata this node advertises.
 func (n *Node) Meta() Meta {

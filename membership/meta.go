@@ -66,6 +66,12 @@ type Meta struct {
 	// advertises stopped while it stays in the cluster. Proxies compare it
 	// with the set's run-time state and tell agents that differ.
 	SetStopped bool `json:"set_stopped,omitempty"`
+	// ID is a proxy's stable identity (fleet.id, proxies only): the other
+	// proxies key its views, votes, run-time records and rolling restarts
+	// by it, not by the per-boot node name, so that the old and the new
+	// process of one proxy (a binary upgrade) count as one proxy. Empty
+	// from an older proxy: Member.ID falls back to the node name.
+	ID string `json:"id,omitempty"`
 }
 
 // MetaMaxSize is memberlist's limit on node metadata.
@@ -91,9 +97,11 @@ var (
 
 // Encode returns the compact binary form: version, role, state, flags,
 // weight, boot, then length-prefixed strings set, replica, addr, zone,
-// fingerprint. It fails when the result exceeds MetaMaxSize.
+// fingerprint, then the id when there is one (appended to version 1
+// later: older decoders ignore it, and a member without one encodes as
+// before). It fails when the result exceeds MetaMaxSize.
 func (m Meta) Encode() ([]byte, error) {
-	b := make([]byte, 0, 64+len(m.Set)+len(m.Replica)+len(m.Addr)+len(m.Zone)+len(m.Fingerprint))
+	b := make([]byte, 0, 64+len(m.Set)+len(m.Replica)+len(m.Addr)+len(m.Zone)+len(m.Fingerprint)+len(m.ID))
 	var flags byte
 	if m.Remove {
 		flags |= flagRemove
@@ -107,7 +115,11 @@ func (m Meta) Encode() ([]byte, error) {
 	b = append(b, metaVersion, byte(m.Role), byte(m.State), flags)
 	b = binary.BigEndian.AppendUint16(b, m.Weight)
 	b = binary.AppendVarint(b, m.Boot)
-	for _, s := range []string{m.Set, m.Replica, m.Addr, m.Zone, m.Fingerprint} {
+	fields := []string{m.Set, m.Replica, m.Addr, m.Zone, m.Fingerprint, m.ID}
+	if m.ID == "" {
+		fields = fields[:5]
+	}
+	for _, s := range fields {
 		if len(s) > 255 {
 			return nil, fmt.Errorf("%w: field %q is longer than 255 bytes", ErrMetaSize, s[:32]+"…")
 		}
@@ -115,14 +127,16 @@ func (m Meta) Encode() ([]byte, error) {
 		b = append(b, s...)
 	}
 	if len(b) > MetaMaxSize {
-		return nil, fmt.Errorf("%w: %d bytes; shorten the fingerprint, names or address", ErrMetaSize, len(b))
+		return nil, fmt.Errorf("%w: %d bytes; shorten the fingerprint, names, address or id", ErrMetaSize, len(b))
 	}
 	return b, nil
 }
 
 // DecodeMeta parses metadata written by Encode. It never panics on
 // arbitrary input, rejects another version, and ignores bytes after the
-// fields it knows (fields a later revision of version 1 may append).
+// fields it knows (fields a later revision of version 1 may append). The
+// id may be absent (an older member's metadata ends at the fingerprint):
+// ID is then empty.
 func DecodeMeta(b []byte) (Meta, error) {
 	var m Meta
 	if len(b) > MetaMaxSize {
@@ -157,6 +171,12 @@ func DecodeMeta(b []byte) (Meta, error) {
 		}
 		*dst = string(rest[1 : 1+int(rest[0])])
 		rest = rest[1+int(rest[0]):]
+	}
+	if len(rest) > 0 {
+		if len(rest) < 1+int(rest[0]) {
+			return Meta{}, ErrMetaFormat
+		}
+		m.ID = string(rest[1 : 1+int(rest[0])])
 	}
 	// Bytes after the known fields are fields appended by a later minor
 	// revision of version 1: ignored.

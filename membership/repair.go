@@ -20,7 +20,7 @@ type Repair struct {
 	// Kind is always "repair".
 	Kind string `json:"kind"`
 	Set  string `json:"set"`
-	// By is the gossip node name of the proxy that sent it.
+	// By is the fleet ID of the proxy that sent it.
 	By string `json:"by"`
 }
 

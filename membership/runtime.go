@@ -27,7 +27,7 @@ import (
 // It is a last-writer-wins map of one record per set. A write takes the
 // next version of a Lamport clock (one more than the highest version this
 // proxy has seen), and of two records of one set the higher (version,
-// origin) wins on every proxy, whatever order they arrive in. Proxies
+// origin, time) wins on every proxy, whatever order they arrive in. Proxies
 // compare a digest of their records every interval (one small UDP
 // message to each other proxy); on a difference they send each other
 // their records (TCP when large) and merge. So a proxy that restarts, or
@@ -45,8 +45,8 @@ type RuntimeRecord struct {
 	// Set is the record's key: a replica set's name, or for a set's
 	// rolling restart RestartKey + the set's name.
 	Set string `json:"set"`
-	// Version orders writes (a Lamport clock); Origin, the gossip node of
-	// the proxy that wrote it, breaks ties.
+	// Version orders writes (a Lamport clock); Origin, the fleet ID of the
+	// proxy that wrote it, breaks ties (see Newer).
 	Version uint64 `json:"version"`
 	Origin  string `json:"origin"`
 	// Spec is the definition of a set created at run time: a JSON object
@@ -67,7 +67,7 @@ type RuntimeRecord struct {
 	// delete, stop, start, scale or clear.
 	Action string `json:"action"`
 	// By says who issued it (the admin API caller), Via through which
-	// proxy (its gossip node name), At when (the writer's clock).
+	// proxy (its fleet ID), At when (the writer's clock).
 	By  string    `json:"by,omitempty"`
 	Via string    `json:"via,omitempty"`
 	At  time.Time `json:"at"`
@@ -80,12 +80,18 @@ const RestartKey = "restart:"
 // IsSet reports whether the record is a replica set's (not a restart's).
 func (r RuntimeRecord) IsSet() bool { return !strings.HasPrefix(r.Set, RestartKey) }
 
-// Newer reports whether r wins over o (both of one key).
+// Newer reports whether r wins over o (both of one key): the higher
+// version, then the higher origin, then the later time. Writes of one
+// version and one origin come from the two processes of one proxy during
+// a binary upgrade (one ID, one host, so one clock): the later wins.
 func (r RuntimeRecord) Newer(o RuntimeRecord) bool {
 	if r.Version != o.Version {
 		return r.Version > o.Version
 	}
-	return r.Origin > o.Origin
+	if r.Origin != o.Origin {
+		return r.Origin > o.Origin
+	}
+	return r.At.After(o.At)
 }
 
 // Overrides reports whether the record changes anything the file says.
@@ -127,7 +133,8 @@ type Runtime struct {
 	applyMu sync.Mutex // one change applied (OnChange, the file) at a time, in order
 
 	mu      sync.Mutex
-	self    string
+	self    string // the attached Node's name: where peers reply
+	origin  string // the attached Node's ID: the origin of this proxy's writes
 	recs    map[string]RuntimeRecord
 	clock   uint64 // the highest version seen
 	synced  bool
@@ -241,12 +248,14 @@ func (r *Runtime) load() error {
 	return nil
 }
 
-// Attach sets the gossip node the state goes through; its name becomes
-// the origin of this proxy's writes.
+// Attach sets the gossip node the state goes through; its ID becomes the
+// origin of this proxy's writes. The state goes to every other alive
+// proxy by node name, the other process of this proxy (a binary upgrade)
+// included: both must hold the same state.
 func (r *Runtime) Attach(n *Node) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.self = n.Name()
+	r.self, r.origin = n.Name(), n.ID()
 	r.sendFn = func(node string, msg []byte, reliable bool) error {
 		if reliable {
 			return n.SendReliable(node, msg)
@@ -305,7 +314,7 @@ func (r *Runtime) Update(set string, update func(cur RuntimeRecord, ok bool) (Ru
 		return RuntimeRecord{}, err
 	}
 	r.clock++
-	rec.Set, rec.Version, rec.Origin, rec.At = set, r.clock, cmp.Or(r.self, "local"), r.now()
+	rec.Set, rec.Version, rec.Origin, rec.At = set, r.clock, cmp.Or(r.origin, "local"), r.now()
 	r.recs[set] = rec
 	r.records.Set(float64(len(r.recs)))
 	all := r.sortedLocked()
@@ -404,8 +413,8 @@ func (r *Runtime) Synced() bool {
 	return r.synced || (!r.started.IsZero() && r.now().Sub(r.started) >= 3*r.interval)
 }
 
-// Digest returns a digest of every record's set, version and origin:
-// two proxies with equal digests hold the same state.
+// Digest returns a digest of every record's set, version, origin and
+// time: two proxies with equal digests hold the same state.
 func (r *Runtime) Digest() string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -418,7 +427,7 @@ func (r *Runtime) digestLocked() string {
 	}
 	h := sha256.New()
 	for _, rec := range r.sortedLocked() {
-		fmt.Fprintf(h, "%s\x00%d\x00%s\x00", rec.Set, rec.Version, rec.Origin)
+		fmt.Fprintf(h, "%s\x00%d\x00%s\x00%d\x00", rec.Set, rec.Version, rec.Origin, rec.At.UnixNano())
 	}
 	return hex.EncodeToString(h.Sum(nil)[:8])
 }

@@ -1,6 +1,7 @@
 package membership
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"slices"
@@ -44,6 +45,9 @@ func (n *runtimeNet) add(name, dir string, onChange func(changed, all []RuntimeR
 
 func (n *runtimeNet) join(name string, r *Runtime) {
 	r.self = name
+	if r.origin == "" {
+		r.origin = name
+	}
 	r.sendFn = func(to string, msg []byte, reliable bool) error {
 		n.mu.Lock()
 		defer n.mu.Unlock()
@@ -66,6 +70,19 @@ func (n *runtimeNet) join(name string, r *Runtime) {
 	n.mu.Lock()
 	n.nodes[name] = r
 	n.mu.Unlock()
+}
+
+// addProcess makes a Runtime on the network for one process (gossip
+// node) of the proxy with this ID.
+func (n *runtimeNet) addProcess(node, id string) *Runtime {
+	n.t.Helper()
+	r, err := NewRuntime(RuntimeOptions{Interval: time.Second})
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	r.origin = id
+	n.join(node, r)
+	return r
 }
 
 func (n *runtimeNet) leave(name string) {
@@ -351,5 +368,88 @@ func TestRuntimeSyncedAfterWaitingAlone(t *testing.T) {
 	mu.Unlock()
 	if !r.Synced() {
 		t.Fatal("not synced after 3 intervals alone")
+	}
+}
+
+// A proxy's writes carry its fleet ID as origin, whichever process wrote
+// them, while its messages name its gossip node (where peers reply). A
+// node without an ID writes its node name.
+func TestRuntimeOriginIsTheProxyID(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.BindAddr = "127.0.0.1"
+	for id, want := range map[string]string{"edge-a": "edge-a", "": ""} {
+		n, err := New(cfg, Meta{Role: RoleProxy, ID: id}, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want == "" {
+			want = n.Name()
+		}
+		r, err := NewRuntime(RuntimeOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Attach(n)
+		var sent []runtimeRecords
+		r.proxies = func() []string { return []string{"peer.1"} }
+		r.sendFn = func(to string, msg []byte, _ bool) error {
+			var rr runtimeRecords
+			if err := json.Unmarshal(msg, &rr); err != nil {
+				t.Fatal(err)
+			}
+			sent = append(sent, rr)
+			return nil
+		}
+		rec, err := r.Update("orders", put(RuntimeRecord{Stopped: ptr(true), Action: "stop"}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec.Origin != want {
+			t.Fatalf("id %q: origin %q, want %q", id, rec.Origin, want)
+		}
+		if len(sent) != 1 || sent[0].Node != n.Name() || sent[0].Records[0].Origin != want {
+			t.Fatalf("id %q: sent %+v; want one message from node %s with origin %s", id, sent, n.Name(), want)
+		}
+	}
+}
+
+// The two processes of one proxy (a binary upgrade: one ID, one host
+// clock) may write one set at one version before either hears the other:
+// the later write wins everywhere, and a digest that tells the two apart
+// makes them converge even when the pushes are lost.
+func TestRuntimeTwoProcessesOfOneProxyConverge(t *testing.T) {
+	net := newRuntimeNet(t)
+	c := net.add("c", "", nil)
+	old := net.addProcess("b.1", "edge-b")
+	upgraded := net.addProcess("b.2", "edge-b")
+	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	old.now = func() time.Time { return t0 }
+	upgraded.now = func() time.Time { return t0.Add(time.Millisecond) }
+	net.drop = func(runtimeMsg) bool { return true }
+	if _, err := upgraded.Update("orders", put(RuntimeRecord{Replicas: ptr(7), Action: "scale"})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := old.Update("orders", put(RuntimeRecord{Replicas: ptr(5), Action: "scale"})); err != nil {
+		t.Fatal(err)
+	}
+	net.pump()
+	if old.Digest() == upgraded.Digest() {
+		t.Fatal("two records of one version and origin but different times have one digest: the processes would never compare them")
+	}
+	net.drop = nil
+	for range 3 {
+		net.tick()
+	}
+	sameRecords(t, c, old, upgraded)
+	for name, r := range map[string]*Runtime{"c": c, "b.1": old, "b.2": upgraded} {
+		if got, _ := r.Get("orders"); got.Origin != "edge-b" || *got.Replicas != 7 || !got.At.Equal(t0.Add(time.Millisecond)) {
+			t.Fatalf("%s holds %+v; want the later write (7 replicas)", name, got)
+		}
+	}
+	a := RuntimeRecord{Version: 3, Origin: "edge-b", At: t0}
+	b := a
+	b.At = t0.Add(time.Nanosecond)
+	if !b.Newer(a) || a.Newer(b) || a.Newer(a) {
+		t.Fatal("Newer: of one version and origin, the later time must win, and a record is not newer than itself")
 	}
 }

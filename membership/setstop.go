@@ -29,7 +29,7 @@ type SetStop struct {
 	// comes from. An agent ignores a command older than the newest it has
 	// applied (a proxy that has not learnt a newer state yet).
 	Version uint64 `json:"version"`
-	// By is the gossip node name of the proxy that sent it.
+	// By is the fleet ID of the proxy that sent it.
 	By string `json:"by"`
 }
 

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"sync"
 	"time"
@@ -25,6 +26,14 @@ import (
 // the YAML file it is the top-level `fleet` section. Every proxy of a
 // fleet should use the same values: the verdict depends on them.
 type FleetConfig struct {
+	// ID is this proxy's stable identity in the fleet: the other proxies
+	// key its views, votes, run-time records and rolling restarts by it
+	// (not by its per-boot gossip node name), so that the old and the new
+	// process of one proxy during a binary upgrade count as one proxy.
+	// Default "": <host name>:<port>, the port the proxy listener is bound
+	// to (see ProxyID). 1 to 128 bytes of letters, digits, '.', '-', '_'
+	// and ':'; unique in the fleet.
+	ID string `yaml:"id"`
 	// Share publishes this proxy's evidence to the other proxies and holds
 	// out the replicas the fleet's verdict names. Default true; false
 	// keeps rotation purely local (digests are still compared).
@@ -59,6 +68,11 @@ func DefaultFleetConfig() FleetConfig {
 // Validate reports every problem.
 func (c FleetConfig) Validate() error {
 	var errs []error
+	if c.ID != "" {
+		if err := validFleetID(c.ID); err != nil {
+			errs = append(errs, fmt.Errorf("id: %q %v; leave it empty for <host name>:<port>, or write e.g. edge-1", c.ID, err))
+		}
+	}
 	if c.Interval < 100*time.Millisecond || c.Interval > 10*time.Second {
 		errs = append(errs, fmt.Errorf("interval: must be between 100ms and 10s, got %s", c.Interval))
 	}
@@ -77,6 +91,55 @@ func (c FleetConfig) Validate() error {
 	return errors.Join(errs...)
 }
 
+// MaxFleetIDLen bounds fleet.id: it travels in the proxy's gossip
+// metadata (at most 512 bytes, with the ring fingerprints).
+const MaxFleetIDLen = 128
+
+// validFleetID says what is wrong with id as a fleet ID, or nil.
+func validFleetID(id string) error {
+	if id == "" || len(id) > MaxFleetIDLen {
+		return fmt.Errorf("must be 1 to %d bytes long, got %d", MaxFleetIDLen, len(id))
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '.', c == '-', c == '_', c == ':':
+		case c >= 0x80:
+			return fmt.Errorf("has a non-ASCII byte at byte %d: use letters, digits, '.', '-', '_' and ':'", i)
+		default:
+			return fmt.Errorf("has %q at byte %d: use letters, digits, '.', '-', '_' and ':'", rune(c), i)
+		}
+	}
+	return nil
+}
+
+// ProxyID returns this proxy's fleet ID: fleet.id, or when it is empty
+// host:port, where port is the one listen (the proxy listener) is bound
+// to; host is the machine's host name (os.Hostname). A process that
+// inherits the listener of the one it replaces (a binary upgrade) gets
+// the same ID. The error, for a default that is no valid ID (an odd host
+// name), says to set fleet.id.
+func (c FleetConfig) ProxyID(host string, listen net.Addr) (string, error) {
+	if c.ID != "" {
+		if err := validFleetID(c.ID); err != nil {
+			return "", fmt.Errorf("fleet.id: %q %v", c.ID, err)
+		}
+		return c.ID, nil
+	}
+	port := ""
+	if listen != nil {
+		_, port, _ = net.SplitHostPort(listen.String())
+	}
+	if host == "" || port == "" {
+		return "", fmt.Errorf("fleet.id: empty, and the default <host name>:<port> is unknown (host name %q, listener %v); set fleet.id", host, listen)
+	}
+	id := net.JoinHostPort(host, port)
+	if err := validFleetID(id); err != nil {
+		return "", fmt.Errorf("fleet.id: empty, and the default <host name>:<port> %q %v; set fleet.id", id, err)
+	}
+	return id, nil
+}
+
 // FleetEvent is a change the fleet caused or this proxy noticed, for the
 // audit trail: Kind is "fleet_hold" (the fleet holds a replica out on
 // others' evidence), "fleet_release", "fleet_disagreement" (this proxy's
@@ -86,7 +149,7 @@ type FleetEvent struct {
 	Kind    string
 	Set     string
 	Replica string // fleet_hold, fleet_release
-	Peer    string // fleet_disagreement, fleet_agreement
+	Peer    string // fleet_disagreement, fleet_agreement: the peer's fleet ID
 	Voters  []string
 	// For disagreements: the two digests and how long they have differed.
 	Digest, PeerDigest string
@@ -102,7 +165,7 @@ const vetoGrain = int64(50 * time.Millisecond)
 type fleetView struct {
 	mu       sync.Mutex
 	peers    []balancer.FleetPeer
-	disagree map[[2]string]time.Time // (peer, set) → since when the digests differ
+	disagree map[[2]string]time.Time // (peer ID, set) → since when the digests differ
 	reported map[[2]string]bool      // disagreements past the bound, reported
 }
 
@@ -195,7 +258,7 @@ func (p *Proxy) SetFleet(peers []balancer.FleetPeer, now time.Time) {
 // names.
 func (p *Proxy) applyVerdict(st *setState, peers []balancer.FleetPeer, now time.Time) {
 	self := p.fleetSet(st, peers, now)
-	views := append(slices.Clone(peers), balancer.FleetPeer{Node: "", Sets: []balancer.FleetSet{self}})
+	views := append(slices.Clone(peers), balancer.FleetPeer{ID: "", Sets: []balancer.FleetSet{self}})
 	t := st.router.Table()
 	var ring []string
 	for _, m := range t.Members() {
@@ -259,7 +322,7 @@ func (p *Proxy) compareDigests(rt *routes, peers []balancer.FleetPeer, now time.
 			if rs == nil || s.Digest == "" {
 				continue
 			}
-			k := [2]string{peer.Node, s.Set}
+			k := [2]string{peer.ID, s.Set}
 			mine := rs.st.router.Table().Digest()
 			if mine == s.Digest {
 				continue
@@ -273,9 +336,9 @@ func (p *Proxy) compareDigests(rt *routes, peers []balancer.FleetPeer, now time.
 			if d := now.Sub(since); d >= p.cfg.Fleet.DisagreementBound && !p.fleet.reported[k] {
 				p.fleet.reported[k] = true
 				p.log.Warn("another proxy routes a replica set differently, for longer than fleet.disagreement_bound: some keys go to different replicas",
-					zap.String("set", s.Set), zap.String("peer", peer.Node), zap.Duration("for", d),
+					zap.String("set", s.Set), zap.String("peer", peer.ID), zap.Duration("for", d),
 					zap.String("digest", mine), zap.String("peer_digest", s.Digest))
-				p.fleetEvent(FleetEvent{Kind: "fleet_disagreement", Set: s.Set, Peer: peer.Node, Digest: mine, PeerDigest: s.Digest, For: d})
+				p.fleetEvent(FleetEvent{Kind: "fleet_disagreement", Set: s.Set, Peer: peer.ID, Digest: mine, PeerDigest: s.Digest, For: d})
 			}
 		}
 	}
@@ -300,13 +363,14 @@ type FleetSetStatus struct {
 	Digest string
 	// Held are the replicas the fleet holds out on votes, sorted.
 	Held []balancer.FleetExclusion
-	// Peers are the other proxies' digests of the set, sorted by node.
+	// Peers are the other proxies' digests of the set, sorted by ID.
 	Peers []FleetPeerSet
 }
 
 // FleetPeerSet is one peer's digest of a set and whether it agrees.
 type FleetPeerSet struct {
-	Node   string
+	// ID is the peer's fleet ID.
+	ID     string
 	Digest string
 	Agrees bool
 	// Since is when the disagreement started (zero while it agrees).
@@ -332,8 +396,8 @@ func (p *Proxy) FleetStatus() []FleetSetStatus {
 		for _, peer := range p.fleet.peers {
 			for _, s := range peer.Sets {
 				if s.Set == name {
-					since := p.fleet.disagree[[2]string{peer.Node, name}]
-					fs.Peers = append(fs.Peers, FleetPeerSet{Node: peer.Node, Digest: s.Digest, Agrees: s.Digest == fs.Digest, Since: since})
+					since := p.fleet.disagree[[2]string{peer.ID, name}]
+					fs.Peers = append(fs.Peers, FleetPeerSet{ID: peer.ID, Digest: s.Digest, Agrees: s.Digest == fs.Digest, Since: since})
 				}
 			}
 		}

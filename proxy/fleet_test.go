@@ -1,7 +1,9 @@
 package proxy
 
 import (
+	"net"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -42,7 +44,7 @@ func TestFleetVotesVetoesAndDigests(t *testing.T) {
 	p1, _ := startProxyOpts(t, Options{FleetEvents: ev1.add}, nil, reps...)
 	p2, addr2 := startProxyOpts(t, Options{FleetEvents: ev2.add}, nil, reps...)
 	view := func(node string, p *Proxy, now time.Time) balancer.FleetPeer {
-		return balancer.FleetPeer{Node: node, Sets: p.FleetSets(now)}
+		return balancer.FleetPeer{ID: node, Sets: p.FleetSets(now)}
 	}
 	digest := func(p *Proxy) string { return p.Router("orders").Table().Digest() }
 	if digest(p1) != digest(p2) {
@@ -131,11 +133,77 @@ func TestFleetShareOff(t *testing.T) {
 	p2, _ := startProxy(t, func(c *Config) { c.Fleet.Share = false }, reps...)
 	p1.SetExcluded("orders", "orders-1", balancer.ReasonEjected, true)
 	now := time.Now()
-	p2.SetFleet([]balancer.FleetPeer{{Node: "p1", Sets: p1.FleetSets(now)}}, now)
+	p2.SetFleet([]balancer.FleetPeer{{ID: "p1", Sets: p1.FleetSets(now)}}, now)
 	if got := excludedBy(p2, "orders-1"); got != 0 {
 		t.Fatalf("with fleet.share false P2 follows P1's vote: %v", got)
 	}
 	if v := p2.FleetSets(now); len(v) != 1 || v[0].Digest == "" || len(v[0].Votes) != 0 {
 		t.Fatalf("with fleet.share false P2's view: %+v", v)
+	}
+}
+
+func TestFleetIDRules(t *testing.T) {
+	cases := map[string]struct {
+		id   string
+		want string // "" means valid
+	}{
+		"default":       {id: ""},
+		"host and port": {id: "edge-1.example.com:8080"},
+		"upper case":    {id: "EDGE_1"},
+		"128 bytes":     {id: strings.Repeat("a", 128)},
+		"129 bytes":     {id: strings.Repeat("a", 129), want: `id: "` + strings.Repeat("a", 129) + `" must be 1 to 128 bytes long, got 129; leave it empty for <host name>:<port>, or write e.g. edge-1`},
+		"space":         {id: "edge 1", want: `id: "edge 1" has ' ' at byte 4: use letters, digits, '.', '-', '_' and ':'; leave it empty`},
+		"slash":         {id: "edge/1", want: `has '/' at byte 4`},
+		"non-ASCII":     {id: "édge", want: `has a non-ASCII byte at byte 0`},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			c := DefaultFleetConfig()
+			c.ID = tc.id
+			err := c.Validate()
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("Validate: %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Validate: %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestProxyID(t *testing.T) {
+	ln := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 41277}
+	cases := map[string]struct {
+		id, host string
+		listen   net.Addr
+		want     string // the ID, or with err a part of the error
+		err      bool
+	}{
+		"configured":        {id: "edge-1", host: "h", listen: ln, want: "edge-1"},
+		"default":           {host: "web-3", listen: ln, want: "web-3:41277"},
+		"default, any addr": {host: "web-3", listen: &net.TCPAddr{Port: 8080}, want: "web-3:8080"},
+		"no host name":      {listen: ln, err: true, want: "fleet.id: empty, and the default <host name>:<port> is unknown"},
+		"odd host name":     {host: "web 3", listen: ln, err: true, want: `fleet.id: empty, and the default <host name>:<port> "web 3:41277" has ' ' at byte 3`},
+		"not listening":     {host: "web-3", err: true, want: "set fleet.id"},
+		"invalid":           {id: "a b", host: "h", listen: ln, err: true, want: `fleet.id: "a b" has ' '`},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			c := DefaultFleetConfig()
+			c.ID = tc.id
+			got, err := c.ProxyID(tc.host, tc.listen)
+			if tc.err {
+				if err == nil || !strings.Contains(err.Error(), tc.want) {
+					t.Fatalf("ProxyID = %q, %v; want an error with %q", got, err, tc.want)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Fatalf("ProxyID = %q, %v; want %q", got, err, tc.want)
+			}
+		})
 	}
 }

@@ -94,6 +94,9 @@ func auditMember(l *eventlog.Log) func(membership.MemberEvent) {
 	return func(e membership.MemberEvent) {
 		m := e.Member
 		fields := map[string]any{"member": m.Node, "role": m.Meta.Role.String(), "status": m.Status.String(), "state": m.Meta.State.String(), "addr": m.Meta.Addr}
+		if m.Meta.Role == membership.RoleProxy {
+			fields["id"] = m.ID()
+		}
 		if e.From != "" {
 			fields["from"] = e.From
 		}

@@ -15,7 +15,7 @@ func (v *view) Fleet() admin.FleetStatus {
 	now := time.Now()
 	out := admin.FleetStatus{Share: v.n.cfg.Fleet.Share, Agree: true, Proxies: []admin.FleetProxy{}, Sets: []admin.FleetSet{}}
 	if v.n.node != nil {
-		out.Self = v.n.node.Name()
+		out.Self, out.SelfNode = v.n.node.ID(), v.n.node.Name()
 	}
 	if v.n.disc != nil {
 		out.Isolated, out.IsolatedSince = v.n.disc.Isolated()
@@ -25,7 +25,7 @@ func (v *view) Fleet() admin.FleetStatus {
 	}
 	if v.n.fleet != nil {
 		for _, p := range v.n.fleet.Peers() {
-			out.Proxies = append(out.Proxies, admin.FleetProxy{Node: p.Node, Admin: p.Admin, Heard: p.Heard})
+			out.Proxies = append(out.Proxies, admin.FleetProxy{ID: p.ID, Node: p.Node, Nodes: p.Nodes, Admin: p.Admin, Heard: p.Heard})
 		}
 	}
 	for _, fs := range v.n.p.FleetStatus() {
@@ -34,7 +34,7 @@ func (v *view) Fleet() admin.FleetStatus {
 			set.Held = append(set.Held, admin.FleetHeld{Replica: h.Replica, Voters: h.Voters, Since: h.Since})
 		}
 		for _, p := range fs.Peers {
-			pd := admin.FleetPeerDigest{Node: p.Node, Digest: p.Digest, Agrees: p.Agrees}
+			pd := admin.FleetPeerDigest{ID: p.ID, Digest: p.Digest, Agrees: p.Agrees}
 			if !p.Agrees {
 				set.Agree, out.Agree = false, false
 				if !p.Since.IsZero() {

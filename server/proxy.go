@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"io"
 	"net"
+	"os"
 	"sync"
 	"time"
 
@@ -224,11 +225,18 @@ func NewProxy(cfg config.Config, opts Options) (_ *ProxyNode, err error) {
 		adminAddr = n.adm.Addr().String()
 	}
 
-	// 5. Gossip: the node advertises this proxy (its admin address and
-	// ring fingerprints); discovery feeds the proxy's routers with the
+	// 5. Gossip: the node advertises this proxy (its fleet ID, admin
+	// address and ring fingerprints); discovery feeds the proxy's routers with the
 	// replicas agents advertise; the fleet exchange shares this proxy's
 	// view with the other proxies and applies theirs.
 	if cfg.Gossip.Enabled {
+		// The proxy's fleet ID: fleet.id, or <host name>:<bound proxy
+		// port>, which a process inheriting the listener shares.
+		host, _ := os.Hostname()
+		var id string
+		if id, err = cfg.Fleet.ProxyID(host, n.p.Addr()); err != nil {
+			return nil, err
+		}
 		n.disc = membership.NewDiscovery(n.p, membership.DiscoveryOptions{Logger: n.log.Named("discovery"), Registerer: n.reg, OnEvent: auditMember(n.audit), OnRepair: n.repairedElsewhere})
 		n.fleet = membership.NewFleet(n.p, membership.FleetOptions{Logger: n.log.Named("fleet"), Registerer: n.reg, Interval: cfg.Fleet.Interval})
 		procs := processAudit{l: n.audit, members: func() []membership.Member { return n.node.Members() }, log: n.log.Named("audit")}
@@ -240,6 +248,7 @@ func NewProxy(cfg config.Config, opts Options) (_ *ProxyNode, err error) {
 		}
 		n.node, err = membership.New(cfg.Gossip.Config, membership.Meta{
 			Role:        membership.RoleProxy,
+			ID:          id,
 			Addr:        adminAddr,
 			Fingerprint: membership.FingerprintMeta(n.p.Fingerprints()),
 		}, membership.Options{Logger: n.log.Named("gossip"), Registerer: n.reg, Sink: n.disc, Messages: messages,

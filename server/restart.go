@@ -21,17 +21,54 @@ import (
 
 var _ admin.Restarter = (*view)(nil)
 
-// Rolling restarts are fleet-wide: the proxy that runs one (its owner)
-// writes its progress after every step as a run-time record (key
-// membership.RestartKey + set), so every proxy shows it and only one runs
-// per set. If the owner leaves the fleet mid-way (it crashed, or stopped
-// while other proxies run), the alive proxy with the lowest gossip node
-// name takes it over (watchRestarts) and continues with the replica it
-// was at, from its drain: that replica may get one more restart.
+// Rolling restarts are fleet-wide: the proxy that runs one (its owner,
+// named by its fleet ID) writes its progress after every step as a
+// run-time record (key membership.RestartKey + set), so every proxy shows
+// it and only one runs per set. If the owner leaves the fleet mid-way (it
+// crashed, or stopped while other proxies run: no alive process carries
+// its ID any more), the alive proxy with the lowest ID takes it over
+// (checkRestarts) and continues with the replica it was at, from its
+// drain: that replica may get one more restart. A binary upgrade of the
+// owner hands nothing over: the old process stops running the restart
+// when it drains, and the new one, with the same ID, resumes it once the
+// old one has left. The record names the process that runs it
+// (OwnerNode), so that exactly one process writes its steps.
 
-// restarts tracks the rolling restarts this proxy runs.
+// restarts tracks the rolling restarts this process runs.
 type restarts struct {
-	wg sync.WaitGroup // running restarts (Run waits for them)
+	wg      sync.WaitGroup // running restarts (Run waits for them)
+	mu      sync.Mutex
+	running map[string]bool // sets whose restart runs in this process
+}
+
+// claim marks set's restart as running in this process; false when it
+// already is.
+func (r *restarts) claim(set string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.running[set] {
+		return false
+	}
+	if r.running == nil {
+		r.running = map[string]bool{}
+	}
+	r.running[set] = true
+	return true
+}
+
+func (r *restarts) release(set string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.running, set)
+}
+
+// goRestart runs a claimed restart from st until it ends, then releases
+// the claim.
+func (n *ProxyNode) goRestart(ctx context.Context, set string, st admin.RestartStatus) {
+	n.restarts.wg.Go(func() {
+		defer n.restarts.release(set)
+		n.rollingRestart(ctx, set, st)
+	})
 }
 
 // maxRestartSteps bounds the steps a restart's record keeps (the oldest
@@ -79,17 +116,37 @@ func (n *ProxyNode) updateRestart(set, by string, mutate func(st *admin.RestartS
 	return out, err
 }
 
-// aliveProxies returns the alive proxies' gossip node names, this one
-// included, sorted.
+// aliveProxies returns the distinct fleet IDs of the alive proxies, this
+// one included, sorted.
 func (n *ProxyNode) aliveProxies() []string {
 	var out []string
 	for _, m := range n.node.Members() {
 		if m.Meta.Role == membership.RoleProxy && m.Status == membership.StatusAlive {
-			out = append(out, m.Node)
+			out = append(out, m.ID())
 		}
 	}
 	slices.Sort(out)
-	return out
+	return slices.Compact(out)
+}
+
+// processes describes the other alive proxy processes: how many there
+// are, how many of them carry this proxy's ID (its other process, during
+// a binary upgrade), and whether this process has the newest boot of its
+// ID.
+func (n *ProxyNode) processes() (others, twins int, newest bool) {
+	self, boot := n.node.ID(), n.node.Meta().Boot
+	newest = true
+	for _, m := range n.node.Members() {
+		if m.Meta.Role != membership.RoleProxy || m.Status != membership.StatusAlive || m.Self {
+			continue
+		}
+		others++
+		if m.ID() == self {
+			twins++
+			newest = newest && m.Meta.Boot < boot
+		}
+	}
+	return others, twins, newest
 }
 
 // StartRestart begins a rolling restart of a set: its gossip replicas, one
@@ -121,21 +178,25 @@ func (v *view) StartRestart(set string, stepTimeout time.Duration, who admin.Act
 	if len(names) == 0 {
 		return admin.RestartStatus{}, fmt.Errorf("%w: no replica of %s is advertised by an agent", admin.ErrUnreachable, set)
 	}
-	self := n.node.Name()
+	self, node := n.node.ID(), n.node.Name()
 	alive := n.aliveProxies()
+	if !n.restarts.claim(set) {
+		return admin.RestartStatus{}, fmt.Errorf("%w (run by this proxy)", admin.ErrRestartRunning)
+	}
 	st, err := n.updateRestart(set, who.String(), func(st *admin.RestartStatus, ok bool) error {
 		if ok && st.State == "running" && slices.Contains(alive, st.Owner) {
 			return fmt.Errorf("%w (started %s, run by %s)", admin.ErrRestartRunning, st.Started.Format(time.RFC3339), st.Owner)
 		}
-		*st = admin.RestartStatus{Set: set, State: "running", Owner: self, By: who.String(), Replicas: names,
+		*st = admin.RestartStatus{Set: set, State: "running", Owner: self, OwnerNode: node, By: who.String(), Replicas: names,
 			StepTimeout: stepTimeout.String(), Started: time.Now(), Steps: []admin.RestartStep{}}
 		return nil
 	})
 	if err != nil {
+		n.restarts.release(set)
 		return admin.RestartStatus{}, err
 	}
 	n.audit.Record(eventlog.KindAdminAction, set, "", map[string]any{"action": "restart", "replicas": names, "scope": admin.ScopeFleet, "by": who.String()})
-	n.restarts.wg.Go(func() { n.rollingRestart(ctx, set, st) })
+	n.goRestart(ctx, set, st)
 	return st, nil
 }
 
@@ -145,9 +206,7 @@ func (v *view) RestartStatus(set string) (admin.RestartStatus, bool) {
 	return v.n.restartStatus(set)
 }
 
-// watchRestarts takes over, every second until ctx is done, the running
-// restarts whose owner has left the fleet, when this proxy is the alive
-// proxy with the lowest node name.
+// watchRestarts runs checkRestarts every second until ctx is done.
 func (n *ProxyNode) watchRestarts(ctx context.Context) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
@@ -156,40 +215,96 @@ func (n *ProxyNode) watchRestarts(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-		}
-		alive := n.aliveProxies()
-		self := n.node.Name()
-		if len(alive) == 0 || alive[0] != self {
-			continue
-		}
-		for _, rec := range n.rt.Records() {
-			set, isRestart := strings.CutPrefix(rec.Set, membership.RestartKey)
-			if !isRestart {
-				continue
-			}
-			st, ok := n.restartStatus(set)
-			if !ok || st.State != "running" || slices.Contains(alive, st.Owner) || n.p.Router(set) == nil {
-				continue
-			}
-			prev := st.Owner
-			st, err := n.updateRestart(set, "", func(st *admin.RestartStatus, ok bool) error {
-				if !ok || st.State != "running" || slices.Contains(n.aliveProxies(), st.Owner) {
-					return errHandedOver // someone else was quicker, or the owner is back
-				}
-				st.Owner = self
-				st.Steps = append(st.Steps, admin.RestartStep{Time: time.Now(), Replica: st.Current, Step: "takeover",
-					Detail: fmt.Sprintf("%s left the fleet; %s continues", prev, self)})
-				return nil
-			})
-			if err != nil {
-				continue
-			}
-			n.log.Named("restart").Warn("rolling restart taken over: the proxy running it left the fleet",
-				zap.String("set", set), zap.String("from", prev), zap.String("current", st.Current))
-			n.audit.Record(eventlog.KindAdminAction, set, "", map[string]any{"action": "restart_takeover", "from": prev, "scope": admin.ScopeFleet})
-			n.restarts.wg.Go(func() { n.rollingRestart(ctx, set, st) })
+			n.checkRestarts(ctx)
 		}
 	}
+}
+
+// checkRestarts continues the running restarts nobody runs any more:
+//
+//   - one whose owner is this proxy's ID, once no other alive process
+//     carries the ID (the old process of an upgrade, or of a crash, is
+//     gone) and this process does not run it already: resumed;
+//   - one whose owner has left the fleet (no alive process carries its
+//     ID), when this proxy has the lowest alive ID and this process is
+//     the newest of its ID: taken over.
+//
+// The restarts it continues run under ctx.
+func (n *ProxyNode) checkRestarts(ctx context.Context) {
+	self, node := n.node.ID(), n.node.Name()
+	alive := n.aliveProxies()
+	_, twins, newest := n.processes()
+	lowest := len(alive) > 0 && alive[0] == self && newest
+	for _, rec := range n.rt.Records() {
+		set, isRestart := strings.CutPrefix(rec.Set, membership.RestartKey)
+		if !isRestart {
+			continue
+		}
+		st, ok := n.restartStatus(set)
+		if !ok || st.State != "running" || n.p.Router(set) == nil {
+			continue
+		}
+		switch {
+		case st.Owner == self && twins == 0:
+			n.resumeRestart(ctx, set, node)
+		case st.Owner != self && lowest && !slices.Contains(alive, st.Owner):
+			n.takeOverRestart(ctx, set, self, node)
+		}
+	}
+}
+
+// resumeRestart continues, in this process, a restart this proxy owns
+// that no process of it runs any more.
+func (n *ProxyNode) resumeRestart(ctx context.Context, set, node string) {
+	if !n.restarts.claim(set) {
+		return // running here
+	}
+	var prev string
+	st, err := n.updateRestart(set, "", func(st *admin.RestartStatus, ok bool) error {
+		if !ok || st.State != "running" || st.Owner != n.node.ID() {
+			return errHandedOver
+		}
+		prev = st.OwnerNode
+		st.OwnerNode = node
+		st.Steps = append(st.Steps, admin.RestartStep{Time: time.Now(), Replica: st.Current, Step: "resumed",
+			Detail: fmt.Sprintf("this proxy's process %s continues (the one running it, %s, is gone)", node, cmp.Or(prev, "unknown"))})
+		return nil
+	})
+	if err != nil {
+		n.restarts.release(set)
+		return
+	}
+	n.log.Named("restart").Info("rolling restart resumed: this proxy owns it and the process that ran it is gone",
+		zap.String("set", set), zap.String("from", prev), zap.String("current", st.Current))
+	n.audit.Record(eventlog.KindAdminAction, set, "", map[string]any{"action": "restart_resume", "from": prev, "scope": admin.ScopeFleet})
+	n.goRestart(ctx, set, st)
+}
+
+// takeOverRestart continues, in this process, a restart whose owner has
+// left the fleet.
+func (n *ProxyNode) takeOverRestart(ctx context.Context, set, self, node string) {
+	if !n.restarts.claim(set) {
+		return
+	}
+	var prev string
+	st, err := n.updateRestart(set, "", func(st *admin.RestartStatus, ok bool) error {
+		if !ok || st.State != "running" || st.Owner == self || slices.Contains(n.aliveProxies(), st.Owner) {
+			return errHandedOver // someone else was quicker, or the owner is back
+		}
+		prev = st.Owner
+		st.Owner, st.OwnerNode = self, node
+		st.Steps = append(st.Steps, admin.RestartStep{Time: time.Now(), Replica: st.Current, Step: "takeover",
+			Detail: fmt.Sprintf("%s left the fleet; %s continues", prev, self)})
+		return nil
+	})
+	if err != nil {
+		n.restarts.release(set)
+		return
+	}
+	n.log.Named("restart").Warn("rolling restart taken over: the proxy running it left the fleet",
+		zap.String("set", set), zap.String("from", prev), zap.String("current", st.Current))
+	n.audit.Record(eventlog.KindAdminAction, set, "", map[string]any{"action": "restart_takeover", "from": prev, "scope": admin.ScopeFleet})
+	n.goRestart(ctx, set, st)
 }
 
 // rollingRestart runs a restart's steps from where st is: the replicas
@@ -197,7 +312,7 @@ func (n *ProxyNode) watchRestarts(ctx context.Context) {
 // StartRestart.
 func (n *ProxyNode) rollingRestart(ctx context.Context, set string, st admin.RestartStatus) {
 	log := n.log.Named("restart").With(zap.String("set", set))
-	self := n.node.Name()
+	self, node := n.node.ID(), n.node.Name()
 	done := map[string]bool{}
 	for _, s := range st.Steps {
 		if s.Step == "ready" {
@@ -208,11 +323,16 @@ func (n *ProxyNode) rollingRestart(ctx context.Context, set string, st admin.Res
 	if err != nil {
 		stepTimeout = 2 * time.Minute
 	}
-	// write records a step, unless another proxy has taken the restart
-	// over meanwhile.
+	// runs reports whether the record says this process runs the
+	// restart: not when another proxy has taken it over, nor when another
+	// process of this proxy has resumed it.
+	runs := func(st admin.RestartStatus) bool {
+		return st.Owner == self && st.State == "running" && (st.OwnerNode == "" || st.OwnerNode == node)
+	}
+	// write records a step, unless another process runs the restart now.
 	write := func(mutate func(st *admin.RestartStatus)) error {
 		_, err := n.updateRestart(set, "", func(st *admin.RestartStatus, ok bool) error {
-			if !ok || st.Owner != self || st.State != "running" {
+			if !ok || !runs(*st) {
 				return errHandedOver
 			}
 			mutate(st)
@@ -243,10 +363,10 @@ func (n *ProxyNode) rollingRestart(ctx context.Context, set string, st admin.Res
 		}
 		n.audit.Record(eventlog.KindAdminAction, set, "", fields)
 	}
-	// owned reports whether this proxy still runs the restart.
+	// owned reports whether this process still runs the restart.
 	owned := func() bool {
 		cur, ok := n.restartStatus(set)
-		return ok && cur.Owner == self && cur.State == "running"
+		return ok && runs(cur)
 	}
 	// wait polls cond every 100ms until it holds, the step times out, the
 	// proxy stops or another proxy takes the restart over.
@@ -285,13 +405,19 @@ func (n *ProxyNode) rollingRestart(ctx context.Context, set string, st admin.Res
 		}
 		fail := func(what string, err error) {
 			if errors.Is(err, errHandedOver) {
-				log.Warn("rolling restart continues on another proxy", zap.String("replica", name))
+				log.Warn("rolling restart continues in another process", zap.String("replica", name))
 				return
 			}
-			if ctx.Err() != nil && len(n.aliveProxies()) > 1 {
-				// Stopping while other proxies run: one of them takes it
-				// over once this one has left, from this replica's drain.
-				_ = step(name, "handover", "this proxy is stopping; another proxy takes the restart over")
+			if others, twins, _ := n.processes(); ctx.Err() != nil && others > 0 {
+				// Stopping while other proxy processes run: once this one
+				// has left, this proxy's new process resumes it (a binary
+				// upgrade), or another proxy takes it over, from this
+				// replica's drain.
+				detail := "this proxy is stopping; another proxy takes the restart over"
+				if twins > 0 {
+					detail = "this process is stopping; this proxy's new process resumes the restart"
+				}
+				_ = step(name, "handover", detail)
 				return
 			}
 			_ = step(name, "failed", what+": "+err.Error())

@@ -31,10 +31,11 @@ type setAdmin struct{ n *ProxyNode }
 
 var _ admin.SetAdmin = setAdmin{}
 
-// via names this proxy in the records it writes.
+// via names this proxy in the records it writes: its fleet ID, the
+// record's origin too.
 func (n *ProxyNode) via() string {
 	if n.node != nil {
-		return n.node.Name()
+		return n.node.ID()
 	}
 	return "local"
 }

@@ -174,6 +174,8 @@ func (v *view) Members() []admin.MemberInfo {
 		}
 		if m.Meta.Role != membership.RoleProxy {
 			mi.State = m.Meta.State.String()
+		} else {
+			mi.ID = m.ID()
 		}
 		out = append(out, mi)
 	}

@@ -315,7 +315,7 @@ function renderFleet(f) {
     const n = (s.peers || []).length;
     const agreement = n === 0 ? h("span", { class: "muted" }, "no other proxy serves it")
       : dis.length === 0 ? h("span", { class: "pill ok" }, "agrees with all " + n)
-      : h("span", { class: "pill bad" }, "disagrees with " + dis.map((p) => p.node + " for " + (p.disagreeing_seconds || 0).toFixed(1) + " s").join(", "));
+      : h("span", { class: "pill bad" }, "disagrees with " + dis.map((p) => p.id + " for " + (p.disagreeing_seconds || 0).toFixed(1) + " s").join(", "));
     const held = (s.held || []).map((x) => x.replica + " (" + x.voters.join(", ") + ")").join("; ") || "—";
     return h("tr", { class: "fleet-row", "data-set": s.set, "data-agree": String(s.agree) },
       h("td", {}, h("strong", {}, s.set)), h("td", {}, h("code", {}, s.digest)), h("td", {}, agreement), h("td", {}, held));
@@ -325,7 +325,7 @@ function renderFleet(f) {
     f.isolated ? h("div", { class: "banner fleet-isolated" }, "This proxy is isolated from gossip since " + fmtTime(f.isolated_since) +
       ": it routes on its last view of the replicas and takes them out only on data-path evidence.") : null,
     h("div", { class: "meta" }, "this proxy " + f.self + " · " + (f.proxies || []).length + " other " +
-      ((f.proxies || []).length === 1 ? "proxy" : "proxies") + ((f.proxies || []).length ? " (" + f.proxies.map((p) => p.node).join(", ") + ")" : "") +
+      ((f.proxies || []).length === 1 ? "proxy" : "proxies") + ((f.proxies || []).length ? " (" + f.proxies.map((p) => p.id + ((p.nodes || []).length > 1 ? " [" + p.nodes.join(", ") + "]" : "")).join(", ") + ")" : "") +
       " · shared evidence " + (f.share ? "on" : "off")),
     h("table", { class: "events fleet" },
       h("thead", {}, h("tr", {}, h("th", {}, "set"), h("th", {}, "digest"), h("th", {}, "agreement"), h("th", {}, "held by the fleet"))),

@@ -164,7 +164,7 @@ func printFleet(w io.Writer, fl admin.FleetStatus) {
 		var dis []string
 		for _, p := range s.Peers {
 			if !p.Agrees {
-				dis = append(dis, fmt.Sprintf("%s for %.1fs", p.Node, p.DisagreeingSeconds))
+				dis = append(dis, fmt.Sprintf("%s for %.1fs", p.ID, p.DisagreeingSeconds))
 			}
 		}
 		if len(dis) > 0 {
