@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"keyway/internal/poll"
+	"keyway/internal/stacktest"
 )
 
 // fleetYAML makes proxies exchange views fast and call a difference a
@@ -47,8 +48,9 @@ func readPID(file string) int {
 }
 
 // watchAgreement polls a proxy's fleet view until stop and returns what
-// it saw disagree: another proxy routing a set differently.
-func watchAgreement(t *testing.T, adminAddr string, stop <-chan struct{}) func() []string {
+// it saw disagree (another proxy routing a set differently) or flap (its
+// other proxies other than the one proxy ID peer).
+func watchAgreement(t *testing.T, adminAddr, peer string, stop <-chan struct{}) func() []string {
 	var mu sync.Mutex
 	var seen []string
 	var wg sync.WaitGroup
@@ -62,9 +64,9 @@ func watchAgreement(t *testing.T, adminAddr string, stop <-chan struct{}) func()
 			case <-tick.C:
 			}
 			fs := fleetOf(t, adminAddr)
-			if !fs.Agree {
+			if !fs.Agree || len(fs.Proxies) != 1 || fs.Proxies[0].ID != peer {
 				mu.Lock()
-				seen = append(seen, fmt.Sprintf("%s: %+v", time.Now().Format("15:04:05.000"), fs.Sets))
+				seen = append(seen, fmt.Sprintf("%s: proxies %+v, sets %+v", time.Now().Format("15:04:05.000"), fs.Proxies, fs.Sets))
 				mu.Unlock()
 			}
 		}
@@ -110,8 +112,12 @@ func TestUpgradeUnderLoadLosesNothing(t *testing.T) {
 		t.Fatal("the two proxies route keys differently before the upgrade")
 	}
 
+	id := fleetOf(t, adminAddr).Self
+	if got := fleetOf(t, b.Admin).Proxies[0].ID; got != id {
+		t.Fatalf("the other proxy knows proxy-a as %q, proxy-a says it is %q", got, id)
+	}
 	stopWatch := make(chan struct{})
-	disagreements := watchAgreement(t, b.Admin, stopWatch)
+	disagreements := watchAgreement(t, b.Admin, id, stopWatch)
 	load := StartLoad(func() string { return addr }, keys, owners, 1000)
 	poll.Until(t, 10*time.Second, "1,000 requests before the upgrade", func() bool { n, _ := load.Counts(); return n >= 1000 })
 
@@ -139,17 +145,37 @@ func TestUpgradeUnderLoadLosesNothing(t *testing.T) {
 	if via := c.Owners(t, addr, keys, 8); fmt.Sprint(via) != fmt.Sprint(owners) {
 		t.Error("the new process routes keys differently")
 	}
-	if fs := fleetOf(t, adminAddr); !fs.Agree {
-		t.Errorf("the new process disagrees with the fleet: %+v", fs.Sets)
+	if fs := fleetOf(t, adminAddr); !fs.Agree || fs.Self != id {
+		t.Errorf("the new process (%s) disagrees with the fleet, or is not %s: %+v", fs.Self, id, fs.Sets)
 	}
 	if d := disagreements(); len(d) > 0 {
-		t.Errorf("the other proxy saw a disagreement during the upgrade: %v", d)
+		t.Errorf("the other proxy saw a disagreement, or another proxy than %s, during the upgrade: %v", id, d)
 	}
 	for _, msg := range []string{"another proxy routes a replica set differently, for longer than fleet.disagreement_bound: some keys go to different replicas",
-		"rolling restart taken over: the proxy running it left the fleet"} {
+		"rolling restart taken over: the proxy running it left the fleet", "member dead"} {
 		if l := b.Logs(msg); len(l) > 0 {
 			t.Errorf("the other proxy logged %q: %v", msg, l)
 		}
+	}
+	// The old process left: a leave, not a death, in the other proxy's
+	// audit trail.
+	var events struct {
+		Events []map[string]any `json:"events"`
+	}
+	stacktest.GetJSON(t, "http://"+b.Admin+"/v1/events?kind=member_leave,member_dead", &events)
+	leaves := 0
+	for _, e := range events.Events {
+		if e["role"] != "proxy" {
+			continue
+		}
+		if e["kind"] == "member_dead" {
+			t.Errorf("the other proxy recorded a proxy process dead: %v", e)
+		} else {
+			leaves++
+		}
+	}
+	if leaves != 1 {
+		t.Errorf("the other proxy recorded %d proxy leaves, want 1 (the old process): %+v", leaves, events.Events)
 	}
 	if l := a.Logs("upgrade: the new process serves; this one stops accepting and drains"); len(l) != 1 {
 		t.Errorf("the old process's log of the handover: %v", l)

@@ -341,6 +341,15 @@ func (n *Node) Run(ctx context.Context) error {
 	cancel()
 	wg.Wait()
 
+	if n.Meta().Role == RoleProxy {
+		// memberlist cannot tell a graceful leave from a death
+		// (memberlist#293): a leaving member advertises stopped first, as
+		// agents do, so that the others record a leave (an upgrade's old
+		// process, a stop), not a death.
+		if err := n.UpdateMeta(func(m *Meta) { m.State = balancer.StateStopped }, time.Second); err != nil {
+			n.log.Debug("gossip: stopped not advertised before leaving", zap.Error(err))
+		}
+	}
 	if err := ml.Leave(2 * time.Second); err != nil {
 		n.log.Warn("gossip leave", zap.Error(err))
 	}
