@@ -49,6 +49,11 @@ type FleetOptions struct {
 	Interval time.Duration
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// Hold, if non-nil, keeps this proxy's view to itself until it is
+	// closed: a process that does not route yet (an upgrade's new one,
+	// which accepts only once it can) would announce an incomplete view,
+	// which replaces its old process's.
+	Hold <-chan struct{}
 }
 
 // Fleet exchanges proxy views with the other proxies of the gossip
@@ -60,6 +65,7 @@ type Fleet struct {
 	interval time.Duration
 	now      func() time.Time
 	poke     chan struct{}
+	hold     <-chan struct{}
 	sends    sync.WaitGroup // reliable sends in flight (Run waits for them)
 
 	received *prometheus.CounterVec // result
@@ -84,6 +90,45 @@ type fleetPeer struct {
 	heard time.Time
 	addr  string   // the peer's admin address, from its gossip metadata
 	nodes []string // the alive gossip nodes carrying its ID
+	// older is the last view of the proxy's previous process (a binary
+	// upgrade's old one, still draining) while it is alive: its votes and
+	// vetoes still count, as the proxy's, until the new process has the
+	// evidence itself or the old one is gone.
+	older *olderView
+}
+
+type olderView struct {
+	view  balancer.FleetPeer
+	node  string
+	heard time.Time
+}
+
+// merged is the peer's view with its older process's votes and vetoes
+// that the newer one lacks.
+func (p *fleetPeer) merged() balancer.FleetPeer {
+	if p.older == nil {
+		return p.view
+	}
+	out := balancer.FleetPeer{ID: p.view.ID, Sets: make([]balancer.FleetSet, 0, len(p.view.Sets))}
+	for _, s := range p.view.Sets {
+		for _, o := range p.older.view.Sets {
+			if o.Set != s.Set {
+				continue
+			}
+			for _, v := range o.Votes {
+				if !slices.ContainsFunc(s.Votes, func(w balancer.FleetVote) bool { return w.Replica == v.Replica && w.Reason == v.Reason }) {
+					s.Votes = append(slices.Clip(s.Votes), v)
+				}
+			}
+			for _, v := range o.Vetoes {
+				if !slices.Contains(s.Vetoes, v) {
+					s.Vetoes = append(slices.Clip(s.Vetoes), v)
+				}
+			}
+		}
+		out.Sets = append(out.Sets, s)
+	}
+	return out
 }
 
 // PeerStatus is one other proxy as the fleet exchange knows it.
@@ -140,6 +185,7 @@ func NewFleet(t FleetTarget, opts FleetOptions) *Fleet {
 		interval: cmp.Or(opts.Interval, time.Second),
 		now:      opts.Now,
 		poke:     make(chan struct{}, 1),
+		hold:     opts.Hold,
 		peers:    map[string]*fleetPeer{},
 		busy:     map[string]bool{},
 		received: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -229,14 +275,26 @@ func (f *Fleet) HandleMessage(from string, msg []byte) {
 	p := f.peers[id]
 	if p != nil && (ps.Boot < p.boot || ps.Boot == p.boot && ps.Seq <= p.seq && ps.Seq != 0) {
 		// An older process of the proxy (a binary upgrade), or an older
-		// view of the same one.
+		// view of the same one: stale. The older process's votes and
+		// vetoes still count while it runs (fleetPeer.older).
+		var peers []balancer.FleetPeer
+		if ps.Boot < p.boot && p.older != nil && p.older.node == ps.Node {
+			p.older.view, p.older.heard = view, now
+			peers = f.viewsLocked()
+		}
 		f.mu.Unlock()
 		f.received.WithLabelValues("stale").Inc()
+		if peers != nil {
+			f.target.SetFleet(peers, now)
+		}
 		return
 	}
 	if p == nil {
 		p = &fleetPeer{}
 		f.peers[id] = p
+	}
+	if p.node != "" && ps.Boot > p.boot {
+		p.older = &olderView{view: p.view, node: p.node, heard: p.heard}
 	}
 	p.view, p.node, p.boot, p.seq, p.heard = view, ps.Node, ps.Boot, ps.Seq, now
 	f.peersG.Set(float64(len(f.peers)))
@@ -250,7 +308,7 @@ func (f *Fleet) HandleMessage(from string, msg []byte) {
 func (f *Fleet) viewsLocked() []balancer.FleetPeer {
 	out := make([]balancer.FleetPeer, 0, len(f.peers))
 	for _, p := range f.peers {
-		out = append(out, p.view)
+		out = append(out, p.merged())
 	}
 	slices.SortFunc(out, func(a, b balancer.FleetPeer) int { return cmp.Compare(a.ID, b.ID) })
 	return out
@@ -304,6 +362,9 @@ func (f *Fleet) step() {
 			continue
 		}
 		p.addr, p.nodes = a.addr, a.nodes
+		if p.older != nil && (!slices.Contains(a.nodes, p.older.node) || now.Sub(p.older.heard) > 3*f.interval) {
+			p.older = nil // the old process is gone
+		}
 	}
 	f.peersG.Set(float64(len(f.peers)))
 	peers := f.viewsLocked()
@@ -361,6 +422,13 @@ const maxPacket = 1200
 
 // publish sends this proxy's view to every other alive proxy.
 func (f *Fleet) publish() {
+	if f.hold != nil {
+		select {
+		case <-f.hold:
+		default:
+			return
+		}
+	}
 	now := f.now()
 	f.mu.Lock()
 	ready := f.sendFn != nil

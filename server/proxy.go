@@ -238,7 +238,7 @@ func NewProxy(cfg config.Config, opts Options) (_ *ProxyNode, err error) {
 			return nil, err
 		}
 		n.disc = membership.NewDiscovery(n.p, membership.DiscoveryOptions{Logger: n.log.Named("discovery"), Registerer: n.reg, OnEvent: auditMember(n.audit), OnRepair: n.repairedElsewhere})
-		n.fleet = membership.NewFleet(n.p, membership.FleetOptions{Logger: n.log.Named("fleet"), Registerer: n.reg, Interval: cfg.Fleet.Interval})
+		n.fleet = membership.NewFleet(n.p, membership.FleetOptions{Logger: n.log.Named("fleet"), Registerer: n.reg, Interval: cfg.Fleet.Interval, Hold: n.hold})
 		procs := processAudit{l: n.audit, members: func() []membership.Member { return n.node.Members() }, log: n.log.Named("audit")}
 		messages := func(from string, msg []byte) {
 			n.disc.HandleMessage(from, msg)
