@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -93,7 +94,8 @@ type fleetPeer struct {
 	// older is the last view of the proxy's previous process (a binary
 	// upgrade's old one, still draining) while it is alive: its votes and
 	// vetoes still count, as the proxy's, until the new process has the
-	// evidence itself or the old one is gone.
+	// evidence itself or the old one is gone, and its requests in flight
+	// add to the new one's.
 	older *olderView
 }
 
@@ -104,7 +106,7 @@ type olderView struct {
 }
 
 // merged is the peer's view with its older process's votes and vetoes
-// that the newer one lacks.
+// that the newer one lacks, and its requests in flight added.
 func (p *fleetPeer) merged() balancer.FleetPeer {
 	if p.older == nil {
 		return p.view
@@ -124,6 +126,17 @@ func (p *fleetPeer) merged() balancer.FleetPeer {
 				if !slices.Contains(s.Vetoes, v) {
 					s.Vetoes = append(slices.Clip(s.Vetoes), v)
 				}
+			}
+			if len(o.Inflight) > 0 {
+				// Both processes' requests in flight are the proxy's.
+				sum := maps.Clone(s.Inflight)
+				if sum == nil {
+					sum = map[string]int64{}
+				}
+				for r, k := range o.Inflight {
+					sum[r] += k
+				}
+				s.Inflight = sum
 			}
 		}
 		out.Sets = append(out.Sets, s)
@@ -324,7 +337,7 @@ func (f *Fleet) Peers() []PeerStatus {
 		if len(nodes) == 0 {
 			nodes = []string{p.node} // not seen in gossip since the view came
 		}
-		out = append(out, PeerStatus{ID: id, Node: p.node, Nodes: slices.Clone(nodes), Admin: p.addr, Heard: p.heard, Sets: p.view.Sets})
+		out = append(out, PeerStatus{ID: id, Node: p.node, Nodes: slices.Clone(nodes), Admin: p.addr, Heard: p.heard, Sets: p.merged().Sets})
 	}
 	slices.SortFunc(out, func(a, b PeerStatus) int { return cmp.Compare(a.ID, b.ID) })
 	return out

@@ -95,6 +95,15 @@ func TestFleetOlderProcessEvidenceCounts(t *testing.T) {
 	if votes, vetoes := evidence(); fmt.Sprint(votes) != "[orders-0/ejected]" || fmt.Sprint(vetoes) != "[orders-2]" {
 		t.Fatalf("both with the same evidence: votes %v, vetoes %v; want it once", votes, vetoes)
 	}
+	// Requests in flight to a replica: both processes'.
+	f.HandleMessage("x", []byte(`{"kind":"proxy_state","node":"b.1","id":"edge-b","boot":10,"seq":9,"sets":[{"set":"orders","digest":"d","inflight":{"orders-1":3}}]}`))
+	f.HandleMessage("x", []byte(`{"kind":"proxy_state","node":"b.2","id":"edge-b","boot":20,"seq":3,"sets":[{"set":"orders","digest":"d","inflight":{"orders-1":2}}]}`))
+	sink.mu.Lock()
+	got := sink.peers[0].Sets[0].Inflight["orders-1"]
+	sink.mu.Unlock()
+	if got != 5 {
+		t.Fatalf("requests in flight to orders-1: %d, want 3 (old process) + 2 (new)", got)
+	}
 }
 
 // A held fleet exchange publishes nothing until the hold ends.
