@@ -43,6 +43,9 @@ func Build(dir string) (string, error) {
 type Proc struct {
 	Name string
 	cmd  *exec.Cmd
+	// shared: its output file is shared with processes it starts, which
+	// go on writing lines after it exited (StartLogged).
+	shared bool
 
 	mu    sync.Mutex
 	lines []string // stdout and stderr, in arrival order
@@ -115,7 +118,7 @@ func startLogged(t testing.TB, name string, setup func(*exec.Cmd)) *Proc {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	p := &Proc{Name: name, cmd: exec.Command(Binary), cond: make(chan struct{}, 1), done: make(chan struct{})}
+	p := &Proc{Name: name, cmd: exec.Command(Binary), cond: make(chan struct{}, 1), done: make(chan struct{}), shared: true}
 	setup(p.cmd)
 	p.cmd.Stdout, p.cmd.Stderr = f, f
 	if err := p.cmd.Start(); err != nil {
@@ -267,6 +270,15 @@ func (p *Proc) WaitLine(t testing.TB, re *regexp.Regexp, d time.Duration) []stri
 		case <-deadline.C:
 			t.Fatalf("%s: no line matching %s within %s", p.Name, re, d)
 		case <-p.done:
+			if p.shared {
+				// Others may still write its file: wait for lines.
+				select {
+				case <-p.cond:
+				case <-deadline.C:
+					t.Fatalf("%s: no line matching %s within %s", p.Name, re, d)
+				}
+				continue
+			}
 			p.mu.Lock()
 			more := len(p.lines) > seen
 			p.mu.Unlock()

@@ -4,6 +4,7 @@ package integration
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -35,6 +36,27 @@ replica_sets:
     key: [{header: X-Key}]
     timeouts: {connect: 500ms, request: 5s, idle: 30s}
 %s`, gossipYAML(join, "  "), extra)
+}
+
+// freeUDPTCPPort returns a port that was free for TCP and UDP on
+// 127.0.0.1 when it looked.
+func freeUDPTCPPort(t *testing.T) int {
+	t.Helper()
+	for range 20 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		u, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", port))
+		l.Close()
+		if err == nil {
+			u.Close()
+			return port
+		}
+	}
+	t.Fatal("no port free for TCP and UDP")
+	return 0
 }
 
 // readPID returns the PID in file, or 0.
@@ -88,7 +110,12 @@ func TestUpgradeUnderLoadLosesNothing(t *testing.T) {
 
 	dir := t.TempDir()
 	pidFile := filepath.Join(dir, "proxy-a.pid")
-	cfg := WriteFile(t, dir, "proxy-a.yaml", proxyYAML([]string{b.Gossip}, fleetYAML+"server: {drain_idle: 2s}\n"))
+	// A fixed gossip port, as in production: the old process holds it
+	// until it exits; the new one gossips from a free port meanwhile and
+	// moves to it then.
+	gossipPort := freeUDPTCPPort(t)
+	cfg := WriteFile(t, dir, "proxy-a.yaml", strings.Replace(proxyYAML([]string{b.Gossip}, fleetYAML+"server: {drain_idle: 2s}\n"),
+		"bind_port: 0", fmt.Sprintf("bind_port: %d", gossipPort), 1))
 	a := StartLogged(t, "proxy-a", "proxy", "-c", cfg, "--pid-file", pidFile)
 	t.Cleanup(func() {
 		// The new process is this test's too, by way of the old one.
@@ -133,6 +160,10 @@ func TestUpgradeUnderLoadLosesNothing(t *testing.T) {
 	if err := a.err; err != nil {
 		t.Fatalf("the old process exited with %v", err)
 	}
+	moved := a.WaitLine(t, logField("gossip moved", "addr"), 20*time.Second)[1]
+	if want := fmt.Sprintf("127.0.0.1:%d", gossipPort); moved != want {
+		t.Errorf("the new process moved its gossip to %s, want the configured %s", moved, want)
+	}
 	poll.Until(t, 10*time.Second, "1,000 requests after the old process exited", func() bool { n, _ := load.Counts(); return n >= sent+1000 })
 	total, failures := load.Stop()
 	close(stopWatch)
@@ -157,8 +188,8 @@ func TestUpgradeUnderLoadLosesNothing(t *testing.T) {
 			t.Errorf("the other proxy logged %q: %v", msg, l)
 		}
 	}
-	// The old process left: a leave, not a death, in the other proxy's
-	// audit trail.
+	// The old process left, and the new one's member on a free port when
+	// it moved: leaves, not deaths, in the other proxy's audit trail.
 	var events struct {
 		Events []map[string]any `json:"events"`
 	}
@@ -174,8 +205,8 @@ func TestUpgradeUnderLoadLosesNothing(t *testing.T) {
 			leaves++
 		}
 	}
-	if leaves != 1 {
-		t.Errorf("the other proxy recorded %d proxy leaves, want 1 (the old process): %+v", leaves, events.Events)
+	if leaves != 2 {
+		t.Errorf("the other proxy recorded %d proxy leaves, want 2 (the old process, and the new one's member on a free port when it moved): %+v", leaves, events.Events)
 	}
 	if l := a.Logs("upgrade: the new process serves; this one stops accepting and drains"); len(l) != 1 {
 		t.Errorf("the old process's log of the handover: %v", l)

@@ -151,7 +151,7 @@ func FuzzUserMessage(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		rt.self = "p1"
+		rt.self = func() string { return "p1" }
 		rt.sendFn = func(string, []byte, bool) error { return nil }
 		rt.proxies = func() []string { return []string{"p2"} }
 		rt.HandleMessage("p2", b)

@@ -103,7 +103,8 @@ type Node struct {
 	cfg     Config
 	opts    Options
 	log     *zap.Logger
-	name    string
+	base    string                 // the node name's part before the boot suffix
+	name    atomic.Pointer[string] // the gossip node name (Name); MoveTo changes it
 	keys    [][]byte
 	metrics *metrics
 	now     func() time.Time
@@ -112,12 +113,14 @@ type Node struct {
 	metaMu sync.Mutex             // serializes SetMeta
 	cur    Meta
 
-	mu      sync.Mutex // guards members
+	mu      sync.Mutex // guards members and former
 	members map[string]*Member
+	former  map[string]bool // this process's node names before MoveTo
 	dirty   chan struct{}
 	inbox   chan inMsg
 
 	ml      atomic.Pointer[memberlist.Memberlist]
+	del     atomic.Pointer[mlDelegate] // ml's delegate
 	addr    atomic.Pointer[string] // the advertised gossip address, set before ml
 	started chan struct{}
 	// joined is closed once the sink has seen the members the first
@@ -126,6 +129,12 @@ type Node struct {
 	joined     chan struct{}
 	joining    atomic.Bool
 	joinedOnce sync.Once
+	moves      chan moveRequest // MoveTo's requests, served by Run
+}
+
+type moveRequest struct {
+	port, advertise int
+	done            chan error
 }
 
 type inMsg struct {
@@ -157,6 +166,8 @@ func New(cfg Config, self Meta, opts Options) (*Node, error) {
 		keys:    keys,
 		now:     now,
 		members: map[string]*Member{},
+		former:  map[string]bool{},
+		moves:   make(chan moveRequest),
 		dirty:   make(chan struct{}, 1),
 		inbox:   make(chan inMsg, 256),
 		started: make(chan struct{}),
@@ -170,7 +181,9 @@ func New(cfg Config, self Meta, opts Options) (*Node, error) {
 	}
 	// A per-boot suffix: a restart (possibly on a new address) must not
 	// collide with its own dead entry (memberlist#157).
-	n.name = base + "." + strconv.FormatInt(self.Boot%1e9, 36)
+	n.base = base
+	name := nodeName(base, self.Boot)
+	n.name.Store(&name)
 	if err := n.setMeta(self); err != nil {
 		return nil, err
 	}
@@ -178,11 +191,15 @@ func New(cfg Config, self Meta, opts Options) (*Node, error) {
 }
 
 // Name returns the gossip node name.
-func (n *Node) Name() string { return n.name }
+func (n *Node) Name() string { return *n.name.Load() }
+
+// nodeName is a gossip node name: base and a suffix of t (Unix
+// nanoseconds), so that every member a process makes has its own.
+func nodeName(base string, t int64) string { return base + "." + strconv.FormatInt(t%1e9, 36) }
 
 // ID returns this node's stable identity: the ID it advertises, or its
 // node name when it advertises none (see Member.ID).
-func (n *Node) ID() string { return cmp.Or(n.Meta().ID, n.name) }
+func (n *Node) ID() string { return cmp.Or(n.Meta().ID, n.Name()) }
 
 // Meta returns the metadata this node advertises.
 func (n *Node) Meta() Meta {
@@ -213,7 +230,7 @@ func (n *Node) UpdateMeta(f func(*Meta), timeout time.Duration) error {
 		return err
 	}
 	n.mu.Lock()
-	if self := n.members[n.name]; self != nil {
+	if self := n.members[n.Name()]; self != nil {
 		self.Meta = m
 	}
 	n.mu.Unlock()
@@ -276,7 +293,7 @@ func (n *Node) Send(node string, msg []byte) error {
 	if err != nil {
 		return err
 	}
-	return ml.SendToAddress(memberlist.Address{Addr: addr, Name: node}, encodeEnvelope(n.name, msg))
+	return ml.SendToAddress(memberlist.Address{Addr: addr, Name: node}, encodeEnvelope(n.Name(), msg))
 }
 
 // liveMember returns the running memberlist and the gossip address of the
@@ -302,7 +319,8 @@ func (n *Node) liveMember(node string) (*memberlist.Memberlist, string, error) {
 // Run binds, joins, and keeps the member list current until ctx is done;
 // then it leaves the cluster gracefully and shuts gossip down.
 func (n *Node) Run(ctx context.Context) error {
-	c := n.memberlistConfig()
+	c, d := n.memberlistConfig(n.Name(), n.cfg.BindPort)
+	n.del.Store(d)
 	if n.opts.Transport != nil {
 		if err := n.netTransport(c); err != nil {
 			return err
@@ -323,10 +341,10 @@ func (n *Node) Run(ctx context.Context) error {
 	n.addr.Store(&addr)
 	n.ml.Store(ml)
 	n.mu.Lock()
-	n.members[n.name] = &Member{Node: n.name, Gossip: addr, Meta: n.Meta(), Status: StatusAlive, Since: n.now(), Self: true}
+	n.members[n.Name()] = &Member{Node: n.Name(), Gossip: addr, Meta: n.Meta(), Status: StatusAlive, Since: n.now(), Self: true}
 	n.mu.Unlock()
 	close(n.started)
-	n.log.Info("gossip started", zap.String("node", n.name), zap.String("addr", addr),
+	n.log.Info("gossip started", zap.String("node", n.Name()), zap.String("addr", addr),
 		zap.String("label", n.cfg.Label), zap.Bool("encrypted", len(n.keys) > 0))
 	n.warnInsecure()
 	n.signal()
@@ -334,12 +352,20 @@ func (n *Node) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wctx, cancel := context.WithCancel(ctx)
 	wg.Add(3)
-	go func() { defer wg.Done(); n.joinLoop(wctx, ml) }()
+	go func() { defer wg.Done(); n.joinLoop(wctx) }()
 	go func() { defer wg.Done(); n.emitLoop(wctx) }()
 	go func() { defer wg.Done(); n.messageLoop(wctx) }()
-	<-ctx.Done()
+	for done := false; !done; {
+		select {
+		case <-ctx.Done():
+			done = true
+		case req := <-n.moves:
+			req.done <- n.move(req.port, req.advertise)
+		}
+	}
 	cancel()
 	wg.Wait()
+	ml = n.ml.Load()
 
 	if n.Meta().Role == RoleProxy {
 		// memberlist cannot tell a graceful leave from a death
@@ -356,11 +382,99 @@ func (n *Node) Run(ctx context.Context) error {
 	if err := ml.Shutdown(); err != nil {
 		n.log.Warn("gossip shutdown", zap.Error(err))
 	}
-	n.log.Info("gossip stopped", zap.String("node", n.name))
+	n.log.Info("gossip stopped", zap.String("node", n.Name()))
 	return nil
 }
 
-func (n *Node) memberlistConfig() *memberlist.Config {
+// MoveTo makes the running node gossip from port (advertised as
+// advertisePort, 0 meaning port): a new gossip member
+// (a new node name, the same metadata, ID and boot) binds it, joins the
+// cluster through the current one and takes its place; the current one
+// advertises stopped and leaves, as at a stop. On error nothing changed.
+// An upgrade's new process calls it once the old one, which held the
+// configured port, has exited.
+func (n *Node) MoveTo(ctx context.Context, port, advertisePort int) error {
+	req := moveRequest{port: port, advertise: advertisePort, done: make(chan error, 1)}
+	select {
+	case n.moves <- req:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return <-req.done
+}
+
+// move is MoveTo, on Run's goroutine.
+func (n *Node) move(port, advertise int) error {
+	old, oldD := n.ml.Load(), n.del.Load()
+	name := nodeName(n.base, n.now().UnixNano())
+	c, d := n.memberlistConfig(name, port)
+	c.AdvertisePort = cmp.Or(advertise, port)
+	if n.opts.Transport != nil {
+		if err := n.netTransport(c); err != nil {
+			return err
+		}
+	}
+	ml, err := memberlist.Create(c)
+	if err != nil {
+		if c.Transport != nil {
+			_ = c.Transport.Shutdown()
+		}
+		return fmt.Errorf("gossip: %w", err)
+	}
+	// Through the current member: its push/pull brings the whole cluster.
+	if _, err := ml.Join([]string{*n.addr.Load()}); err != nil {
+		_ = ml.Shutdown()
+		return fmt.Errorf("gossip: joining the cluster from port %d: %w", port, err)
+	}
+	addr := ml.LocalNode().Address()
+	prev := n.Name()
+	n.mu.Lock()
+	n.former[prev] = true
+	delete(n.members, prev)
+	n.members[name] = &Member{Node: name, Gossip: addr, Meta: n.Meta(), Status: StatusAlive, Since: n.now(), Self: true}
+	n.name.Store(&name)
+	n.addr.Store(&addr)
+	n.ml.Store(ml)
+	n.del.Store(d)
+	n.mu.Unlock()
+	n.signal()
+	// The old member leaves as a stopping one does (Run): stopped first.
+	oldD.stopped.Store(true)
+	if err := old.UpdateNode(time.Second); err != nil {
+		n.log.Debug("gossip: stopped not advertised before leaving", zap.Error(err))
+	}
+	if err := old.Leave(2 * time.Second); err != nil {
+		n.log.Warn("gossip leave", zap.Error(err))
+	}
+	_ = old.Shutdown()
+	n.log.Info("gossip moved", zap.String("from", prev), zap.String("node", name), zap.String("addr", addr))
+	return nil
+}
+
+// mlDelegate is one memberlist's delegate: the node's, but once stopped
+// it advertises the node's metadata with state stopped (a member that
+// MoveTo replaced, leaving).
+type mlDelegate struct {
+	*delegate
+	stopped atomic.Bool
+}
+
+func (d *mlDelegate) NodeMeta(limit int) []byte {
+	if !d.stopped.Load() {
+		return d.delegate.NodeMeta(limit)
+	}
+	m := (*Node)(d.delegate).Meta()
+	m.State = balancer.StateStopped
+	b, err := m.Encode()
+	if err != nil || len(b) > limit {
+		return nil
+	}
+	return b
+}
+
+// memberlistConfig is the configuration of the memberlist member named
+// name on port.
+func (n *Node) memberlistConfig(name string, port int) (*memberlist.Config, *mlDelegate) {
 	c := memberlist.DefaultLANConfig()
 	if n.cfg.Profile == "fast" {
 		c.ProbeInterval = 500 * time.Millisecond
@@ -369,16 +483,16 @@ func (n *Node) memberlistConfig() *memberlist.Config {
 		c.GossipInterval = 100 * time.Millisecond
 		c.TCPTimeout = 2 * time.Second
 	}
-	c.Name = n.name
+	c.Name = name
 	c.BindAddr = n.cfg.BindAddr
-	c.BindPort = n.cfg.BindPort
+	c.BindPort = port
 	c.AdvertiseAddr = n.cfg.AdvertiseAddr
 	// memberlist advertises AdvertisePort verbatim when an advertise
 	// address is set: 0 must mean "the bound port", not port 0. (With
 	// BindPort 0 memberlist fills in the chosen port itself.)
 	c.AdvertisePort = n.cfg.AdvertisePort
 	if c.AdvertisePort == 0 {
-		c.AdvertisePort = n.cfg.BindPort
+		c.AdvertisePort = port
 	}
 	if c.AdvertiseAddr == "" && n.cfg.BindAddr != "0.0.0.0" && n.cfg.BindAddr != "::" {
 		c.AdvertiseAddr = n.cfg.BindAddr
@@ -391,15 +505,16 @@ func (n *Node) memberlistConfig() *memberlist.Config {
 		kr, _ := memberlist.NewKeyring(n.keys, n.keys[0])
 		c.Keyring = kr
 	}
-	c.Delegate = (*delegate)(n)
+	d := &mlDelegate{delegate: (*delegate)(n)}
+	c.Delegate = d
 	c.Events = (*events)(n)
 	c.Alive = (*alive)(n)
 	c.LogOutput = newLogWriter(n.log.Named("memberlist"), n.metrics.rejected)
-	return c
+	return c, d
 }
 
 // joinLoop joins the seeds with backoff, then re-joins them periodically.
-func (n *Node) joinLoop(ctx context.Context, ml *memberlist.Memberlist) {
+func (n *Node) joinLoop(ctx context.Context) {
 	if len(n.cfg.Join) == 0 {
 		n.joining.Store(true)
 		n.signal()
@@ -407,7 +522,7 @@ func (n *Node) joinLoop(ctx context.Context, ml *memberlist.Memberlist) {
 	}
 	backoff := 200 * time.Millisecond
 	for {
-		k, err := ml.Join(n.cfg.Join)
+		k, err := n.ml.Load().Join(n.cfg.Join)
 		if err == nil || k > 0 {
 			n.log.Info("gossip joined", zap.Strings("seeds", n.cfg.Join), zap.Int("contacted", k))
 			// memberlist merged the seeds' state before Join returned: the
@@ -435,7 +550,7 @@ func (n *Node) joinLoop(ctx context.Context, ml *memberlist.Memberlist) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if _, err := ml.Join(n.cfg.Join); err != nil {
+			if _, err := n.ml.Load().Join(n.cfg.Join); err != nil {
 				n.log.Debug("gossip rejoin failed", zap.Error(err))
 			}
 		}
@@ -520,7 +635,7 @@ func (n *Node) signal() {
 // update records an event. It runs inside memberlist callbacks, under
 // memberlist's node lock: it must not block or call memberlist.
 func (n *Node) update(node *memberlist.Node, leaving bool) {
-	if node.Name == n.name {
+	if node.Name == n.Name() {
 		return
 	}
 	meta, err := DecodeMeta(node.Meta)
@@ -531,6 +646,10 @@ func (n *Node) update(node *memberlist.Node, leaving bool) {
 	addr := net.JoinHostPort(node.Addr.String(), strconv.Itoa(int(node.Port)))
 	now := n.now()
 	n.mu.Lock()
+	if n.former[node.Name] {
+		n.mu.Unlock() // this process's member before MoveTo, leaving
+		return
+	}
 	m, ok := n.members[node.Name]
 	if !ok {
 		m = &Member{Node: node.Name}
@@ -598,7 +717,7 @@ func (e *events) NotifyLeave(node *memberlist.Node)  { (*Node)(e).update(node, t
 type alive Node
 
 func (a *alive) NotifyAlive(peer *memberlist.Node) error {
-	if peer.Name == (*Node)(a).name {
+	if peer.Name == (*Node)(a).Name() {
 		return nil
 	}
 	if _, err := DecodeMeta(peer.Meta); err != nil {

@@ -133,7 +133,7 @@ type Runtime struct {
 	applyMu sync.Mutex // one change applied (OnChange, the file) at a time, in order
 
 	mu      sync.Mutex
-	self    string // the attached Node's name: where peers reply
+	self    func() string // the attached Node's name (it changes with MoveTo): where peers reply
 	origin  string // the attached Node's ID: the origin of this proxy's writes
 	recs    map[string]RuntimeRecord
 	clock   uint64 // the highest version seen
@@ -255,7 +255,7 @@ func (r *Runtime) load() error {
 func (r *Runtime) Attach(n *Node) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.self, r.origin = n.Name(), n.ID()
+	r.self, r.origin = n.Name, n.ID()
 	r.sendFn = func(node string, msg []byte, reliable bool) error {
 		if reliable {
 			return n.SendReliable(node, msg)
@@ -271,6 +271,14 @@ func (r *Runtime) Attach(n *Node) {
 		}
 		return out
 	}
+}
+
+// selfName is the attached Node's name ("" before Attach); r.mu is held.
+func (r *Runtime) selfName() string {
+	if r.self == nil {
+		return ""
+	}
+	return r.self()
 }
 
 // Records returns every record, sorted by set.
@@ -485,7 +493,7 @@ func (r *Runtime) Run(ctx context.Context) error {
 
 func (r *Runtime) sendDigests() {
 	r.mu.Lock()
-	send, self := r.sendFn, r.self
+	send, self := r.sendFn, r.selfName()
 	d := r.digestLocked()
 	targets := r.aliveProxiesLocked()
 	r.mu.Unlock()
@@ -527,7 +535,7 @@ func (r *Runtime) sendAll(to string, reply bool) {
 
 func (r *Runtime) send(to string, recs []RuntimeRecord, reply bool) {
 	r.mu.Lock()
-	send, self := r.sendFn, r.self
+	send, self := r.sendFn, r.selfName()
 	d := r.digestLocked()
 	r.mu.Unlock()
 	if send == nil {

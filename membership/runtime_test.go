@@ -44,7 +44,7 @@ func (n *runtimeNet) add(name, dir string, onChange func(changed, all []RuntimeR
 }
 
 func (n *runtimeNet) join(name string, r *Runtime) {
-	r.self = name
+	r.self = func() string { return name }
 	if r.origin == "" {
 		r.origin = name
 	}

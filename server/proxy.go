@@ -400,6 +400,16 @@ func (n *ProxyNode) GossipStarted() <-chan struct{} {
 	return n.node.Started()
 }
 
+// MoveGossip moves the running gossip member to port (advertised as
+// advertisePort, 0 meaning port): see membership.Node.MoveTo. Without
+// gossip it does nothing.
+func (n *ProxyNode) MoveGossip(ctx context.Context, port, advertisePort int) error {
+	if n.node == nil {
+		return nil
+	}
+	return n.node.MoveTo(ctx, port, advertisePort)
+}
+
 // GossipAddr is the gossip node's bound address once GossipStarted is
 // closed, else "".
 func (n *ProxyNode) GossipAddr() string {

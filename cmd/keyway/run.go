@@ -257,6 +257,34 @@ func runValidate(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
+// moveGossip moves an upgrade's new process's gossip to the configured
+// port once the old process has exited (and with it its gossip member),
+// retrying while the port is still taken (a slow exit) for up to
+// upgradeTimeout.
+func moveGossip(ctx context.Context, h *handover, node *server.ProxyNode, port, advertise int) {
+	log := node.Logger().Named("upgrade")
+	log.Info("gossiping from a free port until the old process, which holds gossip port, has exited", zap.Int("port", port))
+	if err := h.WaitForParent(ctx); err != nil && ctx.Err() != nil {
+		return
+	}
+	deadline := time.Now().Add(upgradeTimeout)
+	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
+		err := node.MoveGossip(ctx, port, advertise)
+		if err == nil || ctx.Err() != nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			log.Warn("gossip stays on its free port: the configured one is still taken; it is used again at the next restart", zap.Int("port", port), zap.Error(err))
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+	}
+}
+
 // upgradesEnabled is set by main: binary upgrades (tableflip) need a
 // process of keyway's own, started once; commands run in-process by tests
 // get none.
@@ -315,15 +343,14 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer h.close()
-	if h.Upgrading() && cfg.Gossip.Enabled && cfg.Gossip.BindPort != 0 {
-		// The old process holds the gossip port until it has drained, and
-		// this one must be in the cluster before it takes over: it gossips
-		// from another port (the cluster learns it from its address).
-		fmt.Fprintf(stderr, "keyway: upgrade: the old process holds gossip port %d until it exits; this process gossips from a free port\n", cfg.Gossip.BindPort)
-		cfg.Gossip.BindPort = 0
-		if cfg.Gossip.AdvertisePort != 0 {
-			cfg.Gossip.AdvertisePort = 0
-		}
+	// The old process of an upgrade holds the gossip port until it has
+	// drained, and this one must be in the cluster before it takes over:
+	// it gossips from a free port meanwhile, and moves to the configured
+	// one once the old process has exited.
+	gossipPort, gossipAdvertise := cfg.Gossip.BindPort, cfg.Gossip.AdvertisePort
+	movePort := h.Upgrading() && cfg.Gossip.Enabled && gossipPort != 0
+	if movePort {
+		cfg.Gossip.BindPort, cfg.Gossip.AdvertisePort = 0, 0
 	}
 	node, err := server.NewProxy(cfg, server.Options{
 		Stdout: stdout, Stderr: stderr, Version: versionString(),
@@ -361,6 +388,9 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		if err := h.Ready(); err != nil {
 			node.Logger().Warn("ready, but not told", zap.Error(err))
+		}
+		if movePort {
+			moveGossip(ctx, h, node, gossipPort, gossipAdvertise)
 		}
 	}()
 	go func() {

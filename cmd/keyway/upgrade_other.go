@@ -2,7 +2,10 @@
 
 package main
 
-import "os"
+import (
+	"context"
+	"os"
+)
 
 // handover off Unix: no socket activation and no binary upgrades; the
 // listeners open their own sockets.
@@ -10,10 +13,11 @@ type handover struct{ *sockets }
 
 func newHandover(bool, string) (*handover, error) { return &handover{sockets: &sockets{}}, nil }
 
-func (h *handover) Upgrading() bool { return false }
-func (h *handover) Ready() error    { return nil }
-func (h *handover) Upgrade() error  { return errNoUpgrades }
-func (h *handover) close()          {}
+func (h *handover) Upgrading() bool                     { return false }
+func (h *handover) WaitForParent(context.Context) error { return nil }
+func (h *handover) Ready() error                        { return nil }
+func (h *handover) Upgrade() error                      { return errNoUpgrades }
+func (h *handover) close()                              {}
 
 // notifyUpgrade relays nothing: there is no SIGUSR2 off Unix.
 func notifyUpgrade(chan<- os.Signal) {}

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -85,6 +86,15 @@ func (h *handover) Ready() error {
 		err = fmt.Errorf("telling systemd: %w", nerr)
 	}
 	return err
+}
+
+// WaitForParent waits until an upgrade's old process has exited (at
+// once when this process is no upgrade).
+func (h *handover) WaitForParent(ctx context.Context) error {
+	if h.upg == nil {
+		return nil
+	}
+	return h.upg.WaitForParent(ctx)
 }
 
 // Upgrade starts the binary at the path this process was started from,
