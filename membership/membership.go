@@ -121,7 +121,7 @@ type Node struct {
 
 	ml      atomic.Pointer[memberlist.Memberlist]
 	del     atomic.Pointer[mlDelegate] // ml's delegate
-	addr    atomic.Pointer[string] // the advertised gossip address, set before ml
+	addr    atomic.Pointer[string]     // the advertised gossip address, set before ml
 	started chan struct{}
 	// joined is closed once the sink has seen the members the first
 	// successful join brought (at once without seeds); joining says a

@@ -134,7 +134,7 @@ type Runtime struct {
 
 	mu      sync.Mutex
 	self    func() string // the attached Node's name (it changes with MoveTo): where peers reply
-	origin  string // the attached Node's ID: the origin of this proxy's writes
+	origin  string        // the attached Node's ID: the origin of this proxy's writes
 	recs    map[string]RuntimeRecord
 	clock   uint64 // the highest version seen
 	synced  bool
