@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -210,5 +211,58 @@ func TestUpgradeUnderLoadLosesNothing(t *testing.T) {
 	}
 	if l := a.Logs("upgrade: the new process serves; this one stops accepting and drains"); len(l) != 1 {
 		t.Errorf("the old process's log of the handover: %v", l)
+	}
+}
+
+// An upgrade whose new process cannot start (here its configuration file
+// became invalid) changes nothing: the old process says so, goes on
+// serving every request, and a later upgrade (the file fixed) works.
+func TestFailedUpgradeKeepsServing(t *testing.T) {
+	skipShort(t)
+	_, repAddr := StartReplicaProcess(t, "orders-0")
+	dir := t.TempDir()
+	pidFile := filepath.Join(dir, "proxy.pid")
+	good := fmt.Sprintf(`listen: "127.0.0.1:0"
+admin: {listen: "127.0.0.1:0"}
+log: {level: info, format: json}
+server: {drain_idle: 1s}
+replica_sets:
+  - name: orders
+    replicas: 1
+    key: [{header: X-Key}]
+    static: [{name: orders-0, addr: %q}]
+`, repAddr)
+	cfg := WriteFile(t, dir, "proxy.yaml", good)
+	a := StartLogged(t, "proxy", "proxy", "-c", cfg, "--pid-file", pidFile)
+	t.Cleanup(func() {
+		if pid := readPID(pidFile); pid != 0 && pid != a.Pid() {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
+	addr := a.WaitLine(t, logField("proxy listening", "addr"), 20*time.Second)[1]
+	poll.Until(t, 10*time.Second, "the PID file", func() bool { return readPID(pidFile) == a.Pid() })
+
+	load := StartLoad(func() string { return addr }, Keys(50), nil, 500)
+	WriteFile(t, dir, "proxy.yaml", good+"    bogus_key: 1\n")
+	if err := syscall.Kill(a.Pid(), syscall.SIGUSR2); err != nil {
+		t.Fatal(err)
+	}
+	a.WaitLine(t, regexp.MustCompile(`"msg":"upgrade failed; this process goes on serving"`), 70*time.Second)
+	if a.Exited() || readPID(pidFile) != a.Pid() {
+		t.Fatal("the old process stopped, or handed over, after a failed upgrade")
+	}
+	sent, _ := load.Counts()
+	poll.Until(t, 10*time.Second, "500 requests after the failed upgrade", func() bool { n, _ := load.Counts(); return n >= sent+500 })
+
+	WriteFile(t, dir, "proxy.yaml", good)
+	if err := syscall.Kill(a.Pid(), syscall.SIGUSR2); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, 70*time.Second, "the new process to serve", func() bool { p := readPID(pidFile); return p != 0 && p != a.Pid() })
+	poll.Until(t, 10*time.Second, "the old process to exit", a.Exited)
+	sent, _ = load.Counts()
+	poll.Until(t, 10*time.Second, "500 requests after the upgrade", func() bool { n, _ := load.Counts(); return n >= sent+500 })
+	if total, failures := load.Stop(); failures != "" {
+		t.Errorf("requests lost across a failed and a good upgrade (%d sent): %s", total, failures)
 	}
 }
