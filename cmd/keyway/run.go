@@ -308,8 +308,9 @@ SIGUSR2 upgrades the binary without losing a request: the executable at
 the path keyway was started from runs with the same arguments, inherits
 the listening sockets, and once it has joined gossip and can route, this
 process stops accepting and drains as for SIGTERM. With systemd socket
-activation (LISTEN_FDS) keyway serves the sockets systemd passes whose
-addresses match listen and admin.listen. See docs/operations.md.
+activation (LISTEN_FDS) keyway serves the sockets systemd passes: the
+one named proxy (FileDescriptorName=) or bound to listen, and the one
+named admin or bound to admin.listen. See docs/operations.md.
 
 `
 
