@@ -48,7 +48,12 @@ func StartProxy(t testing.TB, name string, join []string, replicas int) *ProxyPr
 // configuration (e.g. an audit: section).
 func StartProxyWith(t testing.TB, name string, join []string, replicas int, extra string) *ProxyProc {
 	t.Helper()
-	cfg := WriteFile(t, t.TempDir(), name+".yaml", fmt.Sprintf(`listen: "127.0.0.1:0"
+	return StartProxyFile(t, name, WriteFile(t, t.TempDir(), name+".yaml", proxyYAML(join, replicas, extra)))
+}
+
+// proxyYAML is the configuration StartProxyWith writes.
+func proxyYAML(join []string, replicas int, extra string) string {
+	return fmt.Sprintf(`listen: "127.0.0.1:0"
 admin: {listen: "127.0.0.1:0"}
 log: {level: info, format: json}
 gossip:
@@ -59,8 +64,7 @@ replica_sets:
     replicas: %d
     key: [{header: X-Key}]
     timeouts: {connect: 500ms, request: 5s, idle: 30s}
-%s`, gossipYAML(join, "  "), replicas, extra))
-	return StartProxyFile(t, name, cfg)
+%s`, gossipYAML(join, "  "), replicas, extra)
 }
 
 // StartProxyFile starts a proxy with the configuration file cfg (gossip

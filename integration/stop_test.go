@@ -127,11 +127,7 @@ replica_sets:
 	}
 	served := second.servedAfter(stopped)
 
-	t.Cleanup(func() {
-		if pid := readPID(pidFile); pid != 0 && pid != second.Pid() {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
-	})
+	killUpgraded(t, pidFile, second)
 	poll.Until(t, 10*time.Second, "the PID file", func() bool { return readPID(pidFile) == second.Pid() })
 	if err := syscall.Kill(second.Pid(), syscall.SIGUSR2); err != nil {
 		t.Fatal(err)

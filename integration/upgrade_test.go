@@ -4,7 +4,6 @@ package integration
 
 import (
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -17,47 +16,21 @@ import (
 
 	"keyway/internal/poll"
 	"keyway/internal/stacktest"
+	"keyway/internal/testnet"
 )
 
 // fleetYAML makes proxies exchange views fast and call a difference a
 // disagreement after 1s.
 const fleetYAML = "fleet: {interval: 200ms, disagreement_bound: 1s}\n"
 
-// proxyYAML is the configuration StartProxyWith writes, joining join.
-func proxyYAML(join []string, extra string) string {
-	return fmt.Sprintf(`listen: "127.0.0.1:0"
-admin: {listen: "127.0.0.1:0"}
-log: {level: info, format: json}
-gossip:
-  enabled: true
-  %s
-replica_sets:
-  - name: orders
-    replicas: 3
-    key: [{header: X-Key}]
-    timeouts: {connect: 500ms, request: 5s, idle: 30s}
-%s`, gossipYAML(join, "  "), extra)
-}
-
-// freeUDPTCPPort returns a port that was free for TCP and UDP on
-// 127.0.0.1 when it looked.
-func freeUDPTCPPort(t *testing.T) int {
-	t.Helper()
-	for range 20 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
+// killUpgraded kills, at the end of the test, the process an upgrade of
+// p started, which pidFile names: the test's too, by way of p.
+func killUpgraded(t *testing.T, pidFile string, p *Proc) {
+	t.Cleanup(func() {
+		if pid := readPID(pidFile); pid != 0 && pid != p.Pid() {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
-		port := l.Addr().(*net.TCPAddr).Port
-		u, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", port))
-		l.Close()
-		if err == nil {
-			u.Close()
-			return port
-		}
-	}
-	t.Fatal("no port free for TCP and UDP")
-	return 0
+	})
 }
 
 // readPID returns the PID in file, or 0.
@@ -114,16 +87,11 @@ func TestUpgradeUnderLoadLosesNothing(t *testing.T) {
 	// A fixed gossip port, as in production: the old process holds it
 	// until it exits; the new one gossips from a free port meanwhile and
 	// moves to it then.
-	gossipPort := freeUDPTCPPort(t)
-	cfg := WriteFile(t, dir, "proxy-a.yaml", strings.Replace(proxyYAML([]string{b.Gossip}, fleetYAML+"server: {drain_idle: 2s}\n"),
+	gossipPort := testnet.FreePort(t)
+	cfg := WriteFile(t, dir, "proxy-a.yaml", strings.Replace(proxyYAML([]string{b.Gossip}, 3, fleetYAML+"server: {drain_idle: 2s}\n"),
 		"bind_port: 0", fmt.Sprintf("bind_port: %d", gossipPort), 1))
 	a := StartLogged(t, "proxy-a", "proxy", "-c", cfg, "--pid-file", pidFile)
-	t.Cleanup(func() {
-		// The new process is this test's too, by way of the old one.
-		if pid := readPID(pidFile); pid != 0 && pid != a.Pid() {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
-	})
+	killUpgraded(t, pidFile, a)
 	addr := a.WaitLine(t, logField("proxy listening", "addr"), 20*time.Second)[1]
 	adminAddr := a.WaitLine(t, logField("admin listening", "addr"), 20*time.Second)[1]
 	pa := &ProxyProc{Proc: a, Addr: addr, Admin: adminAddr}
@@ -234,11 +202,7 @@ replica_sets:
 `, repAddr)
 	cfg := WriteFile(t, dir, "proxy.yaml", good)
 	a := StartLogged(t, "proxy", "proxy", "-c", cfg, "--pid-file", pidFile)
-	t.Cleanup(func() {
-		if pid := readPID(pidFile); pid != 0 && pid != a.Pid() {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
-	})
+	killUpgraded(t, pidFile, a)
 	addr := a.WaitLine(t, logField("proxy listening", "addr"), 20*time.Second)[1]
 	poll.Until(t, 10*time.Second, "the PID file", func() bool { return readPID(pidFile) == a.Pid() })
 

@@ -321,18 +321,9 @@ func (n *Node) liveMember(node string) (*memberlist.Memberlist, string, error) {
 func (n *Node) Run(ctx context.Context) error {
 	c, d := n.memberlistConfig(n.Name(), n.cfg.BindPort)
 	n.del.Store(d)
-	if n.opts.Transport != nil {
-		if err := n.netTransport(c); err != nil {
-			return err
-		}
-	}
-	ml, err := memberlist.Create(c)
+	ml, err := n.create(c)
 	if err != nil {
-		if c.Transport != nil {
-			// memberlist shuts down only the transports it made.
-			_ = c.Transport.Shutdown()
-		}
-		return fmt.Errorf("gossip: %w", err)
+		return err
 	}
 	// The local node's address is read before ml is published: from then
 	// on UpdateMeta may rewrite the local node (memberlist's aliveNode),
@@ -386,6 +377,25 @@ func (n *Node) Run(ctx context.Context) error {
 	return nil
 }
 
+// create binds and starts a memberlist member configured by c (through
+// the Transport hook, if any).
+func (n *Node) create(c *memberlist.Config) (*memberlist.Memberlist, error) {
+	if n.opts.Transport != nil {
+		if err := n.netTransport(c); err != nil {
+			return nil, err
+		}
+	}
+	ml, err := memberlist.Create(c)
+	if err != nil {
+		if c.Transport != nil {
+			// memberlist shuts down only the transports it made.
+			_ = c.Transport.Shutdown()
+		}
+		return nil, fmt.Errorf("gossip: %w", err)
+	}
+	return ml, nil
+}
+
 // MoveTo makes the running node gossip from port (advertised as
 // advertisePort, 0 meaning port): a new gossip member
 // (a new node name, the same metadata, ID and boot) binds it, joins the
@@ -409,17 +419,9 @@ func (n *Node) move(port, advertise int) error {
 	name := nodeName(n.base, n.now().UnixNano())
 	c, d := n.memberlistConfig(name, port)
 	c.AdvertisePort = cmp.Or(advertise, port)
-	if n.opts.Transport != nil {
-		if err := n.netTransport(c); err != nil {
-			return err
-		}
-	}
-	ml, err := memberlist.Create(c)
+	ml, err := n.create(c)
 	if err != nil {
-		if c.Transport != nil {
-			_ = c.Transport.Shutdown()
-		}
-		return fmt.Errorf("gossip: %w", err)
+		return err
 	}
 	// Through the current member: its push/pull brings the whole cluster.
 	if _, err := ml.Join([]string{*n.addr.Load()}); err != nil {

@@ -3,34 +3,13 @@ package membership_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"testing"
 	"time"
 
 	"keyway/balancer"
+	"keyway/internal/testnet"
 	"keyway/membership"
 )
-
-// freePort returns a port free for TCP and UDP on 127.0.0.1 when it
-// looked.
-func freePort(t *testing.T) int {
-	t.Helper()
-	for range 20 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		u, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", port))
-		l.Close()
-		if err == nil {
-			u.Close()
-			return port
-		}
-	}
-	t.Fatal("no port free for TCP and UDP")
-	return 0
-}
 
 // aliveNode reports whether the member named node is alive, and returns
 // it.
@@ -57,7 +36,7 @@ func TestMoveTo(t *testing.T) {
 	oldName, oldAddr := a.Name(), a.GossipAddr()
 	b.rec.waitFor(t, "b to see a", 10*time.Second, func(ms []membership.Member) bool { _, ok := aliveNode(ms, oldName); return ok })
 
-	port := freePort(t)
+	port := testnet.FreePort(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	if err := a.MoveTo(ctx, port, 0); err != nil {
