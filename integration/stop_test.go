@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -142,6 +143,28 @@ replica_sets:
 	}
 	if got := Metric(adminAddr, "keyway_build_info", nil); got != 1 {
 		t.Errorf("the admin API on the socket systemd passed, after the upgrade: keyway_build_info %v", got)
+	}
+	// A plain stop accepts through the drain while systemd holds the
+	// socket, the upgrade's new process's too (it inherited the socket
+	// from the old one, not from systemd); an upgrade's old process
+	// stops accepting at once, as the new one accepts.
+	third := readPID(pidFile)
+	if err := syscall.Kill(third, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, 30*time.Second, "the upgraded process to exit", func() bool { return syscall.Kill(third, 0) != nil })
+	accepting := func(p *Proc) (out []any) {
+		for _, l := range p.Logs("proxy shutting down") {
+			out = append(out, l["accepting_while_draining"])
+		}
+		return out
+	}
+	if got := accepting(first); !slices.Equal(got, []any{true}) {
+		t.Errorf("the first process's stop: accepting_while_draining %v, want [true]", got)
+	}
+	// The second process's output carries the upgrade's new process's too.
+	if got := accepting(second); !slices.Equal(got, []any{false, true}) {
+		t.Errorf("the upgrade's old process, then the new one stopped: accepting_while_draining %v, want [false true]", got)
 	}
 	t.Logf("%d requests; the second process served %v after the first exited", total, served.Round(time.Millisecond))
 }

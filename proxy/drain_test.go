@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"fmt"
 	"net"
 	"strings"
 	"sync"
@@ -153,5 +154,114 @@ func TestDrainIdleValidation(t *testing.T) {
 		if err := cfg.Server.Validate(); err != nil {
 			t.Errorf("drain_idle %v: %v", d, err)
 		}
+	}
+}
+
+// Parked connections whose requests arrive together during the drain are
+// all answered (with close), and the drain waits for them: the parker
+// takes a woken connection out of its count before fasthttp counts it
+// served, and a drain counting those two alone could take the moment
+// between for "no connection left" and close the woken connections
+// unread. wire's TestWokenConnectionCountsAsOpenUntilServed holds that
+// moment open; this is the whole proxy's check.
+func TestDrainAnswersParkedConnectionsWokenTogether(t *testing.T) {
+	const conns = 40
+	for round := range 2 {
+		t.Run(fmt.Sprint(round), func(t *testing.T) {
+			cfg := testConfig(startReplica(t, "r1"))
+			cfg.Server.DrainIdle = time.Minute // Run must end because no connection is left
+			cfg.Server.ParkIdleAfter = 100 * time.Millisecond
+			p, cancel, runErr := runProxy(t, cfg, nil)
+			if p.parker == nil {
+				t.Skip("connections park on Linux only")
+			}
+			var cs []*rawConn
+			for range conns {
+				c := dialRaw(t, p.Addr().String())
+				c.send(t, drainReq)
+				c.read(t)
+				cs = append(cs, c)
+			}
+			poll.Until(t, 5*time.Second, "the connections to park", func() bool { return p.parker.Stats().Parked.Load() == conns })
+			cancel()
+			poll.Until(t, 5*time.Second, "the drain to begin", func() bool { return p.draining.Load() })
+			var wg sync.WaitGroup
+			for i, c := range cs {
+				wg.Go(func() {
+					c.send(t, drainReq)
+					r, err := c.tryRead()
+					if err != nil || r.status != 200 || !r.close {
+						t.Errorf("parked connection %d during the drain: %+v, %v; want 200 with Connection: close", i, r, err)
+					}
+				})
+			}
+			wg.Wait()
+			if err := within(t, runErr, 20*time.Second, "Run to return once no connection is left"); err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+		})
+	}
+}
+
+// With AcceptWhileDraining (systemd holds the socket), a stopping proxy
+// accepts through its drain, answering with close, and stops accepting
+// only at its end; connections that come after wait in the socket's queue
+// and the next proxy on the same socket answers them.
+func TestDrainKeepsAcceptingWhileTheSocketOutlivesTheProcess(t *testing.T) {
+	rep := startReplica(t, "r1")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := ln.(*net.TCPListener).File() // systemd's copy of the socket
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	addr := ln.Addr().String()
+	cfg := testConfig(rep)
+	cfg.Listen = addr
+	cfg.Server.DrainIdle = time.Minute
+	cfg.Server.ParkIdleAfter = 0
+	opts := Options{
+		Listen:              func(string, string) (net.Listener, error) { return ln, nil },
+		AcceptWhileDraining: func() bool { return true },
+	}
+	p, cancel, runErr := runProxyOpts(t, cfg, opts, nil)
+	idle := dialRaw(t, addr) // holds the drain open
+	idle.send(t, drainReq)
+	idle.read(t)
+
+	cancel()
+	poll.Until(t, 5*time.Second, "the drain to begin", func() bool { return p.draining.Load() })
+	for i := range 3 {
+		c := dialRaw(t, addr)
+		c.send(t, drainReq)
+		if r := c.read(t); r.status != 200 || !r.close {
+			t.Fatalf("new connection %d during the drain: %+v, want 200 with Connection: close", i, r)
+		}
+		if !c.closedByPeer(5 * time.Second) {
+			t.Fatalf("new connection %d still open after its answer", i)
+		}
+	}
+	idle.send(t, drainReq)
+	if r := idle.read(t); r.status != 200 || !r.close {
+		t.Fatalf("the idle connection during the drain: %+v, want 200 with Connection: close", r)
+	}
+	if err := within(t, runErr, 20*time.Second, "Run to return once no connection is left"); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+
+	// Between the processes: the connection waits in the queue.
+	queued := dialRaw(t, addr)
+	queued.send(t, drainReq)
+	next, err := net.FileListener(held)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.Listen = func(string, string) (net.Listener, error) { return next, nil }
+	runProxyOpts(t, cfg, opts, nil)
+	if r := queued.read(t); r.status != 200 || r.body != "r1" {
+		t.Fatalf("the connection queued between the processes: %+v, want 200", r)
 	}
 }

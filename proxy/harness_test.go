@@ -228,7 +228,15 @@ func startProxyOpts(t testing.TB, opts Options, modify func(*Config), reps ...*t
 // stops its proxy only at cleanup.
 func runProxy(t testing.TB, cfg Config, prepare func(*Proxy)) (p *Proxy, stop context.CancelFunc, runErr <-chan error) {
 	t.Helper()
-	p, err := New(cfg, Options{Logger: zaptest.NewLogger(t), Coalesce: -1})
+	return runProxyOpts(t, cfg, Options{}, prepare)
+}
+
+// runProxyOpts is runProxy with options (its logger and coalescing are
+// the test's).
+func runProxyOpts(t testing.TB, cfg Config, opts Options, prepare func(*Proxy)) (p *Proxy, stop context.CancelFunc, runErr <-chan error) {
+	t.Helper()
+	opts.Logger, opts.Coalesce = zaptest.NewLogger(t), -1
+	p, err := New(cfg, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -60,6 +60,17 @@ type Options struct {
 	// kernel's queue rather than being answered by a proxy that does not
 	// know its replicas yet.
 	Hold <-chan struct{}
+	// AcceptWhileDraining, if non-nil, is asked once a stop begins; true
+	// means the listening socket outlives this process and no other
+	// process accepts on it now (systemd holds it: socket activation, a
+	// plain stop). The proxy then keeps accepting through the drain
+	// (server.drain_idle, or until no connection is left), answering
+	// every request with close, and stops accepting only when it ends:
+	// the next process's clients wait in the kernel's queue for the exit
+	// and the start only, not for the grace as well. False (and nil) stops accepting at once: another process
+	// accepts on the socket (an upgrade), or a new one must be able to
+	// bind the address.
+	AcceptWhileDraining func() bool
 	// AccessLog, if non-nil, receives the access log: one Write per
 	// request, of one JSON object and '\n' (docs/logging.md). Write must be
 	// safe for concurrent use, must not block on I/O and must not retain
@@ -684,10 +695,12 @@ func (p *Proxy) Run(ctx context.Context) error {
 	case <-ctx.Done():
 	}
 	p.ready.Store(false)
-	p.log.Info("proxy shutting down", zap.Duration("drain_idle", p.cfg.Server.DrainIdle), zap.Duration("timeout", p.cfg.Server.ShutdownTimeout))
+	keep := p.opts.AcceptWhileDraining != nil && p.opts.AcceptWhileDraining() && p.cfg.Server.DrainIdle > 0
+	p.log.Info("proxy shutting down", zap.Duration("drain_idle", p.cfg.Server.DrainIdle), zap.Duration("timeout", p.cfg.Server.ShutdownTimeout),
+		zap.Bool("accepting_while_draining", keep))
 	sctx, cancel := context.WithTimeout(context.Background(), p.cfg.Server.ShutdownTimeout)
 	defer cancel()
-	left := p.drain(sctx, ln)
+	left := p.drain(sctx, ln, keep)
 	if p.parker != nil {
 		// Parked connections are idle: closed now, as fasthttp closes its
 		// idle ones; from here a connection that would park closes.
@@ -700,6 +713,13 @@ func (p *Proxy) Run(ctx context.Context) error {
 	// (fasthttp's shutdown would keep one that never carried a request
 	// until 5 seconds after it opened).
 	waiting := p.front.CloseWaiting()
+	// A request that arrived at the last moment on a connection just
+	// left open is read before fasthttp's shutdown would close the
+	// connection as idle (it drops what arrives on a connection it
+	// closes).
+	for i := 0; i < pendingPolls && p.front.PendingInput() > 0; i++ {
+		time.Sleep(drainPoll / 5)
+	}
 	_ = ln.Close()
 	<-serveErr
 	err := p.server.ShutdownWithContext(sctx)
@@ -731,38 +751,46 @@ func (p *Proxy) FlushRouters() {
 // stop ends at most this long after the last one closed.
 const drainPoll = 5 * time.Millisecond
 
+// pendingPolls bounds the wait for requests that arrived at the end of the
+// grace to be read (drainPoll/5 apart): 100ms.
+const pendingPolls = 100
+
 // drain is the first part of a graceful stop. The listener closes (in an
 // upgrade the new process holds its own copy of the socket, and keeps
-// accepting on it); every response from now on closes its connection;
-// idle keep-alive connections, parked ones included, stay open for
+// accepting on it) unless keep (Options.AcceptWhileDraining) keeps it
+// accepting until the drain ends; every response from now on closes its connection; idle
+// keep-alive connections, parked ones included, stay open for
 // server.drain_idle, so that a request the client sends on one meanwhile
 // is answered (with Connection: close) rather than meeting a connection
 // closed under it: closing an idle connection races the client's next
 // request, which the client cannot tell from a lost one. drain returns
 // once no connection is left or the grace has passed, with the number of
 // connections still open then (the caller's shutdown closes the idle ones
-// and waits for requests in flight). ctx (server.shutdown_timeout) ends
-// the grace too.
-func (p *Proxy) drain(ctx context.Context, ln *wire.Listener) int {
+// and waits for requests in flight), and the listener closed. ctx
+// (server.shutdown_timeout) ends the grace too.
+//
+// The connections counted are the ones the front end accepted and has not
+// closed (wire.Front.Open), not fasthttp's: a parked connection the parker
+// has just woken is in neither fasthttp's count nor the parker's until its
+// resumer serves it, and must not be taken for gone.
+func (p *Proxy) drain(ctx context.Context, ln *wire.Listener, keep bool) int {
 	p.draining.Store(true)
-	ln.StopAccepting()
-	open := func() int {
-		n := int(p.server.GetOpenConnectionsCount())
-		if p.parker != nil {
-			n += int(p.parker.Stats().Parked.Load())
-		}
-		return n
+	if !keep {
+		ln.StopAccepting()
 	}
+	defer ln.StopAccepting()
 	if p.cfg.Server.DrainIdle <= 0 {
-		return open()
+		return p.front.Open()
 	}
 	deadline := time.NewTimer(p.cfg.Server.DrainIdle)
 	defer deadline.Stop()
 	tick := time.NewTicker(drainPoll)
 	defer tick.Stop()
 	for {
-		n := open()
+		n := p.front.Open()
 		if n == 0 {
+			// Kept accepting too: a connection that comes now waits in
+			// the socket's queue for the next process.
 			return 0
 		}
 		select {

@@ -58,6 +58,11 @@ type Options struct {
 	// meanwhile instead of meeting a proxy that does not know its
 	// replicas yet.
 	HoldAccepts bool
+	// AcceptWhileDraining is proxy.Options.AcceptWhileDraining: asked
+	// once a stop begins, true keeps the proxy accepting through its
+	// drain grace (the socket outlives the process, and no other process
+	// accepts on it now). Nil: stop accepting at once.
+	AcceptWhileDraining func() bool
 }
 
 // ProxyNode is one keyway proxy process: the proxy, its health checks and
@@ -182,6 +187,8 @@ func NewProxy(cfg config.Config, opts Options) (_ *ProxyNode, err error) {
 		FleetEvents:  auditFleet(n.audit),
 		TLSEvents:    auditTLS(n.audit),
 		Listen:       listenAs(opts.Listen, "proxy"),
+
+		AcceptWhileDraining: opts.AcceptWhileDraining,
 	}
 	if opts.HoldAccepts {
 		n.hold = make(chan struct{})

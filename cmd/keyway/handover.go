@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 )
 
@@ -27,6 +29,48 @@ type sockets struct {
 	// upgrades passes the sockets on to an upgrade's new process; nil off
 	// Unix, or when upgrades are off.
 	upgrades upgrader
+	// held names the listeners whose socket systemd holds: it outlives
+	// this process, and the next one started gets it.
+	held map[string]bool
+}
+
+// heldEnv passes held on to an upgrade's new process, which inherits the
+// sockets from this one rather than from systemd: space-separated
+// listener names.
+const heldEnv = "KEYWAY_SYSTEMD_SOCKETS"
+
+// inheritHeld reads heldEnv: an upgrade's new process's only.
+func (s *sockets) inheritHeld() {
+	for name := range strings.FieldsSeq(os.Getenv(heldEnv)) {
+		s.hold(name)
+	}
+}
+
+// hold records that systemd holds the listener name's socket, and passes
+// that on to upgrades (heldEnv), if on. Under mu, or before any use.
+func (s *sockets) hold(name string) {
+	if s.held == nil {
+		s.held = map[string]bool{}
+	}
+	s.held[name] = true
+	names := make([]string, 0, len(s.held))
+	for n := range s.held {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	if s.upgrades != nil {
+		_ = os.Setenv(heldEnv, strings.Join(names, " "))
+	}
+}
+
+// SystemdHolds reports whether systemd holds the socket of the listener
+// name (socket activation, in this process or before an upgrade): when
+// this process stops, the socket lives on, and connections wait in its
+// queue for the next process.
+func (s *sockets) SystemdHolds(name string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.held[name]
 }
 
 // upgrader is what sockets needs from tableflip's Fds (upgrade_unix.go).
@@ -57,6 +101,7 @@ func (s *sockets) Listen(name, network, addr string) (net.Listener, error) {
 		}
 	}
 	if ln := s.takeActivated(name, addr); ln != nil {
+		s.hold(name)
 		if s.upgrades != nil {
 			if err := s.upgrades.AddListener(network, key, ln); err != nil {
 				return nil, err

@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -353,10 +354,16 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if movePort {
 		cfg.Gossip.BindPort, cfg.Gossip.AdvertisePort = 0, 0
 	}
+	// A plain stop of a process whose socket systemd holds keeps accepting
+	// through the drain grace: the next process gets the socket only once
+	// this one has exited, and clients would wait in the kernel's queue
+	// meanwhile. After an upgrade the new process accepts: stop at once.
+	var upgraded atomic.Bool
 	node, err := server.NewProxy(cfg, server.Options{
 		Stdout: stdout, Stderr: stderr, Version: versionString(),
 		File: cf.File, Load: func() (config.Config, error) { return loadConfig(cf) },
 		Listen: h.Listen, HoldAccepts: h.Upgrading() || h.HasActivated(),
+		AcceptWhileDraining: func() bool { return !upgraded.Load() && h.SystemdHolds("proxy") },
 	})
 	if err != nil {
 		return explainBind(err, cf.File, proxyListeners(cfg))
@@ -407,6 +414,7 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 					continue
 				}
 				log.Info("upgrade: the new process serves; this one stops accepting and drains")
+				upgraded.Store(true)
 				cancel()
 				return
 			}

@@ -51,6 +51,9 @@ func newHandover(upgrades bool, pidFile string) (*handover, error) {
 		return nil, fmt.Errorf("binary upgrades: %w", err)
 	}
 	h.upgrades = fds{h.upg.Fds}
+	if h.upg.HasParent() {
+		h.inheritHeld()
+	}
 	return h, nil
 }
 

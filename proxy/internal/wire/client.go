@@ -44,20 +44,56 @@ func (f *Front) Listen(ln net.Listener, scan bool) *Listener {
 func (f *Front) StopLingering() { f.lingering.stopAndWait() }
 
 // CloseWaiting closes the connections no request is arriving on: opened
-// or answered, and not a byte read since. A stopping server calls it once
-// its grace for such connections is over: fasthttp's Shutdown closes a
-// keep-alive connection idle after an answer, but one that never carried
-// a request only 5 seconds after it opened. It returns how many it
-// closed. Parked connections are the Parker's to close.
+// or answered, and not a byte read since, nor any waiting to be read. A
+// stopping server calls it once its grace for such connections is over:
+// fasthttp's Shutdown closes a keep-alive connection idle after an
+// answer, but one that never carried a request only 5 seconds after it
+// opened. A connection with input that its goroutine has not read yet
+// (a request that arrived at the last moment, a parked connection the
+// parker just woke) is left to be served: fasthttp answers it with close.
+// It returns how many it closed. Parked connections are the Parker's to
+// close.
 func (f *Front) CloseWaiting() int {
 	n := 0
 	for _, c := range f.open.list() {
-		if c.waiting.Load() {
+		if c.waiting.Load() && !c.hasInput() {
 			_ = c.Conn.Close()
 			n++
 		}
 	}
 	return n
+}
+
+// PendingInput is the number of waiting connections (as CloseWaiting
+// sees them) with input that their goroutine has not read yet: a stopping
+// server lets them read it before its shutdown closes idle connections.
+func (f *Front) PendingInput() int {
+	n := 0
+	for _, c := range f.open.list() {
+		if c.waiting.Load() && c.hasInput() {
+			n++
+		}
+	}
+	return n
+}
+
+// Open is the number of connections the front end's listeners accepted
+// that are not closed yet: served, parked, woken from parking or waiting
+// for their first request. A draining server waits for it to reach zero.
+func (f *Front) Open() int { return f.open.count() }
+
+// hasInput reports whether bytes wait on c's socket, unread.
+func (c *ClientConn) hasInput() bool {
+	if c.tcp == nil {
+		return false
+	}
+	rc, err := c.tcp.SyscallConn()
+	if err != nil {
+		return false
+	}
+	in := false
+	_ = rc.Control(func(fd uintptr) { in = inputFD(fd) })
+	return in
 }
 
 // connSet is a set of connections, safe for concurrent use.
@@ -84,6 +120,12 @@ func (s *connSet) remove(c *ClientConn) {
 	s.mu.Lock()
 	delete(s.m, c)
 	s.mu.Unlock()
+}
+
+func (s *connSet) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.m)
 }
 
 func (s *connSet) list() []*ClientConn {

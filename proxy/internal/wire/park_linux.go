@@ -123,6 +123,10 @@ func (pk *Parker) loop() {
 					continue
 				}
 				delete(pk.conns, int(ev.Fd))
+				// Input (or a hang-up) woke it: not waiting any more, so
+				// that a stopping server does not close it unread
+				// before its resumer reads (Front.CloseWaiting).
+				c.waiting.Store(false)
 				pk.stats.Parked.Add(-1)
 				pk.resumes.Add(1)
 				woken = append(woken, c)
@@ -170,7 +174,7 @@ func (pk *Parker) loop() {
 			pk.mu.Unlock()
 			if !stopped {
 				pk.log.Error("parked connections: epoll wait failed; closing them, and parking no more", zap.Error(err))
-				pk.closeAll()
+				pk.closeAll(false)
 			}
 			return
 		}
@@ -241,10 +245,15 @@ func (pk *Parker) expire(now time.Time) {
 }
 
 // Stop closes every parked connection and parks none from now on; a
-// connection that would park is closed. Woken connections being served
-// go on (fasthttp's Shutdown ends them); Wait waits for them.
+// connection that would park is closed. A parked connection whose request
+// has arrived, but which the parker's loop has not woken yet, is served
+// rather than closed under it. Woken connections being served go on
+// (fasthttp's Shutdown ends them); Wait waits for them.
 func (pk *Parker) Stop() {
-	pk.closeAll()
+	for _, c := range pk.closeAll(true) {
+		pk.stats.Wakes.Add(1)
+		pk.resume(c)
+	}
 	if pk.f != nil {
 		_ = pk.f.Close()
 		<-pk.done
@@ -254,17 +263,29 @@ func (pk *Parker) Stop() {
 }
 
 // closeAll closes every parked connection and parks none from now on.
-func (pk *Parker) closeAll() {
+// With serveInput, it closes only those no input waits on, and returns the
+// others, registered as resuming, for the caller to resume.
+func (pk *Parker) closeAll(serveInput bool) []*ClientConn {
 	pk.mu.Lock()
 	pk.stopped = true
 	conns := pk.conns
 	pk.conns = map[int]*ClientConn{}
 	pk.stats.Parked.Add(-int64(len(conns)))
 	pk.mu.Unlock()
+	// Stopped: the loop wakes none of them any more, they are this
+	// goroutine's alone.
+	var serve []*ClientConn
 	for _, c := range conns {
+		if serveInput && c.hasInput() {
+			c.waiting.Store(false)
+			pk.resumes.Add(1)
+			serve = append(serve, c)
+			continue
+		}
 		c.front.open.remove(c)
 		_ = c.tcp.Close()
 	}
+	return serve
 }
 
 // Wait waits for the goroutines serving woken connections.

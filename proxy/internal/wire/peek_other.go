@@ -9,3 +9,7 @@ package wire
 const peekSupported = false
 
 func peekFD(uintptr) bool { return false }
+
+// inputFD: without a peek, no input is seen (a stopping server closes a
+// waiting connection whatever arrived on it).
+func inputFD(uintptr) bool { return false }

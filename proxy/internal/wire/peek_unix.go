@@ -24,3 +24,12 @@ func peekFD(fd uintptr) bool {
 	}
 	return false // EAGAIN: open and quiet
 }
+
+// inputFD reports whether a socket has bytes the peer sent that nobody
+// has read yet: one recvfrom(MSG_PEEK|MSG_DONTWAIT), nothing read. A
+// closed or reset socket has none.
+func inputFD(fd uintptr) bool {
+	var b [1]byte
+	n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+	return err == nil && n > 0
+}
