@@ -34,7 +34,11 @@ func (r *Report) Markdown() string {
 			break
 		}
 	}
-	if len(c.Bodies) > 0 {
+	if c.Restarts && c.Restart != nil {
+		rc := c.Restart
+		fmt.Fprintf(&b, "Load: POST /ingest, %d-byte body, X-Key uniform over %d keys, %d replicas; %d req/s open loop from a net/http Transport of at most %d keep-alive connections, no retries, client timeout %v; %v before the signal, %v after the operation is over.\n",
+			c.Body, c.Keys, c.Replicas, rc.Rate, rc.Conns, rc.Timeout, rc.Before, rc.After)
+	} else if len(c.Bodies) > 0 {
 		fmt.Fprintf(&b, "Load: POST /ingest with request bodies of %s, the harness's own client, %d connections, closed loop; one replica reading each body from its stream into a reused buffer and answering 200 ok.\n", joinSizes(c.Bodies), c.BodyConns)
 	} else if c.Saturation || len(c.Pair) > 0 || c.Instructions > 0 {
 		fmt.Fprintf(&b, "Load: POST /ingest, %d-byte body, X-Key uniform over %d keys, %d replicas; vegeta, open loop.\n", c.Body, c.Keys, c.Replicas)
@@ -56,6 +60,11 @@ func (r *Report) Markdown() string {
 	}
 	if len(c.Pair) > 0 {
 		r.pairMarkdown(&b)
+		r.notesAndFailures(&b)
+		return b.String()
+	}
+	if c.Restarts {
+		r.restartsMarkdown(&b)
 		r.notesAndFailures(&b)
 		return b.String()
 	}
