@@ -105,6 +105,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.DurationVar(&rc.DrainIdle, "restart-drain-idle", 5*time.Second, "restart mode: keyway's server.drain_idle in every case but sigterm-exit (5s is keyway's default)")
 	exitDrain := fs.String("restart-exit-drain-idle", "5s,1s", "restart mode: sigterm-exit runs once with each of these server.drain_idle values, comma-separated")
 	fs.DurationVar(&rc.ShutdownTimeout, "restart-shutdown-timeout", 30*time.Second, "restart mode: keyway's server.shutdown_timeout and HAProxy's hard-stop-after (30s is keyway's default)")
+	fs.BoolVar(&rc.Warm, "restart-warm", true, "restart mode: open every connection of the client pool (-restart-conns) before the load, 1s before it starts; the load keeps a few of them busy and the others idle (parked by keyway) when the signal comes; false: the pool opens only what the load needs")
 	fs.DurationVar(&rc.Retry, "restart-retry", 10*time.Millisecond, "restart mode, sigterm-start: a start that failed (port still held) is retried this long after it began")
 	quiet := fs.Bool("quiet", false, "no progress lines on stderr")
 	if err := fs.Parse(args); err != nil {
@@ -127,6 +128,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if cfg.Restarts {
+		targetsSet := false
+		fs.Visit(func(f *flag.Flag) { targetsSet = targetsSet || f.Name == "targets" })
+		if !targetsSet {
+			targets = "keyway,haproxy" // the proxies the mode measures
+		}
 		rc.Cases = parseCases(*restartCasesFlag)
 		if rc.ExitDrainIdles, err = parseDurations("-restart-exit-drain-idle", *exitDrain); err != nil {
 			return err

@@ -105,16 +105,69 @@ type restartLoad struct {
 	outs []reqOutcome
 }
 
-// startRestartLoad starts sending rate requests a second to addr, on at
-// most conns connections, each request given up after timeout. Keys are
-// drawn uniformly (seeded) from keyCount keys; bodies are bodySize bytes.
-func startRestartLoad(addr string, rate, conns int, timeout time.Duration, keyCount, bodySize int, seed uint64) *restartLoad {
+// warmPool opens n connections of the pool at once, each carrying one
+// request, and leaves them idle in it. The requests are held until every
+// one has its connection (their bodies wait for a gate), so that no
+// connection is reused within the warm-up. The load then keeps reusing
+// the few connections it needs (net/http takes the most recently used
+// idle one), and the others stay idle.
+func (l *restartLoad) warmPool(n int) error {
+	var got sync.WaitGroup
+	got.Add(n)
+	gate := make(chan struct{})
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			var once sync.Once
+			done := func() { once.Do(got.Done) }
+			defer done() // a request that failed before it had a connection
+			trace := &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) { done() }}
+			ctx, cancel := context.WithTimeout(httptrace.WithClientTrace(context.Background(), trace), l.timeout)
+			defer cancel()
+			req, err := http.NewRequestWithContext(ctx, http.MethodPost, l.url, nil)
+			if err != nil {
+				errs <- err
+				return
+			}
+			req.Body = io.NopCloser(io.MultiReader(gated(gate), bytes.NewReader(l.body)))
+			req.ContentLength = int64(len(l.body))
+			req.Header["X-Key"] = []string{l.keys[i%len(l.keys)]}
+			resp, err := l.tr.RoundTrip(req)
+			if err == nil {
+				_, err = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if err == nil && resp.StatusCode != http.StatusOK {
+					err = errors.New("warm-up: status " + resp.Status)
+				}
+			}
+			errs <- err
+		}()
+	}
+	got.Wait()
+	close(gate)
+	var all []error
+	for range n {
+		all = append(all, <-errs)
+	}
+	return errors.Join(all...)
+}
+
+// gated is a reader that returns nothing until gate closes, then EOF.
+type gated chan struct{}
+
+func (g gated) Read([]byte) (int, error) {
+	<-g
+	return 0, io.EOF
+}
+
+// newRestartLoad returns a load that has not started sending.
+func newRestartLoad(addr string, rate, conns int, timeout time.Duration, keyCount, bodySize int, seed uint64) *restartLoad {
 	rng := rand.New(rand.NewPCG(seed, 0x72657374617274))
 	keys := make([]string, 1<<14)
 	for i := range keys {
 		keys[i] = keyName(rng.IntN(keyCount))
 	}
-	l := &restartLoad{
+	return &restartLoad{
 		url: "http://" + addr + "/ingest",
 		tr: &http.Transport{
 			DialContext:         (&net.Dialer{Timeout: timeout}).DialContext,
@@ -128,10 +181,22 @@ func startRestartLoad(addr string, rate, conns int, timeout time.Duration, keyCo
 		timeout:  timeout,
 		keys:     keys,
 		body:     bytes.Repeat([]byte("x"), bodySize),
-		start:    time.Now(),
 		stop:     make(chan struct{}),
 	}
+}
+
+// startSending starts the schedule: its first request goes now.
+func (l *restartLoad) startSending() {
+	l.start = time.Now()
 	l.sched.Go(l.schedule)
+}
+
+// startRestartLoad starts sending rate requests a second to addr, on at
+// most conns connections, each request given up after timeout. Keys are
+// drawn uniformly (seeded) from keyCount keys; bodies are bodySize bytes.
+func startRestartLoad(addr string, rate, conns int, timeout time.Duration, keyCount, bodySize int, seed uint64) *restartLoad {
+	l := newRestartLoad(addr, rate, conns, timeout, keyCount, bodySize, seed)
+	l.startSending()
 	return l
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"strings"
 )
@@ -183,7 +184,7 @@ func (r *Report) restartsMarkdown(b *strings.Builder) {
 	}
 
 	b.WriteString("\n#### Every round\n\n")
-	b.WriteString("| case | round | sent | 2xx | failed | by class | failures sent at (ms) | accepts | exits | old exit | attempts | overflows / drops | the old process's log (ms) |\n")
+	b.WriteString("| case | round | sent | 2xx | failed | by class | failures sent at (ms) | accepts | exits | old exit | attempts | overflows / drops | log events (ms) |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	runs := slices.Clone(r.RestartRuns)
 	order := map[string]int{}
@@ -311,7 +312,7 @@ func eventsCell(run RestartRun) string {
 		if strings.HasPrefix(name, "upgrade: ") {
 			name = "handed over"
 		}
-		p := fmt.Sprintf("%s %.0f", name, run.Events[k])
+		p := fmt.Sprintf("%s %.0f", name, math.Round(run.Events[k])+0) // +0: no "-0"
 		if k == "old: proxy drained" && run.DrainOpenAfterGrace != nil && run.DrainClosedWaiting != nil {
 			p += fmt.Sprintf(" (open after grace %d, closed waiting %d)", *run.DrainOpenAfterGrace, *run.DrainClosedWaiting)
 		}

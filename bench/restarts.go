@@ -58,7 +58,15 @@ type RestartConfig struct {
 	// hard-stop-after: the longest a stop may take.
 	ShutdownTimeout time.Duration `json:"shutdown_timeout"`
 	Retry           time.Duration `json:"start_retry"` // sigterm-start: a failed start is retried after this
+	// Warm opens all Conns connections of the client pool before the
+	// load (warmPool) and leaves them idle for warmIdle: then all but
+	// the few the load keeps busy are idle when the signal comes, longer
+	// than keyway's server.park_idle_after (2s), so parked.
+	Warm bool `json:"warm_pool"`
 }
+
+// warmIdle is how long the warmed pool stays idle before the load starts.
+const warmIdle = time.Second
 
 func (c *RestartConfig) validate() error {
 	var errs []error
@@ -684,11 +692,19 @@ func (h *Harness) restartRun(ctx context.Context, c restartCase, round int) (run
 		run.Failure = "the PID file did not name the process"
 		return run
 	}
+	load := newRestartLoad(s.addr, rc.Rate, rc.Conns, rc.Timeout, h.cfg.Keys, h.cfg.Body, uint64(round*100+slices.Index(restartCaseNames, c.kind)+1))
+	if rc.Warm {
+		if err := load.warmPool(rc.Conns); err != nil {
+			run.Failure = "opening the client pool: " + err.Error()
+			return run
+		}
+		sleepCtx(ctx, warmIdle)
+	}
 	for _, r := range h.replicas {
 		r.reset()
 	}
 	of0, dr0, nsErr := listenCounters()
-	load := startRestartLoad(s.addr, rc.Rate, rc.Conns, rc.Timeout, h.cfg.Keys, h.cfg.Body, uint64(round*100+slices.Index(restartCaseNames, c.kind)+1))
+	load.startSending()
 	sleepCtx(ctx, rc.Before)
 	var op restartOp
 	switch c.kind {
