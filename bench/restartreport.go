@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"maps"
-	"math"
 	"slices"
 	"strings"
 )
@@ -139,7 +138,7 @@ func mm(s *Stat, verb string) string {
 	if s == nil {
 		return "—"
 	}
-	lo, hi := fmt.Sprintf(verb, s.Min), fmt.Sprintf(verb, s.Max)
+	lo, hi := noNegZero(fmt.Sprintf(verb, s.Min)), noNegZero(fmt.Sprintf(verb, s.Max))
 	if lo == hi {
 		return lo
 	}
@@ -253,6 +252,15 @@ func (r *Report) restartsMarkdown(b *strings.Builder) {
 	}
 }
 
+// noNegZero turns a formatted "-0" (or "-0.0") into "0": a time that
+// rounds to zero, from a log timestamp truncated to the millisecond.
+func noNegZero(s string) string {
+	if strings.HasPrefix(s, "-") && strings.Trim(s, "-0.") == "" {
+		return s[1:]
+	}
+	return s
+}
+
 func orDash(s string) string {
 	if s == "" {
 		return "—"
@@ -269,7 +277,7 @@ func fmtOpt(v *float64) string {
 	if v == nil {
 		return "—"
 	}
-	return fmt.Sprintf("%.0f", *v)
+	return noNegZero(fmt.Sprintf("%.0f", *v))
 }
 
 // byClass lists a run's failures by class and status: "eof 2, 503 1".
@@ -312,7 +320,7 @@ func eventsCell(run RestartRun) string {
 		if strings.HasPrefix(name, "upgrade: ") {
 			name = "handed over"
 		}
-		p := fmt.Sprintf("%s %.0f", name, math.Round(run.Events[k])+0) // +0: no "-0"
+		p := name + " " + noNegZero(fmt.Sprintf("%.0f", run.Events[k]))
 		if k == "old: proxy drained" && run.DrainOpenAfterGrace != nil && run.DrainClosedWaiting != nil {
 			p += fmt.Sprintf(" (open after grace %d, closed waiting %d)", *run.DrainOpenAfterGrace, *run.DrainClosedWaiting)
 		}
