@@ -106,6 +106,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	exitDrain := fs.String("restart-exit-drain-idle", "5s,1s", "restart mode: sigterm-exit runs once with each of these server.drain_idle values, comma-separated")
 	fs.DurationVar(&rc.ShutdownTimeout, "restart-shutdown-timeout", 30*time.Second, "restart mode: keyway's server.shutdown_timeout and HAProxy's hard-stop-after (30s is keyway's default)")
 	fs.BoolVar(&rc.Warm, "restart-warm", true, "restart mode: open every connection of the client pool (-restart-conns) before the load, 1s before it starts; the load keeps a few of them busy and the others idle (parked by keyway) when the signal comes; false: the pool opens only what the load needs")
+	fs.IntVar(&rc.IdleConns, "restart-idle-conns", 0, "restart mode: also open this many keep-alive connections before the load, each carrying one request, silent afterwards (clients holding an idle connection: keyway keeps them for server.drain_idle when it stops)")
 	fs.DurationVar(&rc.Retry, "restart-retry", 10*time.Millisecond, "restart mode, sigterm-start: a start that failed (port still held) is retried this long after it began")
 	quiet := fs.Bool("quiet", false, "no progress lines on stderr")
 	if err := fs.Parse(args); err != nil {

@@ -48,8 +48,12 @@ func (r *Report) Markdown() string {
 		if rc.Warm {
 			warm = fmt.Sprintf("all opened %v before the load, so that most are idle (parked by keyway) at the signal", warmIdle)
 		}
-		fmt.Fprintf(&b, "Load: POST /ingest, %d-byte body, X-Key uniform over %d keys, %d replicas; %d req/s open loop from a net/http Transport of %d keep-alive connections (%s), no retries, client timeout %v; %v before the signal, %v after the operation is over.\n",
-			c.Body, c.Keys, c.Replicas, rc.Rate, rc.Conns, warm, rc.Timeout, rc.Before, rc.After)
+		idle := ""
+		if rc.IdleConns > 0 {
+			idle = fmt.Sprintf(" Also %d idle keep-alive connections, each opened with one request before the load and silent afterwards.", rc.IdleConns)
+		}
+		fmt.Fprintf(&b, "Load: POST /ingest, %d-byte body, X-Key uniform over %d keys, %d replicas; %d req/s open loop from a net/http Transport of %d keep-alive connections (%s), no retries, client timeout %v; %v before the signal, %v after the operation is over.%s\n",
+			c.Body, c.Keys, c.Replicas, rc.Rate, rc.Conns, warm, rc.Timeout, rc.Before, rc.After, idle)
 	} else if len(c.Bodies) > 0 {
 		fmt.Fprintf(&b, "Load: POST /ingest with request bodies of %s, the harness's own client, %d connections, closed loop; one replica reading each body from its stream into a reused buffer and answering 200 ok.\n", joinSizes(c.Bodies), c.BodyConns)
 	} else if c.Saturation || len(c.Pair) > 0 || c.Instructions > 0 {

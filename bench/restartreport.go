@@ -183,8 +183,12 @@ func (r *Report) restartsMarkdown(b *strings.Builder) {
 	}
 
 	b.WriteString("\n#### Every round\n\n")
-	b.WriteString("| case | round | sent | 2xx | failed | by class | failures sent at (ms) | accepts | exits | old exit | attempts | overflows / drops | log events (ms) |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	idleCol, idleSep := "", ""
+	if c.IdleConns > 0 {
+		idleCol, idleSep = " idle conns closed by the proxy |", "---|"
+	}
+	b.WriteString("| case | round | sent | 2xx | failed | by class | failures sent at (ms) | accepts | exits | old exit | attempts | overflows / drops |" + idleCol + " log events (ms) |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|" + idleSep + "---|\n")
 	runs := slices.Clone(r.RestartRuns)
 	order := map[string]int{}
 	for i, s := range r.RestartSummary {
@@ -198,17 +202,25 @@ func (r *Report) restartsMarkdown(b *strings.Builder) {
 	})
 	for _, run := range runs {
 		if run.Failure != "" {
-			fmt.Fprintf(b, "| %s | %d | **failed**: %s ||||||||||||\n", run.Case, run.Round, strings.ReplaceAll(firstLine(run.Failure), "|", "/"))
+			empty := 10
+			if c.IdleConns > 0 {
+				empty++
+			}
+			fmt.Fprintf(b, "| %s | %d | **failed**: %s |%s\n", run.Case, run.Round, strings.ReplaceAll(firstLine(run.Failure), "|", "/"), strings.Repeat(" |", empty))
 			continue
 		}
 		at := "—"
 		if run.FirstFailMs != nil {
 			at = fmt.Sprintf("%+.0f … %+.0f", *run.FirstFailMs, *run.LastFailMs)
 		}
-		fmt.Fprintf(b, "| %s | %d | %d | %d | %d | %s | %s | %s | %s | %s | %s | %d / %d | %s |\n",
+		idle := ""
+		if c.IdleConns > 0 {
+			idle = fmt.Sprintf(" %d of %d |", run.IdleClosed, run.IdleConns)
+		}
+		fmt.Fprintf(b, "| %s | %d | %d | %d | %d | %s | %s | %s | %s | %s | %s | %d / %d |%s %s |\n",
 			run.Case, run.Round, run.Sent, run.OK, run.Failed, orDash(byClass(run)), at,
 			fmtOpt(run.ReadyMs), fmtOpt(run.OldExitMs), orDash(run.OldExitStatus), attemptsCell(run),
-			run.ListenOverflows, run.ListenDrops, orDash(eventsCell(run)))
+			run.ListenOverflows, run.ListenDrops, idle, orDash(eventsCell(run)))
 	}
 
 	var digest []string

@@ -63,6 +63,11 @@ type RestartConfig struct {
 	// the few the load keeps busy are idle when the signal comes, longer
 	// than keyway's server.park_idle_after (2s), so parked.
 	Warm bool `json:"warm_pool"`
+	// IdleConns more keep-alive connections are opened before the load,
+	// each carrying one request, and then stay silent to the end: clients
+	// that hold a connection but send nothing, which a stopping proxy
+	// keeps for its grace (keyway's drain_idle) or closes.
+	IdleConns int `json:"idle_conns"`
 }
 
 // warmIdle is how long the warmed pool stays idle before the load starts.
@@ -73,8 +78,8 @@ func (c *RestartConfig) validate() error {
 	if c.Rate < 1 || c.Rate > 100000 {
 		errs = append(errs, fmt.Errorf("-restart-rate %d: want 1..100000", c.Rate))
 	}
-	if c.Conns < 1 {
-		errs = append(errs, fmt.Errorf("-restart-conns %d: must be at least 1", c.Conns))
+	if c.Conns < 1 || c.IdleConns < 0 {
+		errs = append(errs, fmt.Errorf("-restart-conns %d, -restart-idle-conns %d: want at least 1 and 0", c.Conns, c.IdleConns))
 	}
 	if c.Before < 100*time.Millisecond || c.After < 0 || c.Timeout < 100*time.Millisecond {
 		errs = append(errs, errors.New("-restart-before and -restart-timeout must be at least 100ms, -restart-after at least 0"))
@@ -253,6 +258,11 @@ type RestartRun struct {
 	// (/proc/net/netstat, the whole network namespace) over the run.
 	ListenOverflows int64 `json:"listen_overflows"`
 	ListenDrops     int64 `json:"listen_drops"`
+	// IdleConns silent connections were open before the signal
+	// (-restart-idle-conns); IdleClosed of them had been closed by the
+	// proxy when the load ended.
+	IdleConns  int `json:"idle_conns,omitempty"`
+	IdleClosed int `json:"idle_closed,omitempty"`
 	// ReplicaRequests is what the replicas served over the load.
 	ReplicaRequests int64            `json:"replica_requests"`
 	Failures        []restartFailure `json:"failures,omitempty"` // the first maxFailuresListed of each class
@@ -505,6 +515,23 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 	}
 }
 
+// countClosed returns how many of conns the other end has closed: a read
+// that does not time out at once meets their EOF or reset. Nothing else
+// arrives on a silent keep-alive connection.
+func countClosed(conns []net.Conn) int {
+	n := 0
+	var b [1]byte
+	for _, c := range conns {
+		_ = c.SetReadDeadline(time.Now().Add(time.Millisecond))
+		_, err := c.Read(b[:])
+		var ne net.Error
+		if !(errors.As(err, &ne) && ne.Timeout()) {
+			n++
+		}
+	}
+	return n
+}
+
 // readPIDFile returns the PID in file, or 0.
 func readPIDFile(file string) int {
 	b, err := os.ReadFile(file)
@@ -699,6 +726,15 @@ func (h *Harness) restartRun(ctx context.Context, c restartCase, round int) (run
 			return run
 		}
 		sleepCtx(ctx, warmIdle)
+	}
+	if rc.IdleConns > 0 {
+		idle, err := openIdle(ctx, s.addr, rc.IdleConns, h.cfg.Keys, nil)
+		if err != nil {
+			run.Failure = "opening the idle connections: " + err.Error()
+			return run
+		}
+		defer closeAll(idle)
+		defer func() { run.IdleConns, run.IdleClosed = len(idle), countClosed(idle) }()
 	}
 	for _, r := range h.replicas {
 		r.reset()
