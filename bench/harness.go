@@ -81,12 +81,17 @@ type Config struct {
 	// size for Duration.
 	Bodies    []proxy.ByteSize `json:"bodies,omitempty"`
 	BodyConns int              `json:"body_conns,omitempty"`
-	OutDir    string           `json:"-"`
-	Keyway    string           `json:"-"`                    // a prebuilt keyway binary; "" builds one
-	KeywayRev string           `json:"keyway_rev,omitempty"` // build keyway from this git revision instead of the working tree
-	Repo      string           `json:"-"`                    // module root, for building keyway
-	Race      bool             `json:"-"`                    // build keyway with -race (the smoke test under -race)
-	Log       io.Writer        `json:"-"`                    // progress; nil discards
+	// Restarts replaces every other measurement with the restart mode
+	// (restarts.go): what a restart, upgrade or reload of a proxy costs in
+	// requests under open-loop load.
+	Restarts  bool           `json:"restarts,omitempty"`
+	Restart   *RestartConfig `json:"restart_config,omitempty"`
+	OutDir    string         `json:"-"`
+	Keyway    string         `json:"-"`                    // a prebuilt keyway binary; "" builds one
+	KeywayRev string         `json:"keyway_rev,omitempty"` // build keyway from this git revision instead of the working tree
+	Repo      string         `json:"-"`                    // module root, for building keyway
+	Race      bool           `json:"-"`                    // build keyway with -race (the smoke test under -race)
+	Log       io.Writer      `json:"-"`                    // progress; nil discards
 }
 
 // Harness runs the measurements of one Config.
@@ -198,6 +203,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 
 	conc, service := 0, time.Duration(0)
+	if cfg.Restarts {
+		// The mode's cases name their targets (restartCases).
+		h.targets = slices.DeleteFunc(h.targets, func(t *target) bool { return t.name != "keyway" && t.name != "haproxy" })
+	}
 	if cfg.Saturation {
 		conc, service = cfg.Sat.Concurrency, cfg.Sat.Service
 		h.targets = slices.DeleteFunc(h.targets, func(t *target) bool {
@@ -233,6 +242,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		rep.Env.Versions = append(rep.Env.Versions, t.name+": "+t.version)
 	}
 	switch {
+	case cfg.Restarts:
+		var notes []string
+		rep.RestartRuns, notes = h.measureRestarts(ctx)
+		h.notes = append(h.notes, notes...)
 	case cfg.Instructions > 0:
 		rep.Instr = h.measureInstructions(ctx)
 	case len(cfg.Bodies) > 0:
@@ -317,6 +330,18 @@ func (c *Config) validate() error {
 		errs = append(errs, errors.New("-pair-alternate needs -pair"))
 	} else if len(c.Targets) == 0 {
 		errs = append(errs, errors.New("no targets"))
+	}
+	if c.Restarts {
+		switch {
+		case c.Restart == nil:
+			errs = append(errs, errors.New("-restarts: no restart configuration"))
+		case c.Saturation || len(c.Pair) > 0 || c.Instructions > 0 || len(c.Bodies) > 0 || c.TLS:
+			errs = append(errs, errors.New("-restarts cannot be combined with -saturation, -pair, -instructions, -bodies or -tls"))
+		default:
+			if err := c.Restart.validate(); err != nil {
+				errs = append(errs, err)
+			}
+		}
 	}
 	if len(c.Bodies) > 0 {
 		if c.BodyConns < 1 {

@@ -11,6 +11,7 @@
 //	go run ./bench -rounds 1 -duration 5s -targets direct,keyway
 //	go run ./bench -tls -rates "" -targets keyway,haproxy,nginx,caddy   # plus TLS termination
 //	go run ./bench -bodies 1MiB,64MiB -targets keyway,haproxy,nginx  # body throughput instead
+//	go run ./bench -restarts -rounds 5          # what restarts and upgrades cost in requests
 //
 // It prints markdown tables and writes results.json, results.md and one
 // latency percentile plot per rate (latency-RATE.svg) to -out. Method and
@@ -93,6 +94,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&cfg.Instructions, "instructions", 0, "instruction-count mode instead of the other measurements: each proxy of -targets under valgrind's cachegrind, a short and a long run on fresh processes, this many requests apart (2000 is plenty); prints instructions per request and the functions they go to (needs valgrind)")
 	bodies := fs.String("bodies", "", "body-throughput mode instead of the other measurements: request body sizes, comma-separated (1MiB,64MiB); each target streams POSTs of each size from -body-conns connections for -duration to one replica that reads and drops them, a fresh process per target and size; prints MB/s, proxy CPU per GB, MB/s per proxy core and peak RSS (see docs/benchmarks.md)")
 	fs.IntVar(&cfg.BodyConns, "body-conns", 4, "body mode: concurrent client connections, each sending one body after the other")
+	fs.BoolVar(&cfg.Restarts, "restarts", false, "restart mode instead of the other measurements: what a restart, binary upgrade or reload of keyway (and HAProxy's master-worker reload) costs in requests, under open-loop keyed POSTs, a fresh process per case and round (see docs/benchmarks.md)")
+	rc := &RestartConfig{}
+	restartCasesFlag := fs.String("restart-cases", "all", "restart mode: cases, comma-separated, or all: "+strings.Join(restartCaseNames, ", "))
+	fs.IntVar(&rc.Rate, "restart-rate", 1000, "restart mode: requests per second, open loop")
+	fs.IntVar(&rc.Conns, "restart-conns", 64, "restart mode: keep-alive connections of the client pool, at most")
+	fs.DurationVar(&rc.Before, "restart-before", 2*time.Second, "restart mode: load before the signal")
+	fs.DurationVar(&rc.After, "restart-after", 3*time.Second, "restart mode: load after the operation is over (the new process accepts and the old one has exited)")
+	fs.DurationVar(&rc.Timeout, "restart-timeout", 5*time.Second, "restart mode: the client gives a request up after this (a timeout), counted from its scheduled send")
+	fs.DurationVar(&rc.DrainIdle, "restart-drain-idle", 5*time.Second, "restart mode: keyway's server.drain_idle in every case but sigterm-exit (5s is keyway's default)")
+	exitDrain := fs.String("restart-exit-drain-idle", "5s,1s", "restart mode: sigterm-exit runs once with each of these server.drain_idle values, comma-separated")
+	fs.DurationVar(&rc.ShutdownTimeout, "restart-shutdown-timeout", 30*time.Second, "restart mode: keyway's server.shutdown_timeout and HAProxy's hard-stop-after (30s is keyway's default)")
+	fs.BoolVar(&rc.Warm, "restart-warm", true, "restart mode: open every connection of the client pool (-restart-conns) before the load, 1s before it starts; the load keeps a few of them busy and the others idle (parked by keyway) when the signal comes; false: the pool opens only what the load needs")
+	fs.IntVar(&rc.IdleConns, "restart-idle-conns", 0, "restart mode: also open this many keep-alive connections before the load, each carrying one request, silent afterwards (clients holding an idle connection: keyway keeps them for server.drain_idle when it stops)")
+	fs.DurationVar(&rc.Retry, "restart-retry", 10*time.Millisecond, "restart mode, sigterm-start: a start that failed (port still held) is retried this long after it began")
 	quiet := fs.Bool("quiet", false, "no progress lines on stderr")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -112,6 +127,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if cfg.Bodies, err = parseBodies(*bodies); err != nil {
 		return err
+	}
+	if cfg.Restarts {
+		targetsSet := false
+		fs.Visit(func(f *flag.Flag) { targetsSet = targetsSet || f.Name == "targets" })
+		if !targetsSet {
+			targets = "keyway,haproxy" // the proxies the mode measures
+		}
+		rc.Cases = parseCases(*restartCasesFlag)
+		if rc.ExitDrainIdles, err = parseDurations("-restart-exit-drain-idle", *exitDrain); err != nil {
+			return err
+		}
+		cfg.Restart = rc
 	}
 	for _, t := range strings.Split(targets, ",") {
 		if t = strings.TrimSpace(t); t != "" {

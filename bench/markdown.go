@@ -22,8 +22,16 @@ func fs(s *Stat, verb string) string {
 func (r *Report) Markdown() string {
 	var b strings.Builder
 	c := r.Config
-	fmt.Fprintf(&b, "## keyway side-by-side benchmark, %s\n\n", r.Started.Format("2006-01-02 15:04 UTC"))
-	fmt.Fprintf(&b, "%d round(s), targets interleaved; every cell is the median over rounds with (min–max).\n", c.Rounds)
+	title := "keyway side-by-side benchmark"
+	if c.Restarts {
+		title = "keyway restarts and upgrades"
+	}
+	fmt.Fprintf(&b, "## %s, %s\n\n", title, r.Started.Format("2006-01-02 15:04 UTC"))
+	if c.Restarts {
+		fmt.Fprintf(&b, "%d round(s), cases interleaved; every cell is the min–max over rounds.\n", c.Rounds)
+	} else {
+		fmt.Fprintf(&b, "%d round(s), targets interleaved; every cell is the median over rounds with (min–max).\n", c.Rounds)
+	}
 	fmt.Fprintf(&b, "Machine: %d CPU (%s), Linux %s, %s; load average (1, 5, 15 min) %s at start, %s at end.\n",
 		r.Env.CPUs, r.Env.CPUModel, r.Env.Kernel, r.Env.GoVersion, r.Env.LoadStart, r.Env.LoadEnd)
 	fmt.Fprintf(&b, "keyway: %s.\n", r.Env.KeywaySource)
@@ -34,7 +42,19 @@ func (r *Report) Markdown() string {
 			break
 		}
 	}
-	if len(c.Bodies) > 0 {
+	if c.Restarts && c.Restart != nil {
+		rc := c.Restart
+		warm := "opened as the load needs them"
+		if rc.Warm {
+			warm = fmt.Sprintf("all opened %v before the load, so that most are idle (parked by keyway) at the signal", warmIdle)
+		}
+		idle := ""
+		if rc.IdleConns > 0 {
+			idle = fmt.Sprintf(" Also %d idle keep-alive connections, each opened with one request before the load and silent afterwards.", rc.IdleConns)
+		}
+		fmt.Fprintf(&b, "Load: POST /ingest, %d-byte body, X-Key uniform over %d keys, %d replicas; %d req/s open loop from a net/http Transport of %d keep-alive connections (%s), no retries, client timeout %v; %v before the signal, %v after the operation is over.%s\n",
+			c.Body, c.Keys, c.Replicas, rc.Rate, rc.Conns, warm, rc.Timeout, rc.Before, rc.After, idle)
+	} else if len(c.Bodies) > 0 {
 		fmt.Fprintf(&b, "Load: POST /ingest with request bodies of %s, the harness's own client, %d connections, closed loop; one replica reading each body from its stream into a reused buffer and answering 200 ok.\n", joinSizes(c.Bodies), c.BodyConns)
 	} else if c.Saturation || len(c.Pair) > 0 || c.Instructions > 0 {
 		fmt.Fprintf(&b, "Load: POST /ingest, %d-byte body, X-Key uniform over %d keys, %d replicas; vegeta, open loop.\n", c.Body, c.Keys, c.Replicas)
@@ -56,6 +76,11 @@ func (r *Report) Markdown() string {
 	}
 	if len(c.Pair) > 0 {
 		r.pairMarkdown(&b)
+		r.notesAndFailures(&b)
+		return b.String()
+	}
+	if c.Restarts {
+		r.restartsMarkdown(&b)
 		r.notesAndFailures(&b)
 		return b.String()
 	}

@@ -35,6 +35,7 @@ type proc struct {
 	cmd    *exec.Cmd
 	exited chan struct{} // closed when the process has been reaped
 	err    error         // Wait's error, valid after exited is closed
+	exitAt time.Time     // when Wait returned, valid after exited is closed
 	logs   string        // file holding the process's stdout and stderr
 }
 
@@ -42,6 +43,13 @@ type proc struct {
 // when cpu >= 0 (through taskset, which execs, so the PID is the target's
 // own). Output goes to a file in dir.
 func startProc(name, dir string, cpu int, env []string, argv ...string) (*proc, error) {
+	return startProcFiles(name, dir, cpu, env, nil, argv...)
+}
+
+// startProcFiles is startProc with files passed to the process as file
+// descriptors 3, 4, ... (exec.Cmd's ExtraFiles), as systemd passes
+// listening sockets.
+func startProcFiles(name, dir string, cpu int, env []string, files []*os.File, argv ...string) (*proc, error) {
 	if cpu >= 0 {
 		argv = append([]string{"taskset", "-c", strconv.Itoa(cpu)}, argv...)
 	}
@@ -55,6 +63,7 @@ func startProc(name, dir string, cpu int, env []string, argv ...string) (*proc, 
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdout, cmd.Stderr = f, f
+	cmd.ExtraFiles = files
 	// If the harness dies, its proxies die with it rather than holding
 	// their ports (on Linux only: procAttr).
 	cmd.SysProcAttr = procAttr()
@@ -64,6 +73,7 @@ func startProc(name, dir string, cpu int, env []string, argv ...string) (*proc, 
 	p := &proc{name: name, cmd: cmd, exited: make(chan struct{}), logs: logs}
 	go func() {
 		p.err = cmd.Wait()
+		p.exitAt = time.Now()
 		close(p.exited)
 	}()
 	return p, nil

@@ -33,6 +33,10 @@ type Report struct {
 	// by target and size.
 	BodyRuns    []BodyRun     `json:"body_runs,omitempty"`
 	BodySummary []BodySummary `json:"bodies,omitempty"`
+	// The restart mode (-restarts): every case in every round, and their
+	// summary by case.
+	RestartRuns    []RestartRun     `json:"restart_runs,omitempty"`
+	RestartSummary []RestartSummary `json:"restarts,omitempty"`
 }
 
 // Env describes the machine and the software measured.
@@ -228,6 +232,11 @@ func (r *Report) summarise() {
 	}
 	if len(r.Config.Bodies) > 0 {
 		r.BodySummary = summariseBodies(r.BodyRuns, r.Config.Bodies)
+		r.Summary, r.Ratios = nil, nil
+		return
+	}
+	if r.Config.Restarts {
+		r.RestartSummary = summariseRestarts(r.RestartRuns)
 		r.Summary, r.Ratios = nil, nil
 		return
 	}
@@ -654,7 +663,7 @@ func writeFiles(r *Report, dir string) ([]string, error) {
 	}
 	files = append(files, path)
 	for _, rate := range r.Config.Rates {
-		if r.Config.Saturation || len(r.Config.Pair) > 0 || r.Config.Instructions > 0 || len(r.Config.Bodies) > 0 {
+		if r.Config.Saturation || len(r.Config.Pair) > 0 || r.Config.Instructions > 0 || len(r.Config.Bodies) > 0 || r.Config.Restarts {
 			break
 		}
 		path := filepath.Join(dir, fmt.Sprintf("latency-%d.svg", rate))

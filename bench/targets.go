@@ -42,6 +42,9 @@ type targetEnv struct {
 	// bodies, when set, makes each proxy stream request bodies up to
 	// its maxBody, with timeouts that do not cut them (bodies.go).
 	bodies *bodyTargetConfig
+	// restart, when set, configures the proxy for the restart mode
+	// (restarts.go): its stop, drain and reload settings.
+	restart *restartTargetConfig
 	// procEnv is set by the config function: extra environment for the
 	// proxy's process.
 	procEnv []string
@@ -134,7 +137,16 @@ func keywayConfig(dir string, port int, e *targetEnv) ([]string, error) {
 	if e.sat != nil {
 		over = keywaySaturation(e.sat)
 	}
-	fmt.Fprintf(&b, "server:\n  max_conns: %d\n  idle_timeout: 10m\n  shutdown_timeout: 5s\n", e.maxConns)
+	shutdown, admin, level := "5s", fmt.Sprintf("%q", fmt.Sprintf("127.0.0.1:%d", e.adminPort)), "warn"
+	if e.restart != nil {
+		// The stop as a user runs it: the drain under test, and info
+		// logs for the "proxy listening" line the mode times; no admin
+		// listener, whose port a restarted process would have to bind
+		// too.
+		shutdown, admin, level = e.restart.shutdownTimeout.String(), `""`, "info"
+		over.server = append(over.server, "drain_idle: "+e.restart.drainIdle.String())
+	}
+	fmt.Fprintf(&b, "server:\n  max_conns: %d\n  idle_timeout: 10m\n  shutdown_timeout: %s\n", e.maxConns, shutdown)
 	timeouts := "{idle: 10m}"
 	if e.bodies != nil {
 		// Reading a whole request (server.read_timeout) and the whole
@@ -150,8 +162,8 @@ func keywayConfig(dir string, port int, e *targetEnv) ([]string, error) {
 	for _, l := range over.top {
 		fmt.Fprintf(&b, "%s\n", l)
 	}
-	fmt.Fprintf(&b, "admin:\n  listen: \"127.0.0.1:%d\"\n", e.adminPort)
-	b.WriteString("log:\n  level: warn\n  access_log: false\n")
+	fmt.Fprintf(&b, "admin:\n  listen: %s\n", admin)
+	fmt.Fprintf(&b, "log:\n  level: %s\n  access_log: false\n", level)
 	if e.tls != nil {
 		fmt.Fprintf(&b, "tls:\n  certificates:\n    - {cert_file: %q, key_file: %q}\n  min_version: \"1.3\"\n  session_tickets: false\n", e.tls.certFile, e.tls.keyFile)
 	}
@@ -203,6 +215,20 @@ func haproxyConfig(dir string, port int, e *targetEnv) ([]string, error) {
 	if e.bodies != nil {
 		serverTimeout = fmt.Sprintf("%ds", int(bodyTimeout.Seconds()))
 	}
+	args := []string{"-db"}
+	if e.restart != nil {
+		// Master-worker (-W), reloaded by SIGUSR2 to the master; an old
+		// worker stops within shutdownTimeout, as keyway's stop does.
+		global += fmt.Sprintf("  hard-stop-after %dms\n", e.restart.shutdownTimeout.Milliseconds())
+		args = append(args, "-W")
+	}
+	defaults := ""
+	if e.restart != nil && e.restart.idleClose {
+		// An idle keep-alive connection of a stopping worker is kept
+		// until its next request, answered with close, as keyway's
+		// drain_idle does (or until hard-stop-after).
+		defaults = "  option idle-close-on-response\n"
+	}
 	var b strings.Builder
 	fmt.Fprintf(&b, `global
   nbthread 1
@@ -218,7 +244,7 @@ defaults
   timeout server %[5]s
   timeout http-keep-alive 10m
   timeout http-request 30s
-
+%[6]s
 frontend fe
   bind 127.0.0.1:%[2]d%[4]s
   maxconn %[1]d
@@ -227,7 +253,7 @@ frontend fe
 backend be
   balance hdr(X-Key)
   hash-type consistent
-`, e.maxConns, port, global, bind, serverTimeout)
+`, e.maxConns, port, global, bind, serverTimeout, defaults)
 	if e.fwd {
 		// keyway's forwarding headers: the client's address appended to
 		// any X-Forwarded-For, the scheme and the Host, and a random
@@ -250,7 +276,7 @@ backend be
 		fmt.Fprintf(&b, "  server r%d %s%s\n", i, a, srvOpts)
 	}
 	path, err := write(dir, "haproxy.cfg", b.String())
-	return []string{"-f", path, "-db"}, err
+	return append([]string{"-f", path}, args...), err
 }
 
 // opensslNoTickets is an OpenSSL configuration that makes every server
