@@ -67,9 +67,9 @@ type Options struct {
 	// (server.drain_idle, or until no connection is left), answering
 	// every request with close, and stops accepting only when it ends:
 	// the next process's clients wait in the kernel's queue for the exit
-	// and the start only, not for the grace as well. False (and nil) stops accepting at once: another process
-	// accepts on the socket (an upgrade), or a new one must be able to
-	// bind the address.
+	// and the start only, not for the grace as well. False (and nil)
+	// stops accepting at once: another process accepts on the socket (an
+	// upgrade), or a new one must be able to bind the address.
 	AcceptWhileDraining func() bool
 	// AccessLog, if non-nil, receives the access log: one Write per
 	// request, of one JSON object and '\n' (docs/logging.md). Write must be
@@ -758,8 +758,9 @@ const pendingPolls = 100
 // drain is the first part of a graceful stop. The listener closes (in an
 // upgrade the new process holds its own copy of the socket, and keeps
 // accepting on it) unless keep (Options.AcceptWhileDraining) keeps it
-// accepting until the drain ends; every response from now on closes its connection; idle
-// keep-alive connections, parked ones included, stay open for
+// accepting until the drain ends; every response from now on closes its
+// connection; idle keep-alive connections, parked ones included, stay
+// open for
 // server.drain_idle, so that a request the client sends on one meanwhile
 // is answered (with Connection: close) rather than meeting a connection
 // closed under it: closing an idle connection races the client's next
