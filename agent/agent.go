@@ -201,7 +201,13 @@ func (a *Agent) Supervise(s *Supervisor) {
 // metadata and the agent as its Sink and MessageHandler (HandleMessage).
 // Run runs it: the member must stay in the cluster while the replica
 // drains. Call it once, before Run.
-func (a *Agent) Attach(n *membership.Node) { a.node = n }
+func (a *Agent) Attach(n *membership.Node) {
+	a.node = n
+	for _, kind := range []string{membership.RepairKind, membership.RestartReplicaKind, membership.SetStopKind,
+		membership.AdminDrainKind, membership.DrainReportKind} {
+		n.Handle(kind, membership.RoleProxy, func(m membership.Message) { a.handle(m.Kind, m.From, m.Body) })
+	}
+}
 
 // SetMembers implements membership.Sink without blocking: it only wakes
 // the run loop (and a drain waiting for reports).

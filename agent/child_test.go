@@ -117,17 +117,17 @@ func startAuditProxy(t *testing.T, join ...string) *auditProxy {
 	p := &auditProxy{}
 	n, err := membership.New(gossipConfig(join...), membership.Meta{Role: membership.RoleProxy, Addr: "audit"}, membership.Options{
 		Logger: log.Named("proxy"),
-		Messages: func(from string, msg []byte) {
-			if e, err := membership.DecodeProcessEvent(msg); err == nil {
-				p.mu.Lock()
-				p.events = append(p.events, e)
-				p.mu.Unlock()
-			}
-		},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
+	n.Handle(membership.ProcessEventKind, membership.RoleReplica, func(m membership.Message) {
+		if e, err := membership.DecodeProcessEvent(m.Body); err == nil {
+			p.mu.Lock()
+			p.events = append(p.events, e)
+			p.mu.Unlock()
+		}
+	})
 	p.Node = n
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

@@ -7,8 +7,8 @@ import (
 )
 
 // Operator drains: a proxy's admin API sends the agent a
-// membership.AdminDrain, accepted only from an alive member that
-// advertises role proxy (commandSender). While the agent holds such a drain it advertises
+// membership.AdminDrain, signed with the proxy key (membership's message
+// decoder refuses it otherwise). While the agent holds such a drain it advertises
 // draining, whatever its probes say, so every proxy takes the replica out
 // of rotation; it keeps probing, and an undrain advertises the state the
 // probes have reached (ready, starting or recovering). It also advertises
@@ -21,14 +21,19 @@ import (
 // message worker and never blocks, except for a rolling restart
 // (onRestartReplica).
 func (a *Agent) HandleMessage(from string, msg []byte) {
-	switch membership.MessageKind(msg) {
+	a.handle(membership.MessageKind(msg), from, msg)
+}
+
+// handle is HandleMessage for a message whose kind is read.
+func (a *Agent) handle(kind, from string, msg []byte) {
+	switch kind {
 	case membership.RepairKind:
 		a.onRepair(from, msg)
 	case membership.RestartReplicaKind:
 		a.onRestartReplica(from, msg)
 	case membership.SetStopKind:
 		a.onSetStop(from, msg)
-	case "admin_drain":
+	case membership.AdminDrainKind:
 		a.onAdminDrain(from, msg)
 	default:
 		a.book.record(from, msg)
@@ -42,12 +47,6 @@ func (a *Agent) onAdminDrain(from string, msg []byte) {
 		a.log.Warn("malformed admin drain command", zap.String("from", from), zap.Error(err))
 		return
 	}
-	if why := commandSender(a.node.Members(), from); why != "" {
-		a.metrics.commandsRejected.WithLabelValues(why).Inc()
-		a.log.Warn("admin drain command rejected: only an alive proxy may command an agent", zap.String("from", from),
-			zap.String("reason", why), zap.String("by", c.By), zap.Bool("drain", c.Drain))
-		return
-	}
 	if c.Set != a.cfg.Replica.Set || c.Replica != a.replica || (c.Boot != 0 && c.Boot != a.book.boot) {
 		a.log.Info("admin drain command for another replica ignored", zap.String("from", from),
 			zap.String("set", c.Set), zap.String("replica", c.Replica), zap.Int64("boot", c.Boot))
@@ -59,34 +58,6 @@ func (a *Agent) onAdminDrain(from string, msg []byte) {
 	case a.holdSignal <- struct{}{}:
 	default:
 	}
-}
-
-// Reasons a command is rejected, the values of
-// keyway_agent_commands_rejected_total's label.
-const (
-	rejectUnknownSender = "unknown_sender" // no alive member of that name
-	rejectNotProxy      = "not_proxy"      // its metadata does not say role proxy
-)
-
-// commandSender says why the member named from may not send commands
-// (admin drain, repair, restart, set stop; "" when it may): only an alive member whose gossip metadata
-// says role proxy may. from is the gossip node name in the message
-// envelope, written by the sender; memberlist reports no sender of its
-// own. With an encryption key only key holders can send at all, so the
-// name is as trustworthy as every node holding the key; without one any
-// host that reaches the gossip port could write any name (hence the
-// loopback rule, membership.Config.CheckKey). It is a pure function.
-func commandSender(members []membership.Member, from string) string {
-	for _, m := range members {
-		if m.Node != from || m.Status != membership.StatusAlive {
-			continue
-		}
-		if m.Meta.Role != membership.RoleProxy {
-			return rejectNotProxy
-		}
-		return ""
-	}
-	return rejectUnknownSender
 }
 
 // onHold applies the latest operator command on the run loop's goroutine.
@@ -119,11 +90,6 @@ func (a *Agent) onRepair(from string, msg []byte) {
 		a.log.Warn("malformed repair command", zap.String("from", from), zap.Error(err))
 		return
 	}
-	if why := commandSender(a.node.Members(), from); why != "" {
-		a.metrics.commandsRejected.WithLabelValues(why).Inc()
-		a.log.Warn("repair command rejected: only an alive proxy may command an agent", zap.String("from", from), zap.String("reason", why))
-		return
-	}
 	if r.Set != a.cfg.Replica.Set {
 		return
 	}
@@ -147,11 +113,6 @@ func (a *Agent) onRestartReplica(from string, msg []byte) {
 	r, err := membership.DecodeRestartReplica(msg)
 	if err != nil {
 		a.log.Warn("malformed restart command", zap.String("from", from), zap.Error(err))
-		return
-	}
-	if why := commandSender(a.node.Members(), from); why != "" {
-		a.metrics.commandsRejected.WithLabelValues(why).Inc()
-		a.log.Warn("restart command rejected: only an alive proxy may command an agent", zap.String("from", from), zap.String("reason", why))
 		return
 	}
 	if r.Set != a.cfg.Replica.Set || r.Replica != a.replica || (r.Boot != 0 && r.Boot != a.book.boot) {

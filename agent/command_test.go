@@ -135,7 +135,7 @@ func TestAdminDrainCommandFromNonProxyRejected(t *testing.T) {
 	}
 	_ = other.Members()
 	poll.Until(t, 10*time.Second, "the command to be counted as rejected", func() bool {
-		return metric(t, a.reg, "keyway_agent_commands_rejected_total", "reason", "not_proxy") == 1
+		return metric(t, a.reg, "keyway_gossip_rejected_total", "reason", "not_proxy") == 1
 	})
 	if a.Held() {
 		t.Fatal("a replica's agent drained this one")
@@ -143,7 +143,7 @@ func TestAdminDrainCommandFromNonProxyRejected(t *testing.T) {
 	if s := a.State(); s != balancer.StateReady {
 		t.Fatalf("state %s after a rejected command, want ready", s)
 	}
-	warned := a.logs.FilterMessageSnippet("admin drain command rejected").FilterField(zap.String("from", other.Name())).FilterField(zap.String("reason", "not_proxy"))
+	warned := a.logs.FilterMessageSnippet("gossip: refused").FilterField(zap.String("from", other.Name())).FilterField(zap.String("reason", "not_proxy")).FilterField(zap.String("what", "admin_drain"))
 	if warned.Len() != 1 {
 		t.Fatalf("%d rejection warnings naming %s, want 1", warned.Len(), other.Name())
 	}
@@ -154,7 +154,7 @@ func TestAdminDrainCommandFromNonProxyRejected(t *testing.T) {
 	}
 	_ = p.Members()
 	poll.Until(t, 10*time.Second, "the proxy's command to hold the drain", a.Held)
-	if n := metric(t, a.reg, "keyway_agent_commands_rejected_total", "reason", "not_proxy"); n != 1 {
+	if n := metric(t, a.reg, "keyway_gossip_rejected_total", "reason", "not_proxy"); n != 1 {
 		t.Fatalf("rejected %v commands after the proxy's, want still 1", n)
 	}
 }

@@ -153,7 +153,7 @@ func runAgent(t *testing.T, cfg agent.Config, start agent.StartFunc) *running {
 		}
 		a.Supervise(sup)
 	}
-	node, err := membership.New(cfg.Gossip, a.Meta(), membership.Options{Logger: log.Named("gossip"), Registerer: reg, Sink: a, Messages: a.HandleMessage})
+	node, err := membership.New(cfg.Gossip, a.Meta(), membership.Options{Logger: log.Named("gossip"), Registerer: reg, Sink: a})
 	if err != nil {
 		t.Fatal(err)
 	}

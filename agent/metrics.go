@@ -22,8 +22,6 @@ type metrics struct {
 	probes      *prometheus.CounterVec // result
 	reports     *prometheus.CounterVec // result
 	transitions prometheus.Counter
-	// commandsRejected counts admin drain commands refused, by reason.
-	commandsRejected *prometheus.CounterVec
 	// drainProbe counts drain probe waits by result (done, timeout).
 	drainProbe *prometheus.CounterVec
 	// setCommands counts set stop and start commands applied, by command.
@@ -113,10 +111,6 @@ func newMetrics() *metrics {
 			Namespace: "keyway", Subsystem: "agent", Name: "state_changes_total",
 			Help: "Lifecycle state changes advertised.",
 		}),
-		commandsRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "keyway", Subsystem: "agent", Name: "commands_rejected_total",
-			Help: "Commands (admin drain, repair, restart, set stop) refused because the sender is not an alive proxy, by reason (unknown_sender: no alive member of that name; not_proxy: its metadata does not say role proxy).",
-		}, []string{"reason"}),
 		drainProbe: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "keyway", Subsystem: "agent", Name: "drain_probes_total",
 			Help: "Waits on the replica's drain probe (drain.probe_path) after a drain, by result: done (it answered 200) or timeout (drain.probe_timeout passed; the agent left anyway).",
@@ -130,9 +124,6 @@ func newMetrics() *metrics {
 	m.setCommands.WithLabelValues("start")
 	m.drainProbe.WithLabelValues("done")
 	m.drainProbe.WithLabelValues("timeout")
-	for _, r := range []string{rejectUnknownSender, rejectNotProxy} {
-		m.commandsRejected.WithLabelValues(r)
-	}
 	for _, r := range []string{"pass", "fail"} {
 		m.probes.WithLabelValues(r)
 	}
@@ -144,7 +135,7 @@ func newMetrics() *metrics {
 }
 
 func (m *metrics) register(reg prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.info, m.state, m.probes, m.reports, m.transitions, m.commandsRejected, m.drainProbe, m.setCommands} {
+	for _, c := range []prometheus.Collector{m.info, m.state, m.probes, m.reports, m.transitions, m.drainProbe, m.setCommands} {
 		if err := reg.Register(c); err != nil {
 			return err
 		}

@@ -62,12 +62,6 @@ func (a *Agent) onSetStop(from string, msg []byte) {
 		a.log.Warn("malformed set stop command", zap.String("from", from), zap.Error(err))
 		return
 	}
-	if why := commandSender(a.node.Members(), from); why != "" {
-		a.metrics.commandsRejected.WithLabelValues(why).Inc()
-		a.log.Warn("set stop command rejected: only an alive proxy may command an agent", zap.String("from", from),
-			zap.String("reason", why), zap.String("by", c.By), zap.Bool("stop", c.Stop), zap.Uint64("version", c.Version))
-		return
-	}
 	if c.Set != a.cfg.Replica.Set {
 		a.log.Debug("set stop command for another set ignored", zap.String("from", from), zap.String("set", c.Set))
 		return

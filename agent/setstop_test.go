@@ -420,10 +420,10 @@ func TestSetStopCommandChecks(t *testing.T) {
 	_ = other.Members()
 	// Counted, then logged: wait for both.
 	warned := func() int {
-		return a.logs.FilterMessageSnippet("set stop command rejected").FilterField(zap.String("from", other.Name())).Len()
+		return a.logs.FilterMessageSnippet("gossip: refused").FilterField(zap.String("from", other.Name())).FilterField(zap.String("what", "set_stop")).Len()
 	}
 	poll.Until(t, 10*time.Second, "the command to be counted and logged as rejected", func() bool {
-		return metric(t, a.reg, "keyway_agent_commands_rejected_total", "reason", "not_proxy") == 1 && warned() > 0
+		return metric(t, a.reg, "keyway_gossip_rejected_total", "reason", "not_proxy") == 1 && warned() > 0
 	})
 	if warned() != 1 || a.SetStopped() {
 		t.Fatalf("%d rejection warnings, SetStopped %v; want 1, false", warned(), a.SetStopped())

@@ -43,6 +43,7 @@ const (
 	// exited, restart scheduled, given up, repaired (field "event").
 	KindReplicaProcess = "replica_process"
 	// The fleet (proxy.FleetEvent).
+	KindGossipRefused     = "gossip_refused"     // a member's message or claim not authenticated for its role was refused (once per sender, reason and minute)
 	KindFleetHold         = "fleet_hold"         // the fleet holds a replica out on another proxy's evidence
 	KindFleetRelease      = "fleet_release"      // the fleet lets it back
 	KindFleetDisagreement = "fleet_disagreement" // another proxy has routed a set differently for longer than fleet.disagreement_bound

@@ -22,7 +22,10 @@ type AdminDrain struct {
 	By string `json:"by"`
 }
 
-const adminDrainKind = "admin_drain"
+// AdminDrainKind is the kind of an AdminDrain message.
+const AdminDrainKind = "admin_drain"
+
+const adminDrainKind = AdminDrainKind
 
 // Encode returns the message bytes.
 func (c AdminDrain) Encode() []byte {

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"keyway/fleetauth"
 )
 
 // Config configures a gossip node. Proxies and agents share it.
@@ -47,6 +49,22 @@ type Config struct {
 	// host is trusted; a node started so logs an error-level line saying
 	// so. Default false: such a node refuses to start.
 	Insecure bool `yaml:"insecure"`
+	// CredentialsFile names the fleet credentials file that "keyway keys"
+	// writes: the public keys of the proxies and of every set's agents,
+	// and the private keys of this node's role (a proxy's, or its set's
+	// agents'). What changes state across the fleet is signed with them:
+	// run-time records, commands to agents, fleet views, a replica's
+	// claim to its name and a proxy's to its role. Required wherever a
+	// gossip key is (off loopback, unless Insecure): every member holds
+	// the gossip key, so it keeps only strangers out.
+	CredentialsFile string `yaml:"credentials_file"`
+	// Signatures says what a node with credentials does with unsigned
+	// messages and claims: "required" (the default) refuses them, counted
+	// in keyway_gossip_rejected_total; "optional" also believes members of
+	// a keyway version without signatures, as that version did (a
+	// member's role from its own metadata), for the time of a rolling
+	// upgrade. Signed ones are verified either way.
+	Signatures string `yaml:"signatures"`
 	// ForgetAfter is how long a dead replica stays on the ring (out of
 	// rotation) before its partitions move for good. A restart within it
 	// gets its partitions back. Default 5m.
@@ -70,8 +88,15 @@ func DefaultConfig() Config {
 		ForgetAfter:      5 * time.Minute,
 		Profile:          "lan",
 		PushPullInterval: 15 * time.Second,
+		Signatures:       SignaturesRequired,
 	}
 }
+
+// The values of Config.Signatures.
+const (
+	SignaturesRequired = "required"
+	SignaturesOptional = "optional"
+)
 
 // Validate reports every problem. Each error starts with the field's YAML
 // name followed by ": ".
@@ -109,6 +134,14 @@ func (c Config) Validate() error {
 		if _, err := readKeyFile(c.KeyFile); err != nil {
 			errs = append(errs, fmt.Errorf("key_file: %w", err))
 		}
+	}
+	if c.CredentialsFile != "" {
+		if _, err := fleetauth.Load(c.CredentialsFile); err != nil {
+			errs = append(errs, fmt.Errorf("credentials_file: %w", err))
+		}
+	}
+	if c.Signatures != SignaturesRequired && c.Signatures != SignaturesOptional && c.Signatures != "" {
+		errs = append(errs, fmt.Errorf("signatures: must be required or optional (optional only while members of a version without signatures run), got %q", c.Signatures))
 	}
 	if c.ForgetAfter < time.Second {
 		errs = append(errs, fmt.Errorf("forget_after: must be at least 1s, got %s", c.ForgetAfter))

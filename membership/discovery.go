@@ -163,6 +163,8 @@ func (d *Discovery) Attach(n *Node) {
 	d.node, d.self, d.send = n, n.ID(), n.Send
 	d.rule = isolationRuleFor(n.cfg)
 	d.mu.Unlock()
+	n.Handle(RepairKind, RoleProxy, d.handleRepair)
+	n.Handle(adminDrainKind, RoleProxy, d.handleAdminDrain)
 }
 
 // SetMembers implements Sink.

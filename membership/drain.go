@@ -183,16 +183,24 @@ func (d *Discovery) forgetHold(set, replica string) {
 // every proxy) makes this one forget the drain too, so that no proxy
 // drains a later incarnation again.
 func (d *Discovery) HandleMessage(from string, msg []byte) {
-	if MessageKind(msg) == RepairKind {
-		if r, err := DecodeRepair(msg); err == nil && d.onRepair != nil {
-			d.onRepair(r.Set, r.By)
-		}
-		return
+	switch MessageKind(msg) {
+	case RepairKind:
+		d.handleRepair(Message{From: from, Body: msg})
+	case adminDrainKind:
+		d.handleAdminDrain(Message{From: from, Body: msg})
 	}
-	if MessageKind(msg) != adminDrainKind {
-		return
+}
+
+// handleRepair hears of a repair another proxy's admin API received.
+func (d *Discovery) handleRepair(m Message) {
+	if r, err := DecodeRepair(m.Body); err == nil && d.onRepair != nil {
+		d.onRepair(r.Set, r.By)
 	}
-	c, err := DecodeAdminDrain(msg)
+}
+
+// handleAdminDrain hears of an undrain another proxy's admin API received.
+func (d *Discovery) handleAdminDrain(m Message) {
+	c, err := DecodeAdminDrain(m.Body)
 	if err != nil || c.Drain {
 		return
 	}

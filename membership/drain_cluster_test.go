@@ -71,20 +71,20 @@ func startGossipProxy(t *testing.T, name string, join ...string) *gossipProxy {
 	n, err := membership.New(cfg, membership.Meta{Role: membership.RoleProxy, Addr: name}, membership.Options{
 		Logger: testLogger(t).Named(name),
 		Sink:   p.disc,
-		Messages: func(from string, msg []byte) {
-			if c, err := membership.DecodeAdminDrain(msg); err == nil {
-				p.mu.Lock()
-				p.msgs = append(p.msgs, c)
-				p.mu.Unlock()
-			}
-			p.disc.HandleMessage(from, msg)
-		},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	p.node = n
 	p.disc.Attach(n)
+	n.Handle(membership.AdminDrainKind, membership.RoleProxy, func(m membership.Message) {
+		if c, err := membership.DecodeAdminDrain(m.Body); err == nil {
+			p.mu.Lock()
+			p.msgs = append(p.msgs, c)
+			p.mu.Unlock()
+		}
+		p.disc.HandleMessage(m.From, m.Body)
+	})
 	runNode(t, n)
 	return p
 }
@@ -126,19 +126,19 @@ func startDrainableReplica(t *testing.T, name string, join ...string) *membershi
 	cfg.Join = join
 	n, err := membership.New(cfg, replicaMeta(name), membership.Options{
 		Logger: testLogger(t).Named(name),
-		Messages: func(from string, msg []byte) {
-			if c, err := membership.DecodeAdminDrain(msg); err == nil {
-				select {
-				case cmds <- c:
-				default:
-					t.Errorf("%s: command dropped", name)
-				}
-			}
-		},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
+	n.Handle(membership.AdminDrainKind, membership.RoleProxy, func(m membership.Message) {
+		if c, err := membership.DecodeAdminDrain(m.Body); err == nil {
+			select {
+			case cmds <- c:
+			default:
+				t.Errorf("%s: command dropped", name)
+			}
+		}
+	})
 	stop := make(chan struct{})
 	applied := make(chan struct{})
 	go func() {

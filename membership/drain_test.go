@@ -10,12 +10,13 @@ import (
 
 // The tie rules of the incarnation index: the newest alive incarnation is
 // the alive member with the highest boot, the first in snapshot order of
-// equal boots; the listed member is the highest boot of any status, an
-// alive one of equal boots.
+// equal boots; the listed member is the newest alive one, else the
+// highest boot of any status.
 func TestIncarnationsTieRules(t *testing.T) {
 	named := func(m Member, node string) Member { m.Node = node; return m }
 	ms := []Member{
-		// o-0: a newer dead incarnation is listed; the newest alive one is boot 2.
+		// o-0: a newer dead incarnation does not lock the name: the newest
+		// alive one, boot 2, is listed.
 		rep("orders", "o-0", "a:1", balancer.StateReady, 1, StatusAlive),
 		rep("orders", "o-0", "a:3", balancer.StateReady, 3, StatusDead),
 		rep("orders", "o-0", "a:2", balancer.StateReady, 2, StatusAlive),
@@ -38,7 +39,7 @@ func TestIncarnationsTieRules(t *testing.T) {
 	for _, tc := range []struct {
 		replica, newest, listed string // node names; newest "" means none alive
 	}{
-		{"o-0", "o-0.c", "o-0.d"},
+		{"o-0", "o-0.c", "o-0.c"},
 		{"o-1", "o-1.first", "o-1.first"},
 		{"o-2", "o-2.alive", "o-2.alive"},
 		{"o-3", "", "o-3.b"},
@@ -56,7 +57,7 @@ func TestIncarnationsTieRules(t *testing.T) {
 	}
 	// ReplicasBySet is built from the listed members.
 	want := []balancer.Replica{
-		{Name: "o-0", Addr: "a:3", State: balancer.StateReady, Source: "gossip", Down: true, Boot: 3},
+		{Name: "o-0", Addr: "a:2", State: balancer.StateReady, Source: "gossip", Boot: 2},
 		{Name: "o-1", Addr: "a:4", State: balancer.StateReady, Source: "gossip", Boot: 5},
 		{Name: "o-2", Addr: "a:7", State: balancer.StateReady, Source: "gossip", Boot: 7},
 		{Name: "o-3", Addr: "a:8", State: balancer.StateStopped, Source: "gossip", Boot: 1},

@@ -234,6 +234,7 @@ func (f *Fleet) Attach(n *Node) {
 		}
 		return n.Send(node, msg)
 	}
+	n.Handle(proxyStateKind, RoleProxy, f.handleState)
 }
 
 // Poke sends this proxy's view now rather than at the next interval (the
@@ -248,11 +249,15 @@ func (f *Fleet) Poke() {
 // HandleMessage takes a view another proxy sent (a membership
 // MessageHandler; other kinds are ignored).
 func (f *Fleet) HandleMessage(from string, msg []byte) {
-	if MessageKind(msg) != proxyStateKind {
-		return
+	if MessageKind(msg) == proxyStateKind {
+		f.handleState(Message{From: from, Body: msg})
 	}
+}
+
+// handleState takes a view another proxy sent.
+func (f *Fleet) handleState(m Message) {
 	var ps proxyState
-	if err := json.Unmarshal(msg, &ps); err != nil || ps.Node == "" {
+	if err := json.Unmarshal(m.Body, &ps); err != nil || ps.Node == "" {
 		f.received.WithLabelValues("invalid").Inc()
 		return
 	}

@@ -60,7 +60,7 @@ func startFleetProxy(t *testing.T, id string, mark int64, join ...string) *fleet
 	cfg := testConfig()
 	cfg.Join = join
 	n, err := membership.New(cfg, membership.Meta{Role: membership.RoleProxy, ID: id, Addr: "admin-" + id}, membership.Options{
-		Logger: testLogger(t).Named(id), Messages: p.fleet.HandleMessage,
+		Logger: testLogger(t).Named(id),
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -24,8 +24,8 @@ type incarnations map[[2]string]incarnation
 // incarnation is what one snapshot says about one replica.
 type incarnation struct {
 	// listed is the member the replica list is built from (see
-	// [ReplicasBySet]): the newest boot whatever its status; of equal
-	// boots an alive member, else the first in snapshot order.
+	// [ReplicasBySet]): the newest alive incarnation when there is one,
+	// else the newest boot; of equal boots the first in snapshot order.
 	listed Member
 	// newest is the newest alive incarnation, valid when hasAlive: of the
 	// alive members, the one with the highest boot; of equal boots the
@@ -53,6 +53,15 @@ func indexIncarnations(ms []Member) incarnations {
 		}
 		idx[k] = in
 	}
+	for k, in := range idx {
+		if in.hasAlive {
+			// An alive incarnation is listed over a dead one, whatever
+			// boot the dead one advertised: a claim that went away never
+			// locks the name.
+			in.listed = in.newest
+			idx[k] = in
+		}
+	}
 	return idx
 }
 
@@ -64,8 +73,8 @@ func (idx incarnations) newestAlive(set, replica string) (m Member, ok bool) {
 }
 
 // ReplicasBySet turns gossip members into each set's replica list for the
-// Router. Of several members claiming one replica name, the newest boot
-// wins (an alive one of equal boots). A dead member stays listed as Down
+// Router. Of several members claiming one replica name, the newest alive
+// one wins, else the newest boot. A dead member stays listed as Down
 // (on the ring, out of rotation) until membership forgets it; a member
 // that left advertising Remove is dropped at once; one that left without
 // it (a restart) stays listed as stopped until forgotten.
@@ -95,6 +104,46 @@ func (idx incarnations) replicasBySet() map[string][]balancer.Replica {
 	}
 	for set := range out {
 		slices.SortFunc(out[set], func(a, b balancer.Replica) int { return strings.Compare(a.Name, b.Name) })
+	}
+	return out
+}
+
+// A replica's name belongs to the member that claimed it first, while it
+// is alive: a second alive claim at another address is refused (and
+// alarmed), whatever boot it advertises. A compromised host of the set
+// holds the set's key, so its claims verify; this rule keeps it from
+// taking a live replica's keys. A claim at the holder's address is the
+// same replica restarting (its newest boot wins, as before), and once the
+// holder is dead or gone the next claim takes the name: a replica that
+// crashed and came back at a new address waits for gossip to find the
+// old incarnation dead.
+
+// conflicts returns the node names of the alive claims refused in ms,
+// with the holder of each name.
+func conflicts(ms []Member) map[string]Member {
+	holders := map[[2]string]Member{}
+	for _, m := range ms {
+		if m.Meta.Role != RoleReplica || m.Status != StatusAlive || m.Meta.Set == "" || m.Meta.Replica == "" {
+			continue
+		}
+		k := [2]string{m.Meta.Set, m.Meta.Replica}
+		h, ok := holders[k]
+		if !ok || m.Since.Before(h.Since) || m.Since.Equal(h.Since) && m.Node < h.Node {
+			holders[k] = m
+		}
+	}
+	var out map[string]Member
+	for _, m := range ms {
+		if m.Meta.Role != RoleReplica || m.Status != StatusAlive {
+			continue
+		}
+		h := holders[[2]string{m.Meta.Set, m.Meta.Replica}]
+		if h.Node != m.Node && h.Meta.Addr != m.Meta.Addr {
+			if out == nil {
+				out = map[string]Member{}
+			}
+			out[m.Node] = h
+		}
 	}
 	return out
 }

@@ -65,7 +65,7 @@ func proxyDiscovery(t *testing.T, join string, wrap func(*memberlist.NetTranspor
 	cfg.Join = []string{join}
 	cfg.RejoinInterval = 2 * time.Second
 	px, err := membership.New(cfg, membership.Meta{Role: membership.RoleProxy}, membership.Options{
-		Logger: testLogger(t).Named("proxy"), Sink: disc, Messages: disc.HandleMessage, Transport: wrap,
+		Logger: testLogger(t).Named("proxy"), Sink: disc, Transport: wrap,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -20,6 +20,7 @@ import (
 	"go.uber.org/zap"
 
 	"keyway/balancer"
+	"keyway/fleetauth"
 )
 
 // Status is a member's liveness as this node's gossip sees it.
@@ -58,6 +59,11 @@ type Member struct {
 	Since time.Time `json:"since"`
 	// Self marks this node's own entry.
 	Self bool `json:"self,omitempty"`
+	// Refused, when not empty, says why the member's claim to a role is
+	// not believed (a keyway_gossip_rejected_total reason): its metadata
+	// is unsigned, or signed by a key that is not its role's. Meta.Role is
+	// then RoleUnknown.
+	Refused string `json:"refused,omitempty"`
 }
 
 // ID is the member's stable identity: a proxy's Meta.ID, or the node name
@@ -73,16 +79,20 @@ type Sink interface {
 	SetMembers([]Member)
 }
 
-// MessageHandler receives user messages sent with [Node.Send]. It is called
-// from a worker goroutine, serialized, never from memberlist's packet loop.
-type MessageHandler func(from string, msg []byte)
-
 // Options are a Node's dependencies. All are optional.
 type Options struct {
 	Logger     *zap.Logger
 	Registerer prometheus.Registerer
 	Sink       Sink
-	Messages   MessageHandler
+	// Credentials, when not nil, are the fleet credentials to sign and
+	// verify with instead of Config.CredentialsFile's (the demo and tests
+	// make their own).
+	Credentials *fleetauth.Credentials
+	// OnReject, when not nil, hears of refused messages and claims, at
+	// most once per sender and reason per minute (for the audit trail).
+	// It is called from memberlist's callbacks or the message worker:
+	// it must not block or call the Node.
+	OnReject func(Rejection)
 	// Env looks up KEYWAY_GOSSIP_KEY; nil means os.LookupEnv.
 	Env func(string) (string, bool)
 	// Now is the clock; nil means time.Now.
@@ -106,11 +116,12 @@ type Node struct {
 	base    string                 // the node name's part before the boot suffix
 	name    atomic.Pointer[string] // the gossip node name (Name); MoveTo changes it
 	keys    [][]byte
+	auth    *fleetauth.Keyring // nil: signs and checks nothing (loopback without credentials)
 	metrics *metrics
 	now     func() time.Time
 
-	meta   atomic.Pointer[[]byte] // encoded, served by NodeMeta
-	metaMu sync.Mutex             // serializes SetMeta
+	meta   atomic.Pointer[Meta] // the current metadata, served (encoded, signed) by NodeMeta
+	metaMu sync.Mutex           // serializes SetMeta
 	cur    Meta
 
 	mu      sync.Mutex // guards members and former
@@ -130,6 +141,22 @@ type Node struct {
 	joining    atomic.Bool
 	joinedOnce sync.Once
 	moves      chan moveRequest // MoveTo's requests, served by Run
+
+	hmu        sync.Mutex
+	handlers   map[string]handlerEntry // by message kind
+	lastStamp  atomic.Int64
+	replays    replays
+	rmu        sync.Mutex
+	rlimits    map[rejectKey]*refusal
+	claims     map[string]claimVerdict // by node name; guarded by mu
+	conflicted map[string]bool         // claims refused as second claims to a live name; emit's
+}
+
+// claimVerdict is the last check of a member's metadata, kept while its
+// bytes do not change.
+type claimVerdict struct {
+	raw            []byte
+	reason, detail string
 }
 
 type moveRequest struct {
@@ -152,6 +179,10 @@ func New(cfg Config, self Meta, opts Options) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gossip config: %w", err)
 	}
+	auth, err := cfg.keyring(self.Role, self.Set, opts.Credentials)
+	if err != nil {
+		return nil, fmt.Errorf("gossip config: %w", err)
+	}
 	now := opts.Now
 	if now == nil {
 		now = time.Now
@@ -160,18 +191,23 @@ func New(cfg Config, self Meta, opts Options) (*Node, error) {
 		self.Boot = now().UnixNano()
 	}
 	n := &Node{
-		cfg:     cfg,
-		opts:    opts,
-		log:     cmp.Or(opts.Logger, zap.NewNop()),
-		keys:    keys,
-		now:     now,
-		members: map[string]*Member{},
-		former:  map[string]bool{},
-		moves:   make(chan moveRequest),
-		dirty:   make(chan struct{}, 1),
-		inbox:   make(chan inMsg, 256),
-		started: make(chan struct{}),
-		joined:  make(chan struct{}),
+		cfg:        cfg,
+		opts:       opts,
+		log:        cmp.Or(opts.Logger, zap.NewNop()),
+		keys:       keys,
+		auth:       auth,
+		now:        now,
+		handlers:   map[string]handlerEntry{},
+		rlimits:    map[rejectKey]*refusal{},
+		claims:     map[string]claimVerdict{},
+		conflicted: map[string]bool{},
+		members:    map[string]*Member{},
+		former:     map[string]bool{},
+		moves:      make(chan moveRequest),
+		dirty:      make(chan struct{}, 1),
+		inbox:      make(chan inMsg, 256),
+		started:    make(chan struct{}),
+		joined:     make(chan struct{}),
 	}
 	n.metrics = newMetrics(opts.Registerer, n.HealthScore)
 	base := self.Replica
@@ -209,12 +245,11 @@ func (n *Node) Meta() Meta {
 }
 
 func (n *Node) setMeta(m Meta) error {
-	b, err := m.Encode()
-	if err != nil {
+	if _, err := n.signMeta(n.Name(), m); err != nil {
 		return err
 	}
 	n.cur = m
-	n.meta.Store(&b)
+	n.meta.Store(&m)
 	return nil
 }
 
@@ -252,7 +287,19 @@ func (n *Node) Members() []Member {
 	for _, k := range slices.Sorted(maps.Keys(n.members)) {
 		out = append(out, *n.members[k])
 	}
+	refuseConflicts(out)
 	return out
+}
+
+// refuseConflicts takes the role of the refused second claims to a live
+// replica name (conflicts) in a snapshot.
+func refuseConflicts(ms []Member) {
+	cs := conflicts(ms)
+	for i := range ms {
+		if _, ok := cs[ms[i].Node]; ok && !ms[i].Self {
+			ms[i].Meta.Role, ms[i].Refused = RoleUnknown, RejectClaimConflict
+		}
+	}
 }
 
 // HealthScore returns memberlist's awareness score: 0 is healthy, higher
@@ -293,7 +340,7 @@ func (n *Node) Send(node string, msg []byte) error {
 	if err != nil {
 		return err
 	}
-	return ml.SendToAddress(memberlist.Address{Addr: addr, Name: node}, encodeEnvelope(n.Name(), msg))
+	return ml.SendToAddress(memberlist.Address{Addr: addr, Name: node}, encodeEnvelope(n.Name(), n.seal(node, msg)))
 }
 
 // liveMember returns the running memberlist and the gossip address of the
@@ -453,25 +500,48 @@ func (n *Node) move(port, advertise int) error {
 	return nil
 }
 
-// mlDelegate is one memberlist's delegate: the node's, but once stopped
-// it advertises the node's metadata with state stopped (a member that
+// mlDelegate is one memberlist's delegate: the node's, advertising its
+// metadata signed for this memberlist's node name; once stopped it
+// advertises the node's metadata with state stopped (a member that
 // MoveTo replaced, leaving).
 type mlDelegate struct {
 	*delegate
+	name    string
 	stopped atomic.Bool
+	cache   atomic.Pointer[metaCache]
+}
+
+// metaCache is the last encoding NodeMeta served, for the metadata it
+// was made from: memberlist asks for it at every push/pull.
+type metaCache struct {
+	src     *Meta
+	stopped bool
+	b       []byte
 }
 
 func (d *mlDelegate) NodeMeta(limit int) []byte {
-	if !d.stopped.Load() {
-		return d.delegate.NodeMeta(limit)
+	n := (*Node)(d.delegate)
+	src, stopped := n.meta.Load(), d.stopped.Load()
+	c := d.cache.Load()
+	if c == nil || c.src != src || c.stopped != stopped {
+		m := *src
+		if stopped {
+			m.State = balancer.StateStopped
+		}
+		b, err := n.signMeta(d.name, m)
+		if err != nil {
+			// setMeta checked it; never advertise what does not verify.
+			n.log.Error("gossip metadata not encoded", zap.Error(err))
+			return nil
+		}
+		c = &metaCache{src: src, stopped: stopped, b: b}
+		d.cache.Store(c)
 	}
-	m := (*Node)(d.delegate).Meta()
-	m.State = balancer.StateStopped
-	b, err := m.Encode()
-	if err != nil || len(b) > limit {
+	if len(c.b) > limit {
+		// setMeta checked MetaMaxSize; never panic memberlist.
 		return nil
 	}
-	return b
+	return c.b
 }
 
 // memberlistConfig is the configuration of the memberlist member named
@@ -507,7 +577,7 @@ func (n *Node) memberlistConfig(name string, port int) (*memberlist.Config, *mlD
 		kr, _ := memberlist.NewKeyring(n.keys, n.keys[0])
 		c.Keyring = kr
 	}
-	d := &mlDelegate{delegate: (*delegate)(n)}
+	d := &mlDelegate{delegate: (*delegate)(n), name: name}
 	c.Delegate = d
 	c.Events = (*events)(n)
 	c.Alive = (*alive)(n)
@@ -595,6 +665,7 @@ func (n *Node) forget() bool {
 	for k, m := range n.members {
 		if m.Status != StatusAlive && m.Since.Before(cutoff) {
 			delete(n.members, k)
+			delete(n.claims, k)
 			changed = true
 		}
 	}
@@ -605,6 +676,7 @@ func (n *Node) forget() bool {
 func (n *Node) emit() {
 	joined := n.joining.Load()
 	ms := n.Members()
+	n.alarmConflicts(ms)
 	n.metrics.observe(ms)
 	if n.opts.Sink != nil {
 		n.opts.Sink.SetMembers(ms)
@@ -620,9 +692,7 @@ func (n *Node) messageLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case m := <-n.inbox:
-			if n.opts.Messages != nil {
-				n.opts.Messages(m.from, m.msg)
-			}
+			n.dispatch(m.from, m.msg)
 		}
 	}
 }
@@ -652,6 +722,19 @@ func (n *Node) update(node *memberlist.Node, leaving bool) {
 		n.mu.Unlock() // this process's member before MoveTo, leaving
 		return
 	}
+	v, seen := n.claims[node.Name]
+	if !seen || !bytes.Equal(v.raw, node.Meta) {
+		v.raw = bytes.Clone(node.Meta)
+		v.reason, v.detail = n.claimCheck(node.Name, node.Meta, meta)
+		n.claims[node.Name] = v
+		if v.reason != "" {
+			defer n.refuse(node.Name, "claim", v.reason, v.detail)
+		}
+	}
+	if v.reason != "" {
+		// Not believed: listed (it is alive), but with no role.
+		meta.Role = RoleUnknown
+	}
 	m, ok := n.members[node.Name]
 	if !ok {
 		m = &Member{Node: node.Name}
@@ -666,7 +749,7 @@ func (n *Node) update(node *memberlist.Node, leaving bool) {
 			status = StatusLeft
 		}
 	} else {
-		m.Meta = meta
+		m.Meta, m.Refused = meta, v.reason
 	}
 	if !ok || m.Status != status {
 		m.Since = now
@@ -679,15 +762,6 @@ func (n *Node) update(node *memberlist.Node, leaving bool) {
 
 // delegate implements memberlist.Delegate.
 type delegate Node
-
-func (d *delegate) NodeMeta(limit int) []byte {
-	b := *(*Node)(d).meta.Load()
-	if len(b) > limit {
-		// Encode already checked MetaMaxSize; never panic memberlist.
-		return nil
-	}
-	return b
-}
 
 func (d *delegate) NotifyMsg(b []byte) {
 	n := (*Node)(d)

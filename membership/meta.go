@@ -100,7 +100,11 @@ var (
 // fingerprint, then the id when there is one (appended to version 1
 // later: older decoders ignore it, and a member without one encodes as
 // before). It fails when the result exceeds MetaMaxSize.
-func (m Meta) Encode() ([]byte, error) {
+func (m Meta) Encode() ([]byte, error) { return m.encode(false) }
+
+// encode is Encode; withID writes the id field even when it is empty
+// (signed metadata: the signature follows it).
+func (m Meta) encode(withID bool) ([]byte, error) {
 	b := make([]byte, 0, 64+len(m.Set)+len(m.Replica)+len(m.Addr)+len(m.Zone)+len(m.Fingerprint)+len(m.ID))
 	var flags byte
 	if m.Remove {
@@ -116,7 +120,7 @@ func (m Meta) Encode() ([]byte, error) {
 	b = binary.BigEndian.AppendUint16(b, m.Weight)
 	b = binary.AppendVarint(b, m.Boot)
 	fields := []string{m.Set, m.Replica, m.Addr, m.Zone, m.Fingerprint, m.ID}
-	if m.ID == "" {
+	if m.ID == "" && !withID {
 		fields = fields[:5]
 	}
 	for _, s := range fields {
@@ -138,22 +142,39 @@ func (m Meta) Encode() ([]byte, error) {
 // id may be absent (an older member's metadata ends at the fingerprint):
 // ID is then empty.
 func DecodeMeta(b []byte) (Meta, error) {
+	m, _, err := decodeMeta(b)
+	return m, err
+}
+
+// metaEnd returns the offset of the end of the fields DecodeMeta knows
+// (where a signature starts).
+func metaEnd(b []byte) (int, error) {
+	_, end, err := decodeMeta(b)
+	return end, err
+}
+
+func decodeMeta(b []byte) (Meta, int, error) {
+	m, rest, err := decodeMetaFields(b)
+	return m, len(b) - len(rest), err
+}
+
+func decodeMetaFields(b []byte) (Meta, []byte, error) {
 	var m Meta
 	if len(b) > MetaMaxSize {
-		return m, ErrMetaSize
+		return m, nil, ErrMetaSize
 	}
 	if len(b) < 6 {
-		return m, ErrMetaFormat
+		return m, nil, ErrMetaFormat
 	}
 	if b[0] != metaVersion {
-		return m, fmt.Errorf("%w %d", ErrMetaVersion, b[0])
+		return m, nil, fmt.Errorf("%w %d", ErrMetaVersion, b[0])
 	}
 	m.Role, m.State = Role(b[1]), balancer.State(b[2])
 	if m.Role != RoleProxy && m.Role != RoleReplica {
-		return Meta{}, fmt.Errorf("%w: role %d", ErrMetaFormat, b[1])
+		return Meta{}, nil, fmt.Errorf("%w: role %d", ErrMetaFormat, b[1])
 	}
 	if m.State > balancer.StateFailed {
-		return Meta{}, fmt.Errorf("%w: state %d", ErrMetaFormat, b[2])
+		return Meta{}, nil, fmt.Errorf("%w: state %d", ErrMetaFormat, b[2])
 	}
 	m.Remove = b[3]&flagRemove != 0
 	m.Held = b[3]&flagHeld != 0
@@ -162,23 +183,24 @@ func DecodeMeta(b []byte) (Meta, error) {
 	rest := b[6:]
 	boot, n := binary.Varint(rest)
 	if n <= 0 {
-		return Meta{}, ErrMetaFormat
+		return Meta{}, nil, ErrMetaFormat
 	}
 	m.Boot, rest = boot, rest[n:]
 	for _, dst := range []*string{&m.Set, &m.Replica, &m.Addr, &m.Zone, &m.Fingerprint} {
 		if len(rest) < 1 || len(rest) < 1+int(rest[0]) {
-			return Meta{}, ErrMetaFormat
+			return Meta{}, nil, ErrMetaFormat
 		}
 		*dst = string(rest[1 : 1+int(rest[0])])
 		rest = rest[1+int(rest[0]):]
 	}
 	if len(rest) > 0 {
 		if len(rest) < 1+int(rest[0]) {
-			return Meta{}, ErrMetaFormat
+			return Meta{}, nil, ErrMetaFormat
 		}
 		m.ID = string(rest[1 : 1+int(rest[0])])
+		rest = rest[1+int(rest[0]):]
 	}
 	// Bytes after the known fields are fields appended by a later minor
-	// revision of version 1: ignored.
-	return m, nil
+	// revision of version 1 (a signature, see signMeta): ignored here.
+	return m, rest, nil
 }

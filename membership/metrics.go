@@ -2,6 +2,7 @@ package membership
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+	"slices"
 
 	"keyway/balancer"
 )
@@ -68,10 +69,10 @@ func newMetrics(reg prometheus.Registerer, healthScore func() int) *metrics {
 		}),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "keyway", Subsystem: "gossip", Name: "rejected_total",
-			Help: "Inbound gossip packets and streams this node discarded, by reason: decrypt (not encrypted with a key of this node's, or encrypted while it has none), label (another cluster label), other (malformed).",
+			Help: "Inbound gossip packets and streams this node discarded, by reason: decrypt (not encrypted with a key of this node's, or encrypted while it has none), label (another cluster label), other (malformed); and user messages and claims (gossip metadata) refused as not authenticated for their role: unsigned, bad_signature, unknown_key, wrong_key (a key of another role or set), stale, future (a stamp outside the one-minute window), replay, not_proxy, unknown_kind, claim_conflict (a second live claim to a replica name).",
 		}, []string{"reason"}),
 	}
-	for _, r := range rejectReasons {
+	for _, r := range append(slices.Clip(rejectReasons), authRejectReasons...) {
 		m.rejected.WithLabelValues(r)
 	}
 	if reg != nil {

@@ -29,7 +29,10 @@ type DrainReport struct {
 	StoppedSeen bool `json:"stopped_seen,omitempty"`
 }
 
-const drainReportKind = "drain_report"
+// DrainReportKind is the kind of a DrainReport message.
+const DrainReportKind = "drain_report"
+
+const drainReportKind = DrainReportKind
 
 // Encode returns the message bytes.
 func (r DrainReport) Encode() []byte {

@@ -262,6 +262,8 @@ func (r *Runtime) Attach(n *Node) {
 		}
 		return n.Send(node, msg)
 	}
+	n.Handle(runtimeDigestKind, RoleProxy, r.handleDigest)
+	n.Handle(runtimeRecordsKind, RoleProxy, r.handleRecords)
 	r.proxies = func() []string {
 		var out []string
 		for _, m := range n.Members() {
@@ -445,29 +447,39 @@ func (r *Runtime) digestLocked() string {
 func (r *Runtime) HandleMessage(from string, msg []byte) {
 	switch MessageKind(msg) {
 	case runtimeDigestKind:
-		var d runtimeDigest
-		if json.Unmarshal(msg, &d) != nil || d.Node == "" {
-			return
-		}
-		r.mu.Lock()
-		mine := r.digestLocked()
-		if mine == d.Digest {
-			r.synced = true
-		}
-		r.mu.Unlock()
-		if mine != d.Digest {
-			r.sendAll(d.Node, true)
-		}
+		r.handleDigest(Message{From: from, Body: msg})
 	case runtimeRecordsKind:
-		var rr runtimeRecords
-		if json.Unmarshal(msg, &rr) != nil || rr.Node == "" {
-			return
-		}
-		r.merge(rr.Node, rr.Records)
-		if rr.Reply && r.Digest() != rr.Digest {
-			// The sender lacks something of ours (or holds older records).
-			r.sendAll(rr.Node, false)
-		}
+		r.handleRecords(Message{From: from, Body: msg})
+	}
+}
+
+// handleDigest compares another proxy's digest with this one's.
+func (r *Runtime) handleDigest(m Message) {
+	var d runtimeDigest
+	if json.Unmarshal(m.Body, &d) != nil || d.Node == "" {
+		return
+	}
+	r.mu.Lock()
+	mine := r.digestLocked()
+	if mine == d.Digest {
+		r.synced = true
+	}
+	r.mu.Unlock()
+	if mine != d.Digest {
+		r.sendAll(d.Node, true)
+	}
+}
+
+// handleRecords merges another proxy's records.
+func (r *Runtime) handleRecords(m Message) {
+	var rr runtimeRecords
+	if json.Unmarshal(m.Body, &rr) != nil || rr.Node == "" {
+		return
+	}
+	r.merge(rr.Node, rr.Records)
+	if rr.Reply && r.Digest() != rr.Digest {
+		// The sender lacks something of ours (or holds older records).
+		r.sendAll(rr.Node, false)
 	}
 }
 

@@ -25,5 +25,5 @@ func (n *Node) SendReliable(node string, msg []byte) error {
 	if err != nil {
 		return fmt.Errorf("membership: member %q has no usable address %q: %w", node, addr, err)
 	}
-	return ml.SendReliable(&memberlist.Node{Name: node, Addr: net.ParseIP(host), Port: uint16(p)}, encodeEnvelope(n.Name(), msg))
+	return ml.SendReliable(&memberlist.Node{Name: node, Addr: net.ParseIP(host), Port: uint16(p)}, encodeEnvelope(n.Name(), n.seal(node, msg)))
 }

@@ -17,15 +17,15 @@ func TestSendReliable(t *testing.T) {
 	var got []string
 	recv, err := membership.New(testConfig(), membership.Meta{Role: membership.RoleProxy, Addr: "a"}, membership.Options{
 		Logger: testLogger(t).Named("a"),
-		Messages: func(from string, msg []byte) {
-			mu.Lock()
-			got = append(got, from+":"+string(msg))
-			mu.Unlock()
-		},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
+	recv.Handle("big", membership.RoleProxy, func(m membership.Message) {
+		mu.Lock()
+		got = append(got, m.From+":"+string(m.Body))
+		mu.Unlock()
+	})
 	runNode(t, recv)
 	cfg := testConfig()
 	cfg.Join = []string{recv.GossipAddr()}

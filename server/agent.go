@@ -98,7 +98,7 @@ func buildAgent(cfg agent.Config, d agentDeps) (*agent.Agent, error) {
 	// its sink (member changes wake the drain) and its message handler
 	// (drain reports, operator drains, set stops, repairs, restarts).
 	node, err := membership.New(cfg.Gossip, a.Meta(), membership.Options{
-		Logger: d.log.Named("gossip"), Registerer: d.reg, Sink: a, Messages: a.HandleMessage, Transport: d.transport,
+		Logger: d.log.Named("gossip"), Registerer: d.reg, Sink: a, Transport: d.transport,
 	})
 	if err != nil {
 		return nil, err

@@ -12,6 +12,7 @@ import (
 	"keyway/balancer"
 	"keyway/config"
 	"keyway/eventlog"
+	"keyway/fleetauth"
 	"keyway/health"
 	"keyway/membership"
 	"keyway/proxy"
@@ -104,6 +105,18 @@ func auditMember(l *eventlog.Log) func(membership.MemberEvent) {
 	}
 }
 
+// auditRefused records refused gossip messages and claims (membership
+// rate-limits them: once per sender, reason and minute).
+func auditRefused(l *eventlog.Log) func(membership.Rejection) {
+	return func(r membership.Rejection) {
+		fields := map[string]any{"member": r.Node, "what": r.What, "reason": r.Reason, "detail": r.Detail, "count": r.Count}
+		if r.Addr != "" {
+			fields["addr"] = r.Addr
+		}
+		l.Record(eventlog.KindGossipRefused, "", "", fields)
+	}
+}
+
 func auditHealth(l *eventlog.Log) func(health.Event) {
 	return func(e health.Event) {
 		fields := map[string]any{}
@@ -164,12 +177,23 @@ type processAudit struct {
 }
 
 func (p processAudit) HandleMessage(from string, msg []byte) {
-	if membership.MessageKind(msg) != membership.ProcessEventKind {
-		return
+	if membership.MessageKind(msg) == membership.ProcessEventKind {
+		p.handle(membership.Message{From: from, Body: msg})
 	}
+}
+
+// handle takes one report. A signed one must be signed with the key of
+// the set it is about.
+func (p processAudit) handle(m membership.Message) {
+	from, msg := m.From, m.Body
 	e, err := membership.DecodeProcessEvent(msg)
 	if err != nil {
 		p.log.Debug("malformed replica process event dropped", zap.String("from", from), zap.Error(err))
+		return
+	}
+	if m.Signer.Role != fleetauth.RoleNone && m.Signer.Set != e.Set {
+		p.log.Warn("replica process event about another set than its signer's dropped", zap.String("from", from),
+			zap.String("set", e.Set), zap.String("signer", m.Signer.String()))
 		return
 	}
 	if !processSender(p.members(), from, e) {

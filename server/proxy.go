@@ -247,25 +247,20 @@ func NewProxy(cfg config.Config, opts Options) (_ *ProxyNode, err error) {
 		n.disc = membership.NewDiscovery(n.p, membership.DiscoveryOptions{Logger: n.log.Named("discovery"), Registerer: n.reg, OnEvent: auditMember(n.audit), OnRepair: n.repairedElsewhere})
 		n.fleet = membership.NewFleet(n.p, membership.FleetOptions{Logger: n.log.Named("fleet"), Registerer: n.reg, Interval: cfg.Fleet.Interval, Hold: n.hold})
 		procs := processAudit{l: n.audit, members: func() []membership.Member { return n.node.Members() }, log: n.log.Named("audit")}
-		messages := func(from string, msg []byte) {
-			n.disc.HandleMessage(from, msg)
-			n.fleet.HandleMessage(from, msg)
-			n.rt.HandleMessage(from, msg)
-			procs.HandleMessage(from, msg)
-		}
 		n.node, err = membership.New(cfg.Gossip.Config, membership.Meta{
 			Role:        membership.RoleProxy,
 			ID:          id,
 			Addr:        adminAddr,
 			Fingerprint: membership.FingerprintMeta(n.p.Fingerprints()),
-		}, membership.Options{Logger: n.log.Named("gossip"), Registerer: n.reg, Sink: n.disc, Messages: messages,
-			Transport: opts.GossipTransport})
+		}, membership.Options{Logger: n.log.Named("gossip"), Registerer: n.reg, Sink: n.disc,
+			OnReject: auditRefused(n.audit), Transport: opts.GossipTransport})
 		if err != nil {
 			return nil, err
 		}
 		n.disc.Attach(n.node)
 		n.fleet.Attach(n.node)
 		n.rt.Attach(n.node)
+		n.node.Handle(membership.ProcessEventKind, membership.RoleReplica, procs.handle)
 	}
 	n.applyStops(n.eff)
 	n.log.Info("keyway starting", zap.String("version", opts.Version), zap.String("config", config.Summary(cfg)))
