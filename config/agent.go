@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"keyway/membership"
 	"os"
 	"reflect"
 	"strings"
@@ -96,6 +97,7 @@ func loadAgent(name string, data []byte, hasFile bool, opts ...Option) (agent.Co
 		d.validationProblem(src, e.Error())
 	}
 	d.checkGossipKey(src, cfg.Gossip, o.env)
+	d.checkGossipCredentials(src, cfg.Gossip, membership.RoleReplica, cfg.Replica.Set, o.env)
 	if len(d.probs) > 0 {
 		probs := sortProblems(d.sources, d.probs)
 		for i := range probs {

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 
+	"keyway/fleetauth"
 	"keyway/membership"
 )
 
@@ -29,5 +30,26 @@ func (d *decoder) checkGossipKey(file string, g membership.Config, env func(stri
 			continue
 		}
 		d.validationProblem(file, "gossip."+msg)
+	}
+}
+
+// checkGossipCredentials reports, as problems of file, what membership.New
+// would refuse about the credentials of a node of role (and set, for an
+// agent): the credentials file must hold the role's private key, and
+// gossip off loopback needs one (membership.Config.CheckCredentials).
+func (d *decoder) checkGossipCredentials(file string, g membership.Config, role membership.Role, set string, env func(string) (string, bool)) {
+	if env == nil {
+		env = func(string) (string, bool) { return "", false }
+	}
+	if g.CheckKey(env) != nil {
+		return // the key comes first: checkGossipKey's problem
+	}
+	if g.CredentialsFile != "" {
+		if _, err := fleetauth.Load(g.CredentialsFile); err != nil {
+			return // Validate's problem, reported once
+		}
+	}
+	for _, e := range leafErrors(g.CheckCredentials(role, set)) {
+		d.validationProblem(file, "gossip."+e.Error())
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"keyway/membership"
 	"os"
 	"reflect"
 	"slices"
@@ -113,6 +114,7 @@ func load(name string, data []byte, opts ...Option) (Config, map[string]loc, err
 	}
 	if cfg.Gossip.Enabled {
 		d.checkGossipKey(name, cfg.Gossip.Config, o.env)
+		d.checkGossipCredentials(name, cfg.Gossip.Config, membership.RoleProxy, "", o.env)
 	}
 	d.checkAccessKey(name, cfg.Log, o.env)
 	if o.fileChecks {
