@@ -97,7 +97,9 @@ func loadAgent(name string, data []byte, hasFile bool, opts ...Option) (agent.Co
 		d.validationProblem(src, e.Error())
 	}
 	d.checkGossipKey(src, cfg.Gossip, o.env)
-	d.checkGossipCredentials(src, cfg.Gossip, membership.RoleReplica, cfg.Replica.Set, o.env)
+	if len(d.probs) == 0 { // the credentials are checked for a valid set
+		d.checkGossipCredentials(src, cfg.Gossip, membership.RoleReplica, cfg.Replica.Set, o.env)
+	}
 	if len(d.probs) > 0 {
 		probs := sortProblems(d.sources, d.probs)
 		for i := range probs {
@@ -321,6 +323,8 @@ func agentFieldDocs() map[string]string {
 		"gossip.rejoin_interval":    "re-join the join addresses this often so a healed partition merges; 0 disables, else at least 1s",
 		"gossip.label":              "prepended to every gossip packet: must match the proxies' gossip.label; at most 255 bytes",
 		"gossip.key_file":           "file of base64 AES keys (16, 24 or 32 bytes), one per line: the first encrypts, all decrypt (rotation). KEYWAY_GOSSIP_KEY (comma-separated keys) takes precedence. Must match the proxies'. Required unless bind_addr and advertise_addr are loopback (or gossip.insecure)",
+		"gossip.credentials_file":   "this set's agent credentials file from keyway keys (every public key, and the set's agent private key, which signs this replica's claim to its name and its reports). Required wherever a gossip key is (off loopback, unless gossip.insecure); empty on loopback: nothing is signed or checked",
+		"gossip.signatures":         "required: commands not signed with the proxy key are refused. optional: also obey unsigned commands from members whose own metadata says proxy (a version without signatures), only during a rolling upgrade from that version; signed ones are verified either way",
 		"gossip.insecure":           "allow gossip without an encryption key on an address off loopback; any host that reaches the gossip port can then join, claim this replica's name and drain it. Only for a trusted network; logged at error level at start. false: such an agent refuses to start",
 		"gossip.forget_after":       "how long this member keeps a dead member in its own view; proxies decide ring membership with their own value; at least 1s",
 		"gossip.profile":            "failure detection: lan (memberlist's LAN preset, about 5s to detect a crash) or fast (about 2s); use the proxies' value",

@@ -44,7 +44,7 @@ gossip:
 const testGossipKey = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY="
 
 // withKey is an environment holding only KEYWAY_GOSSIP_KEY.
-var withKey = env(map[string]string{"KEYWAY_GOSSIP_KEY": testGossipKey})
+var withKey = keyEnv(nil)
 
 func TestLoadAgentBytes(t *testing.T) {
 	c, err := LoadAgentBytes("agent.yaml", []byte(agentYAML), withKey)
@@ -60,6 +60,7 @@ func TestLoadAgentBytes(t *testing.T) {
 	want.Gossip.BindAddr = "10.0.0.5"
 	want.Gossip.Join = []string{"keyway-gossip:7946", "10.0.0.9:7946"}
 	want.Gossip.Label = "prod"
+	want.Gossip.CredentialsFile = testCredentials
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("got  %+v\nwant %+v", c, want)
 	}
@@ -117,7 +118,7 @@ func TestLoadAgentPrecedence(t *testing.T) {
 		"KEYWAY_AGENT_REPLICA_WEIGHT": "7",
 		"KEYWAY_GOSSIP_KEY":           testGossipKey,
 	}
-	c, err := LoadAgentBytes("agent.yaml", file, env(vars), WithFlag("--probe.rise", "probe.rise", "6"), WithFlag("--replica.weight", "replica.weight", "8"))
+	c, err := LoadAgentBytes("agent.yaml", file, keyEnv(vars), WithFlag("--probe.rise", "probe.rise", "6"), WithFlag("--replica.weight", "replica.weight", "8"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,7 +169,7 @@ func TestLoadAgentProblems(t *testing.T) {
 		},
 		"environment and flags are named": {
 			file: "replica: {set: orders, addr: \"127.0.0.1:9001\"}\ngossip: {join: [a:1]}\n",
-			opts: []Option{env(map[string]string{"KEYWAY_AGENT_PROBE_FALL": "0", "KEYWAY_AGENT_DRAIN_QUIET": "1", "KEYWAY_GOSSIP_KEY": testGossipKey}), WithFlag("--log.level", "log.level", "loud")},
+			opts: []Option{keyEnv(map[string]string{"KEYWAY_AGENT_PROBE_FALL": "0", "KEYWAY_AGENT_DRAIN_QUIET": "1"}), WithFlag("--log.level", "log.level", "loud")},
 			want: []string{
 				"$KEYWAY_AGENT_PROBE_FALL: probe.fall: must be between 1 and 100, got 0",
 				`$KEYWAY_AGENT_DRAIN_QUIET: drain.quiet: 1 is a bare number; write a duration with a unit, e.g. "1s"`,

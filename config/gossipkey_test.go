@@ -36,7 +36,7 @@ func TestLoadGossipKey(t *testing.T) {
 			want: []string{`proxy.yaml:8: gossip.advertise_addr: gossip would advertise "10.0.0.5", which is not a loopback address, without an encryption key: …or bind and advertise loopback only, or set gossip.insecure: true if the network is trusted`},
 		},
 		"loopback":                    {file: base + "  bind_addr: 127.0.0.1\n", opts: []Option{noEnv}},
-		"key from the environment":    {file: base, opts: []Option{env(map[string]string{"KEYWAY_GOSSIP_KEY": testGossipKey})}},
+		"key from the environment":    {file: base, opts: []Option{keyEnv(nil)}},
 		"insecure in the file":        {file: base + "  insecure: true\n", opts: []Option{noEnv}},
 		"insecure in the environment": {file: base, opts: []Option{env(map[string]string{"KEYWAY_GOSSIP_INSECURE": "true"})}},
 		"insecure by --set":           {file: base, opts: []Option{noEnv, WithSet("gossip.insecure", "true")}},
