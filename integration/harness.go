@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"keyway/fleetauth"
 	"net/http"
 	"os"
 	"os/exec"
@@ -56,6 +57,18 @@ type Proc struct {
 
 // Start runs the binary with args. The process is killed at test end if
 // it is still running.
+// Credentials are the fleet credentials every keyway the tests start
+// uses (TestMain writes them to CredentialsFile and names the file in
+// KEYWAY_GOSSIP_CREDENTIALS_FILE and KEYWAY_AGENT_GOSSIP_CREDENTIALS_FILE,
+// which every process inherits): the proxy key and an agent key for each
+// of CredentialSets. A test that needs a member without them (a rogue)
+// builds it in-process.
+var (
+	Credentials     fleetauth.Credentials
+	CredentialsFile string
+	CredentialSets  = []string{"orders", "users", "events", "billing", "clicks"}
+)
+
 func Start(t testing.TB, name string, args ...string) *Proc {
 	t.Helper()
 	p := &Proc{Name: name, cmd: exec.Command(Binary, args...), cond: make(chan struct{}, 1), done: make(chan struct{})}

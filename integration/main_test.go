@@ -3,7 +3,9 @@ package integration
 import (
 	"flag"
 	"fmt"
+	"keyway/fleetauth"
 	"os"
+	"path/filepath"
 	"runtime"
 	"testing"
 )
@@ -30,6 +32,16 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	// Every keyway the tests start signs and checks gossip (as off
+	// loopback): the harness's fleet credentials, from the environment.
+	Credentials = fleetauth.Generate(CredentialSets)
+	CredentialsFile = filepath.Join(dir, "credentials.yaml")
+	if err := os.WriteFile(CredentialsFile, Credentials.Marshal("the integration tests' fleet credentials"), 0o600); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Setenv("KEYWAY_GOSSIP_CREDENTIALS_FILE", CredentialsFile)
+	os.Setenv("KEYWAY_AGENT_GOSSIP_CREDENTIALS_FILE", CredentialsFile)
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"keyway/fleetauth"
 	"os"
 	"path/filepath"
 	"time"
@@ -33,7 +34,12 @@ type Demo struct {
 	// the environment names a token, or the admin API is off. Run removes
 	// it when it returns.
 	TokenFile string
+	// CredentialsFile holds the fleet credentials NewDemo made for this
+	// run (gossip is signed as off loopback); "" when the configuration
+	// names a file. Run removes it when it returns.
+	CredentialsFile string
 
+	dir      string // the run's private directory ("" before writeFile)
 	cfg      config.Config
 	logs     *logging.Loggers
 	replicas []demoReplica
@@ -66,10 +72,25 @@ func NewDemo(cfg config.Config, opts Options) (_ *Demo, err error) {
 		}
 	}()
 	if _, ok := os.LookupEnv(admin.TokenEnv); !ok && cfg.Admin.TokenFile == "" && cfg.Admin.Listen != "" {
-		if d.TokenFile, err = writeToken(); err != nil {
+		if d.TokenFile, err = d.writeFile("admin-token", []byte(rand.Text()+"\n")); err != nil {
 			return nil, err
 		}
 		cfg.Admin.TokenFile = d.TokenFile
+	}
+	if cfg.Gossip.CredentialsFile == "" {
+		// The demo's fleet signs its gossip as a real one does: fresh
+		// credentials for this run, every key in one file (the proxy's
+		// and each set's agents'), on loopback in a private directory.
+		var sets []string
+		for _, s := range cfg.ReplicaSets {
+			sets = append(sets, s.Name)
+		}
+		creds := fleetauth.Generate(sets).Marshal("keyway demo: this run's fleet credentials (every private key: for the demo only)")
+		if d.CredentialsFile, err = d.writeFile("credentials.yaml", creds); err != nil {
+			return nil, err
+		}
+		cfg.Gossip.CredentialsFile = d.CredentialsFile
+		d.cfg.Gossip.CredentialsFile = d.CredentialsFile
 	}
 	for _, set := range cfg.ReplicaSets {
 		keyHdr := ""
@@ -139,23 +160,28 @@ func (d *Demo) agentConfig(dr demoReplica, join string) agent.Config {
 	return c
 }
 
-// writeToken writes a fresh random admin token to a new private
-// directory and returns the file's path.
-func writeToken() (string, error) {
-	dir, err := os.MkdirTemp("", "keyway-demo-")
-	if err != nil {
-		return "", err
+// writeFile writes a file of this run (the admin token, the
+// credentials) to the demo's private directory, made on first use, and
+// returns its path.
+func (d *Demo) writeFile(name string, b []byte) (string, error) {
+	if d.dir == "" {
+		dir, err := os.MkdirTemp("", "keyway-demo-")
+		if err != nil {
+			return "", err
+		}
+		d.dir = dir
 	}
-	file := filepath.Join(dir, "admin-token")
-	if err := os.WriteFile(file, []byte(rand.Text()+"\n"), 0o600); err != nil {
-		os.RemoveAll(dir)
+	file := filepath.Join(d.dir, name)
+	if err := os.WriteFile(file, b, 0o600); err != nil {
 		return "", err
 	}
 	return file, nil
 }
 
+// removeToken removes the demo's private directory (the admin token and
+// the credentials).
 func (d *Demo) removeToken() {
-	if d.TokenFile != "" {
-		_ = os.RemoveAll(filepath.Dir(d.TokenFile))
+	if d.dir != "" {
+		_ = os.RemoveAll(d.dir)
 	}
 }

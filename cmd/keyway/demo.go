@@ -45,7 +45,13 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		select {
 		case <-d.Proxy.GossipStarted():
 			g := d.Proxy.GossipAddr()
-			fmt.Fprintf(stdout, "gossip on %s: a second proxy can join it and will route every key the same way:\n  go run ./cmd/keyway proxy -c examples/second-proxy.yaml --join %s\n\n", g, g)
+			creds := ""
+			if d.CredentialsFile != "" {
+				// The fleet signs its gossip: a second proxy needs this
+				// run's credentials.
+				creds = " --set gossip.credentials_file=" + d.CredentialsFile
+			}
+			fmt.Fprintf(stdout, "gossip on %s: a second proxy can join it and will route every key the same way:\n  go run ./cmd/keyway proxy -c examples/second-proxy.yaml --join %s%s\n\n", g, g, creds)
 		case <-ctx.Done():
 		}
 	}()

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"keyway/fleetauth"
 	"net/http"
 	"os"
 	"os/exec"
@@ -347,7 +348,26 @@ func TestValidateGossipKey(t *testing.T) {
 		t.Fatalf("validate with gossip.insecure: %q %v", out, err)
 	}
 	t.Setenv("KEYWAY_GOSSIP_KEY", "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=")
-	if out, _, err := keywayCLI(t, "validate", "-c", file); err != nil || !strings.HasPrefix(out, "ok:") {
-		t.Fatalf("validate with a key: %q %v", out, err)
+	// A key is not enough: every member holds it. The proxy needs its
+	// credentials too.
+	_, _, err = keywayCLI(t, "validate", "-c", file)
+	if err == nil || exitCode(err) != exitConfig || !strings.Contains(err.Error(), `g.yaml:1: gossip.credentials_file: gossip on bind_addr "0.0.0.0", off loopback, needs the fleet's credentials`) {
+		t.Fatalf("validate off loopback with a key, without credentials: %v", err)
+	}
+	creds := fleetauth.Generate([]string{"orders"})
+	agentFile := filepath.Join(t.TempDir(), "agent-orders.yaml")
+	if err := os.WriteFile(agentFile, creds.ForAgent("orders").Marshal("orders' agents"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = keywayCLI(t, "validate", "-c", file, "--set", "gossip.credentials_file="+agentFile)
+	if err == nil || !strings.Contains(err.Error(), "gossip.credentials_file: "+agentFile+": proxy.private: no private key") {
+		t.Fatalf("validate with an agent's credentials: %v", err)
+	}
+	proxyFile := filepath.Join(t.TempDir(), "proxy.yaml")
+	if err := os.WriteFile(proxyFile, creds.ForProxy().Marshal("proxies"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, _, err := keywayCLI(t, "validate", "-c", file, "--set", "gossip.credentials_file="+proxyFile); err != nil || !strings.HasPrefix(out, "ok:") {
+		t.Fatalf("validate with a key and the proxy's credentials: %q %v", out, err)
 	}
 }
