@@ -299,7 +299,7 @@ func (c Credentials) Keyring(as As) (*Keyring, error) {
 		return k, nil
 	}
 	if len(list.Private) == 0 {
-		return nil, fmt.Errorf("%s.private: no private key: a %s signs with one (use the credentials keyway keys wrote for it)", field, as.Role)
+		return nil, fmt.Errorf("%s.private: no private key: %s signs with one (use the credentials keyway keys wrote for it)", field, map[Role]string{RoleProxy: "a proxy", RoleAgent: "an agent of set " + as.Set}[as.Role])
 	}
 	priv := list.Private[0]
 	pub := priv.Public().(ed25519.PublicKey)

@@ -170,23 +170,29 @@ const (
 )
 
 // signMeta returns m's encoding signed for the gossip node name, or the
-// plain encoding when the node signs nothing. When the signed form does
-// not fit in MetaMaxSize, a proxy's fingerprints (which the signed fleet
-// exchange carries too) give way to their digest.
+// plain encoding when the node signs nothing. When it does not fit in
+// MetaMaxSize, a proxy's fingerprints (one per set it serves; the fleet
+// exchange carries each set's digest too, signed) give way to a digest
+// of them all: proxies then compare their routing through the fleet
+// exchange only.
 func (n *Node) signMeta(name string, m Meta) ([]byte, error) {
-	if !n.auth.CanSign() {
-		return m.Encode()
+	signs, extra := n.auth.CanSign(), 0
+	if signs {
+		extra = metaSigLen
 	}
-	b, err := m.encode(true)
-	if err == nil && len(b)+metaSigLen > MetaMaxSize && m.Fingerprint != "" {
+	b, err := m.encode(signs)
+	if (err != nil || len(b)+extra > MetaMaxSize) && m.Fingerprint != "" {
 		m.Fingerprint = fingerprintDigest(m.Fingerprint)
-		b, err = m.encode(true)
+		b, err = m.encode(signs)
 	}
 	if err != nil {
 		return nil, err
 	}
-	if len(b)+metaSigLen > MetaMaxSize {
-		return nil, fmt.Errorf("%w: %d bytes with the signature; shorten the names, address or id", ErrMetaSize, len(b)+metaSigLen)
+	if !signs {
+		return b, nil
+	}
+	if len(b)+extra > MetaMaxSize {
+		return nil, fmt.Errorf("%w: %d bytes with the signature; shorten the names, address or id", ErrMetaSize, len(b)+extra)
 	}
 	id, sig, _ := n.auth.Sign(fleetauth.DomainMeta, []byte(name), b)
 	raw, _ := hex.DecodeString(id)

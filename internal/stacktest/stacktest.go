@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -115,12 +116,16 @@ func StartDemoReplica(t testing.TB, name string) (addr string, stop func()) {
 
 // StartGossipReplica joins a replica's gossip member (no agent: its
 // metadata is fixed) to a proxy's gossip address, until the test ends or
-// leave (idempotent) is called.
+// leave (idempotent) is called. It signs with the credentials file
+// KEYWAY_AGENT_GOSSIP_CREDENTIALS_FILE names, as an agent started in the
+// test's environment would, when it is set (the integration tests set
+// it for every keyway they start).
 func StartGossipReplica(t testing.TB, join string, meta membership.Meta) (node *membership.Node, leave func()) {
 	t.Helper()
 	cfg := membership.DefaultConfig()
 	cfg.BindAddr, cfg.BindPort, cfg.Profile = "127.0.0.1", 0, "fast"
 	cfg.Join = []string{join}
+	cfg.CredentialsFile = os.Getenv("KEYWAY_AGENT_GOSSIP_CREDENTIALS_FILE")
 	meta.Role = membership.RoleReplica
 	node, err := membership.New(cfg, meta, membership.Options{})
 	if err != nil {
