@@ -263,6 +263,13 @@ type MemberInfo struct {
 	State       string `json:"state,omitempty"`
 	Zone        string `json:"zone,omitempty"`
 	Fingerprint string `json:"fingerprint,omitempty"`
+	// Refused, when not empty, says why the member's claim (its role,
+	// and a replica's name) is not believed: unsigned, bad_signature,
+	// unknown_key, wrong_key (signed with a key of another role or set)
+	// or claim_conflict (a second claim to a live replica name). Role is
+	// then "unknown": nothing routes to it, counts it as a proxy or obeys
+	// it.
+	Refused string `json:"refused,omitempty"`
 	// ID is a proxy's fleet ID (its node name if it advertises none); two
 	// alive proxy members with one ID are the old and the new process of
 	// one proxy, during a binary upgrade.

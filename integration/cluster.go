@@ -107,16 +107,24 @@ func StartReplicaProcess(t testing.TB, name string) (*Proc, string) {
 	return p, p.WaitLine(t, replicaLine, 20*time.Second)[1]
 }
 
-// StartAgent starts an agent for the replica called name at addr.
+// StartAgent starts an agent for the replica of orders called name at
+// addr.
 func StartAgent(t testing.TB, name, addr string, join []string) *Proc {
 	t.Helper()
-	cfg := WriteFile(t, t.TempDir(), name+"-agent.yaml", fmt.Sprintf(`replica: {set: orders, name: %s, addr: "%s"}
+	return StartAgentOf(t, "orders", name, addr, join)
+}
+
+// StartAgentOf starts an agent for the replica of set called name at
+// addr.
+func StartAgentOf(t testing.TB, set, name, addr string, join []string) *Proc {
+	t.Helper()
+	cfg := WriteFile(t, t.TempDir(), name+"-agent.yaml", fmt.Sprintf(`replica: {set: %s, name: %s, addr: "%s"}
 probe: {path: /readyz, interval: 100ms, timeout: 500ms, rise: 2, fall: 2}
 drain: {timeout: 10s}
 listen: "127.0.0.1:0"
 log: {level: info, format: json}
 gossip:
-  %s`, name, addr, gossipYAML(join, "  ")))
+  %s`, set, name, addr, gossipYAML(join, "  ")))
 	return Start(t, name+"-agent", "agent", "-c", cfg)
 }
 

@@ -111,8 +111,64 @@ func (n *Node) Handle(kind string, from Role, h Handler) {
 // Verifies reports whether this node checks signatures (it holds
 // credentials), and Requires whether it refuses unsigned messages and
 // claims.
-func (n *Node) Verifies() bool { return n.auth != nil }
-func (n *Node) Requires() bool { return n.auth != nil && n.cfg.Signatures != SignaturesOptional }
+func (n *Node) Verifies() bool { return n.keyring() != nil }
+func (n *Node) Requires() bool { a := n.auth.Load(); return a.k != nil && a.required }
+
+// authState is what the node signs and checks with; Reauthenticate
+// replaces it whole.
+type authState struct {
+	k        *fleetauth.Keyring // nil: signs and checks nothing
+	required bool               // unsigned messages and claims are refused
+}
+
+func (n *Node) keyring() *fleetauth.Keyring { return n.auth.Load().k }
+
+// PrepareAuth reads cfg's credentials (CredentialsFile, Signatures) for
+// this node's role and returns the function that installs them, or why
+// they cannot be: a configuration reload checks every change first and
+// installs once nothing can refuse it. Installing re-checks every
+// member's claim with the new keys and advertises this node's metadata
+// signed with the new first key (rotation).
+func (n *Node) PrepareAuth(cfg Config) (install func(), err error) {
+	self := n.Meta()
+	k, err := cfg.keyring(self.Role, self.Set, nil)
+	if err != nil {
+		return nil, err
+	}
+	return func() {
+		n.auth.Store(&authState{k: k, required: cfg.Signatures != SignaturesOptional})
+		n.recheckClaims()
+		if err := n.UpdateMeta(func(*Meta) {}, time.Second); err != nil {
+			n.log.Warn("gossip metadata not advertised with the new credentials yet", zap.Error(err))
+		}
+	}, nil
+}
+
+// recheckClaims checks every known member's claim again (new keys).
+func (n *Node) recheckClaims() {
+	type refusedClaim struct{ node, reason, detail string }
+	var refused []refusedClaim
+	n.mu.Lock()
+	for name, v := range n.claims {
+		v.reason, v.detail = n.claimCheck(name, v.raw, v.meta)
+		n.claims[name] = v
+		if m, ok := n.members[name]; ok {
+			if m.Status == StatusAlive {
+				m.Meta = v.meta
+			}
+			m.Meta.Role, m.Refused = v.meta.Role, v.reason
+			if v.reason != "" {
+				m.Meta.Role = RoleUnknown
+				refused = append(refused, refusedClaim{name, v.reason, v.detail})
+			}
+		}
+	}
+	n.mu.Unlock()
+	for _, r := range refused {
+		n.refuse(r.node, "claim", r.reason, r.detail)
+	}
+	n.signal()
+}
 
 // keyring builds the node's keyring: from creds when given, else from
 // CredentialsFile; nil (sign and check nothing) with neither, which only
@@ -176,7 +232,8 @@ const (
 // of them all: proxies then compare their routing through the fleet
 // exchange only.
 func (n *Node) signMeta(name string, m Meta) ([]byte, error) {
-	signs, extra := n.auth.CanSign(), 0
+	k := n.keyring()
+	signs, extra := k.CanSign(), 0
 	if signs {
 		extra = metaSigLen
 	}
@@ -194,7 +251,7 @@ func (n *Node) signMeta(name string, m Meta) ([]byte, error) {
 	if len(b)+extra > MetaMaxSize {
 		return nil, fmt.Errorf("%w: %d bytes with the signature; shorten the names, address or id", ErrMetaSize, len(b)+extra)
 	}
-	id, sig, _ := n.auth.Sign(fleetauth.DomainMeta, []byte(name), b)
+	id, sig, _ := k.Sign(fleetauth.DomainMeta, []byte(name), b)
 	raw, _ := hex.DecodeString(id)
 	b = append(b, metaSigMark)
 	b = append(b, raw...)
@@ -204,7 +261,8 @@ func (n *Node) signMeta(name string, m Meta) ([]byte, error) {
 // claimCheck says whether a member's metadata is believed: "" when it is,
 // else the reason (a Reject constant) and a detail.
 func (n *Node) claimCheck(name string, raw []byte, m Meta) (reason, detail string) {
-	if n.auth == nil {
+	k := n.keyring()
+	if k == nil {
 		return "", ""
 	}
 	end, err := metaEnd(raw)
@@ -218,7 +276,7 @@ func (n *Node) claimCheck(name string, raw []byte, m Meta) (reason, detail strin
 		}
 		return RejectUnsigned, fmt.Sprintf("%s claims role %s without a signature", name, m.Role)
 	}
-	signer, err := n.auth.Verify(hex.EncodeToString(rest[1:1+fleetauth.KeyIDLen]), rest[1+fleetauth.KeyIDLen:metaSigLen],
+	signer, err := k.Verify(hex.EncodeToString(rest[1:1+fleetauth.KeyIDLen]), rest[1+fleetauth.KeyIDLen:metaSigLen],
 		fleetauth.DomainMeta, []byte(name), raw[:end])
 	switch {
 	case errors.Is(err, fleetauth.ErrUnknownKey):
@@ -251,7 +309,7 @@ func (n *Node) stamp() int64 {
 // seal signs a message to the node to; unsigned when this node signs
 // nothing.
 func (n *Node) seal(to string, msg []byte) []byte {
-	out, _ := n.auth.SignMessage(n.Name(), to, n.stamp(), msg)
+	out, _ := n.keyring().SignMessage(n.Name(), to, n.stamp(), msg)
 	return out
 }
 
@@ -309,7 +367,7 @@ func (n *Node) dispatch(from string, msg []byte) {
 	}
 	m := Message{From: from, Kind: kind, Body: body}
 	switch {
-	case signed && n.auth != nil:
+	case signed && n.keyring() != nil:
 		signer, reason, detail := n.verifyMessage(from, body, a)
 		if reason != "" {
 			n.refuse(from, kind, reason, detail)
@@ -340,7 +398,8 @@ func (n *Node) dispatch(from string, msg []byte) {
 
 // verifyMessage checks a signed message's signature and stamp.
 func (n *Node) verifyMessage(from string, body []byte, a fleetauth.Auth) (fleetauth.Signer, string, string) {
-	signer, err := n.auth.VerifyMessage(from, n.Name(), body, a)
+	k := n.keyring()
+	signer, err := k.VerifyMessage(from, n.Name(), body, a)
 	if errors.Is(err, fleetauth.ErrBadSignature) {
 		// Sent to this process's member before it moved (MoveTo)?
 		n.mu.Lock()
@@ -350,7 +409,7 @@ func (n *Node) verifyMessage(from string, body []byte, a fleetauth.Auth) (fleeta
 		}
 		n.mu.Unlock()
 		for _, f := range former {
-			if s, ferr := n.auth.VerifyMessage(from, f, body, a); ferr == nil {
+			if s, ferr := k.VerifyMessage(from, f, body, a); ferr == nil {
 				signer, err = s, nil
 				break
 			}

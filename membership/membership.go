@@ -116,7 +116,7 @@ type Node struct {
 	base    string                 // the node name's part before the boot suffix
 	name    atomic.Pointer[string] // the gossip node name (Name); MoveTo changes it
 	keys    [][]byte
-	auth    *fleetauth.Keyring // nil: signs and checks nothing (loopback without credentials)
+	auth    atomic.Pointer[authState] // what it signs and checks with (auth.go)
 	metrics *metrics
 	now     func() time.Time
 
@@ -156,6 +156,7 @@ type Node struct {
 // bytes do not change.
 type claimVerdict struct {
 	raw            []byte
+	meta           Meta // decoded, as claimed
 	reason, detail string
 }
 
@@ -195,7 +196,6 @@ func New(cfg Config, self Meta, opts Options) (*Node, error) {
 		opts:       opts,
 		log:        cmp.Or(opts.Logger, zap.NewNop()),
 		keys:       keys,
-		auth:       auth,
 		now:        now,
 		handlers:   map[string]handlerEntry{},
 		rlimits:    map[rejectKey]*refusal{},
@@ -209,6 +209,7 @@ func New(cfg Config, self Meta, opts Options) (*Node, error) {
 		started:    make(chan struct{}),
 		joined:     make(chan struct{}),
 	}
+	n.auth.Store(&authState{k: auth, required: cfg.Signatures != SignaturesOptional})
 	n.metrics = newMetrics(opts.Registerer, n.HealthScore)
 	base := self.Replica
 	if base == "" {
@@ -383,7 +384,8 @@ func (n *Node) Run(ctx context.Context) error {
 	n.mu.Unlock()
 	close(n.started)
 	n.log.Info("gossip started", zap.String("node", n.Name()), zap.String("addr", addr),
-		zap.String("label", n.cfg.Label), zap.Bool("encrypted", len(n.keys) > 0))
+		zap.String("label", n.cfg.Label), zap.Bool("encrypted", len(n.keys) > 0),
+		zap.Bool("signed", n.keyring().CanSign()), zap.Bool("signatures_required", n.Requires()))
 	n.warnInsecure()
 	n.signal()
 
@@ -515,15 +517,16 @@ type mlDelegate struct {
 // was made from: memberlist asks for it at every push/pull.
 type metaCache struct {
 	src     *Meta
+	auth    *authState
 	stopped bool
 	b       []byte
 }
 
 func (d *mlDelegate) NodeMeta(limit int) []byte {
 	n := (*Node)(d.delegate)
-	src, stopped := n.meta.Load(), d.stopped.Load()
+	src, stopped, auth := n.meta.Load(), d.stopped.Load(), n.auth.Load()
 	c := d.cache.Load()
-	if c == nil || c.src != src || c.stopped != stopped {
+	if c == nil || c.src != src || c.stopped != stopped || c.auth != auth {
 		m := *src
 		if stopped {
 			m.State = balancer.StateStopped
@@ -534,7 +537,7 @@ func (d *mlDelegate) NodeMeta(limit int) []byte {
 			n.log.Error("gossip metadata not encoded", zap.Error(err))
 			return nil
 		}
-		c = &metaCache{src: src, stopped: stopped, b: b}
+		c = &metaCache{src: src, auth: auth, stopped: stopped, b: b}
 		d.cache.Store(c)
 	}
 	if len(c.b) > limit {
@@ -724,7 +727,7 @@ func (n *Node) update(node *memberlist.Node, leaving bool) {
 	}
 	v, seen := n.claims[node.Name]
 	if !seen || !bytes.Equal(v.raw, node.Meta) {
-		v.raw = bytes.Clone(node.Meta)
+		v.raw, v.meta = bytes.Clone(node.Meta), meta
 		v.reason, v.detail = n.claimCheck(node.Name, node.Meta, meta)
 		n.claims[node.Name] = v
 		if v.reason != "" {

@@ -23,7 +23,10 @@ func reloadable(path string) bool {
 		path == "log.level" || path == "admin.token_file" ||
 		// TLS files, versions and CAs; turning TLS on or off is refused
 		// separately (tlsOnOff).
-		strings.HasPrefix(path, "tls.") || strings.HasPrefix(path, "admin.tls.")
+		strings.HasPrefix(path, "tls.") || strings.HasPrefix(path, "admin.tls.") ||
+		// The fleet credentials (a key rotation, a set's new agent key)
+		// and whether they are required (the end of a rolling upgrade).
+		path == "gossip.credentials_file" || path == "gossip.signatures"
 }
 
 // tlsOnOff reports, for each listener whose TLS the new configuration
@@ -83,8 +86,10 @@ func newReloadMetrics(reg prometheus.Registerer) (*reloadMetrics, error) {
 
 // Reload re-reads the configuration file (SIGHUP, POST /v1/reload) and
 // applies what may change while keyway runs: the replica sets, the log
-// level, the admin token and the listeners' TLS keys (their files are
-// read again even when unchanged; turning TLS on or off needs a restart). Any other change, or a file that does not
+// level, the admin token, the listeners' TLS keys (their files are
+// read again even when unchanged; turning TLS on or off needs a restart)
+// and the fleet credentials (gossip.credentials_file, read again, and
+// gossip.signatures). Any other change, or a file that does not
 // load, refuses the whole reload: the error is an *admin.ReloadError
 // listing every problem. source names the trigger in logs and the audit
 // trail. Reloads are serialized. It implements admin.Reloader.
@@ -145,6 +150,16 @@ func (n *ProxyNode) Reload(source string) (admin.ReloadResult, error) {
 			continue
 		}
 		installs = append(installs, func() { l.srv.Install(pending) })
+	}
+	if n.node != nil {
+		// The credentials file is read again whether or not its name
+		// changed (a rotation or a new set's key, in place).
+		install, err := n.node.PrepareAuth(cfg.Gossip.Config)
+		if err != nil {
+			probs = append(probs, fmt.Sprintf("%s: gossip.%v", n.file, err))
+		} else {
+			installs = append(installs, install)
+		}
 	}
 	if len(probs) > 0 {
 		return n.reloadFailed(source, probs)

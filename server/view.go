@@ -170,7 +170,7 @@ func (v *view) Members() []admin.MemberInfo {
 		mi := admin.MemberInfo{
 			Node: m.Node, Gossip: m.Gossip, Role: m.Meta.Role.String(), Status: m.Status.String(),
 			Since: m.Since, Self: m.Self, Set: m.Meta.Set, Replica: m.Meta.Replica, Addr: m.Meta.Addr,
-			Zone: m.Meta.Zone, Fingerprint: m.Meta.Fingerprint,
+			Zone: m.Meta.Zone, Fingerprint: m.Meta.Fingerprint, Refused: m.Refused,
 		}
 		if m.Meta.Role != membership.RoleProxy {
 			mi.State = m.Meta.State.String()
