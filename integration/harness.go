@@ -55,8 +55,6 @@ type Proc struct {
 	err   error
 }
 
-// Start runs the binary with args. The process is killed at test end if
-// it is still running.
 // Credentials are the fleet credentials every keyway the tests start
 // uses (TestMain writes them to CredentialsFile and names the file in
 // KEYWAY_GOSSIP_CREDENTIALS_FILE and KEYWAY_AGENT_GOSSIP_CREDENTIALS_FILE,
@@ -69,9 +67,17 @@ var (
 	CredentialSets  = []string{"orders", "users", "events", "billing", "clicks"}
 )
 
+// Start runs the binary with args. The process is killed at test end if
+// it is still running.
 func Start(t testing.TB, name string, args ...string) *Proc {
 	t.Helper()
-	p := &Proc{Name: name, cmd: exec.Command(Binary, args...), cond: make(chan struct{}, 1), done: make(chan struct{})}
+	return StartBinary(t, Binary, name, args...)
+}
+
+// StartBinary is Start with another keyway binary (an older version's).
+func StartBinary(t testing.TB, bin, name string, args ...string) *Proc {
+	t.Helper()
+	p := &Proc{Name: name, cmd: exec.Command(bin, args...), cond: make(chan struct{}, 1), done: make(chan struct{})}
 	stdout, _ := p.cmd.StdoutPipe()
 	stderr, _ := p.cmd.StderrPipe()
 	if err := p.cmd.Start(); err != nil {
