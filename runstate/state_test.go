@@ -1,4 +1,4 @@
-package membership
+package runstate
 
 import (
 	"encoding/json"
@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"keyway/membership"
 )
 
 // runtimeNet connects Runtimes in-process: messages queue until pump
@@ -16,7 +18,7 @@ import (
 type runtimeNet struct {
 	t     *testing.T
 	mu    sync.Mutex
-	nodes map[string]*Runtime
+	nodes map[string]*State
 	queue []runtimeMsg
 	drop  func(m runtimeMsg) bool
 	sent  int
@@ -29,13 +31,13 @@ type runtimeMsg struct {
 }
 
 func newRuntimeNet(t *testing.T) *runtimeNet {
-	return &runtimeNet{t: t, nodes: map[string]*Runtime{}}
+	return &runtimeNet{t: t, nodes: map[string]*State{}}
 }
 
 // add makes a Runtime named name on the network (dir "" for none).
-func (n *runtimeNet) add(name, dir string, onChange func(changed, all []RuntimeRecord)) *Runtime {
+func (n *runtimeNet) add(name, dir string, onChange func(changed, all []Record)) *State {
 	n.t.Helper()
-	r, err := NewRuntime(RuntimeOptions{Dir: dir, OnChange: onChange, Interval: time.Second})
+	r, err := New(Options{Dir: dir, OnChange: onChange, Interval: time.Second})
 	if err != nil {
 		n.t.Fatal(err)
 	}
@@ -43,7 +45,7 @@ func (n *runtimeNet) add(name, dir string, onChange func(changed, all []RuntimeR
 	return r
 }
 
-func (n *runtimeNet) join(name string, r *Runtime) {
+func (n *runtimeNet) join(name string, r *State) {
 	r.self = func() string { return name }
 	if r.origin == "" {
 		r.origin = name
@@ -74,9 +76,9 @@ func (n *runtimeNet) join(name string, r *Runtime) {
 
 // addProcess makes a Runtime on the network for one process (gossip
 // node) of the proxy with this ID.
-func (n *runtimeNet) addProcess(node, id string) *Runtime {
+func (n *runtimeNet) addProcess(node, id string) *State {
 	n.t.Helper()
-	r, err := NewRuntime(RuntimeOptions{Interval: time.Second})
+	r, err := New(Options{Interval: time.Second})
 	if err != nil {
 		n.t.Fatal(err)
 	}
@@ -117,7 +119,7 @@ func (n *runtimeNet) pump() {
 // tick sends every node's digest once, then pumps.
 func (n *runtimeNet) tick() {
 	n.mu.Lock()
-	var rs []*Runtime
+	var rs []*State
 	for _, r := range n.nodes {
 		rs = append(rs, r)
 	}
@@ -131,21 +133,21 @@ func (n *runtimeNet) tick() {
 func ptr[T any](v T) *T { return &v }
 
 // put is an update that writes rec whatever the current record.
-func put(rec RuntimeRecord) func(RuntimeRecord, bool) (RuntimeRecord, error) {
-	return func(RuntimeRecord, bool) (RuntimeRecord, error) { return rec, nil }
+func put(rec Record) func(Record, bool) (Record, error) {
+	return func(Record, bool) (Record, error) { return rec, nil }
 }
 
 // putUnless writes rec unless the set has a record that is not deleted.
-func putUnless(rec RuntimeRecord) func(RuntimeRecord, bool) (RuntimeRecord, error) {
-	return func(cur RuntimeRecord, ok bool) (RuntimeRecord, error) {
+func putUnless(rec Record) func(Record, bool) (Record, error) {
+	return func(cur Record, ok bool) (Record, error) {
 		if ok && !cur.Deleted {
-			return RuntimeRecord{}, os.ErrExist
+			return Record{}, os.ErrExist
 		}
 		return rec, nil
 	}
 }
 
-func sameRecords(t *testing.T, rs ...*Runtime) {
+func sameRecords(t *testing.T, rs ...*State) {
 	t.Helper()
 	want := rs[0].Digest()
 	for i, r := range rs[1:] {
@@ -160,7 +162,7 @@ func TestRuntimeWriteReachesEveryProxy(t *testing.T) {
 	var mu sync.Mutex
 	var seenB []string
 	a := net.add("a", "", nil)
-	b := net.add("b", "", func(changed, all []RuntimeRecord) {
+	b := net.add("b", "", func(changed, all []Record) {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, c := range changed {
@@ -168,7 +170,7 @@ func TestRuntimeWriteReachesEveryProxy(t *testing.T) {
 		}
 	})
 	c := net.add("c", "", nil)
-	rec, err := a.Update("orders", put(RuntimeRecord{Stopped: ptr(true), Action: "stop", By: "ops", Via: "a"}))
+	rec, err := a.Update("orders", put(Record{Stopped: ptr(true), Action: "stop", By: "ops", Via: "a"}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,7 +190,7 @@ func TestRuntimeWriteReachesEveryProxy(t *testing.T) {
 		t.Fatalf("b's OnChange saw %v", seen)
 	}
 	// A later write from another proxy takes a higher version everywhere.
-	if _, err := c.Update("orders", put(RuntimeRecord{Stopped: ptr(false), Action: "start"})); err != nil {
+	if _, err := c.Update("orders", put(Record{Stopped: ptr(false), Action: "start"})); err != nil {
 		t.Fatal(err)
 	}
 	net.pump()
@@ -203,10 +205,10 @@ func TestRuntimeConcurrentWritesConverge(t *testing.T) {
 	a := net.add("a", "", nil)
 	b := net.add("b", "", nil)
 	// Both write version 1 of one set before hearing of the other.
-	if _, err := a.Update("orders", put(RuntimeRecord{Replicas: ptr(5), Action: "scale"})); err != nil {
+	if _, err := a.Update("orders", put(Record{Replicas: ptr(5), Action: "scale"})); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.Update("orders", put(RuntimeRecord{Replicas: ptr(7), Action: "scale"})); err != nil {
+	if _, err := b.Update("orders", put(Record{Replicas: ptr(7), Action: "scale"})); err != nil {
 		t.Fatal(err)
 	}
 	net.pump()
@@ -216,7 +218,7 @@ func TestRuntimeConcurrentWritesConverge(t *testing.T) {
 		t.Fatalf("winner %+v; want b's (equal versions: the higher origin wins)", got)
 	}
 	// The next write on a is above both.
-	rec, _ := a.Update("orders", put(RuntimeRecord{Replicas: ptr(3), Action: "scale"}))
+	rec, _ := a.Update("orders", put(Record{Replicas: ptr(3), Action: "scale"}))
 	if rec.Version != 2 {
 		t.Fatalf("next version %d, want 2", rec.Version)
 	}
@@ -227,13 +229,13 @@ func TestRuntimeLateJoinerAndLostMessagesCatchUp(t *testing.T) {
 	a := net.add("a", "", nil)
 	b := net.add("b", "", nil)
 	for _, s := range []string{"orders", "users", "events"} {
-		if _, err := a.Update(s, put(RuntimeRecord{Spec: []byte(`{"name":"` + s + `"}`), Action: "create"})); err != nil {
+		if _, err := a.Update(s, put(Record{Spec: []byte(`{"name":"` + s + `"}`), Action: "create"})); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// b loses every push; the digest round repairs it.
 	net.drop = func(m runtimeMsg) bool {
-		return m.to == "b" && MessageKind(m.msg) == runtimeRecordsKind && !strings.Contains(string(m.msg), `"reply"`) && m.from == "a" && net.sent <= 6
+		return m.to == "b" && membership.MessageKind(m.msg) == runtimeRecordsKind && !strings.Contains(string(m.msg), `"reply"`) && m.from == "a" && net.sent <= 6
 	}
 	net.pump()
 	if b.Digest() == a.Digest() {
@@ -256,7 +258,7 @@ func TestRuntimeLateJoinerAndLostMessagesCatchUp(t *testing.T) {
 	// And one that holds a record the others lack sends it to them.
 	d := net.add("d", "", nil)
 	d.clock = 10
-	if _, err := d.Update("late", put(RuntimeRecord{Deleted: true, Action: "delete"})); err != nil {
+	if _, err := d.Update("late", put(Record{Deleted: true, Action: "delete"})); err != nil {
 		t.Fatal(err)
 	}
 	net.mu.Lock()
@@ -268,7 +270,7 @@ func TestRuntimeLateJoinerAndLostMessagesCatchUp(t *testing.T) {
 		t.Fatalf("a has %+v %v", got, ok)
 	}
 	// The next write anywhere is above every version seen.
-	if rec, _ := b.Update("orders", put(RuntimeRecord{Action: "clear"})); rec.Version != 12 {
+	if rec, _ := b.Update("orders", put(Record{Action: "clear"})); rec.Version != 12 {
 		t.Fatalf("version %d after seeing 11", rec.Version)
 	}
 }
@@ -277,12 +279,12 @@ func TestRuntimeTombstoneWinsOverAStaleCopy(t *testing.T) {
 	net := newRuntimeNet(t)
 	a := net.add("a", "", nil)
 	b := net.add("b", "", nil)
-	if _, err := a.Update("orders", put(RuntimeRecord{Spec: []byte(`{"name":"orders"}`), Action: "create"})); err != nil {
+	if _, err := a.Update("orders", put(Record{Spec: []byte(`{"name":"orders"}`), Action: "create"})); err != nil {
 		t.Fatal(err)
 	}
 	net.pump()
 	net.leave("b") // b is cut off while the set is deleted
-	if _, err := a.Update("orders", put(RuntimeRecord{Deleted: true, Action: "delete"})); err != nil {
+	if _, err := a.Update("orders", put(Record{Deleted: true, Action: "delete"})); err != nil {
 		t.Fatal(err)
 	}
 	net.pump()
@@ -301,22 +303,22 @@ func TestRuntimeStateDirSurvivesARestart(t *testing.T) {
 	dir := t.TempDir()
 	net := newRuntimeNet(t)
 	a := net.add("a", dir, nil)
-	if _, err := a.Update("orders", put(RuntimeRecord{Stopped: ptr(true), Action: "stop", By: "ops"})); err != nil {
+	if _, err := a.Update("orders", put(Record{Stopped: ptr(true), Action: "stop", By: "ops"})); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.Update("users", put(RuntimeRecord{Spec: []byte(`{"name":"users"}`), Action: "create"})); err != nil {
+	if _, err := a.Update("users", put(Record{Spec: []byte(`{"name":"users"}`), Action: "create"})); err != nil {
 		t.Fatal(err)
 	}
-	again, err := NewRuntime(RuntimeOptions{Dir: dir})
+	again, err := New(Options{Dir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.EqualFunc(again.Records(), a.Records(), func(x, y RuntimeRecord) bool {
+	if !slices.EqualFunc(again.Records(), a.Records(), func(x, y Record) bool {
 		return x.Set == y.Set && x.Version == y.Version && x.Origin == y.Origin && string(x.Spec) == string(y.Spec) && x.By == y.By
 	}) {
 		t.Fatalf("reloaded %+v, wrote %+v", again.Records(), a.Records())
 	}
-	if rec, _ := again.Update("orders", put(RuntimeRecord{Action: "clear"})); rec.Version != 3 {
+	if rec, _ := again.Update("orders", put(Record{Action: "clear"})); rec.Version != 3 {
 		t.Fatalf("version after a restart %d, want 3 (the clock continues)", rec.Version)
 	}
 	// A damaged file is an error naming it, not an empty state.
@@ -324,7 +326,7 @@ func TestRuntimeStateDirSurvivesARestart(t *testing.T) {
 	if err := os.WriteFile(path, []byte("{not json"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := NewRuntime(RuntimeOptions{Dir: dir}); err == nil || !strings.Contains(err.Error(), path) {
+	if _, err := New(Options{Dir: dir}); err == nil || !strings.Contains(err.Error(), path) {
 		t.Fatalf("damaged state file: %v", err)
 	}
 	// No temporary files are left behind.
@@ -339,10 +341,10 @@ func TestRuntimeStateDirSurvivesARestart(t *testing.T) {
 func TestRuntimeUpdateRefuses(t *testing.T) {
 	net := newRuntimeNet(t)
 	a := net.add("a", "", nil)
-	if _, err := a.Update("orders", putUnless(RuntimeRecord{Spec: []byte(`{}`), Action: "create"})); err != nil {
+	if _, err := a.Update("orders", putUnless(Record{Spec: []byte(`{}`), Action: "create"})); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.Update("orders", putUnless(RuntimeRecord{Spec: []byte(`{}`), Action: "create"})); err != os.ErrExist {
+	if _, err := a.Update("orders", putUnless(Record{Spec: []byte(`{}`), Action: "create"})); err != os.ErrExist {
 		t.Fatalf("second create: %v", err)
 	}
 	if got, _ := a.Get("orders"); got.Version != 1 {
@@ -353,7 +355,7 @@ func TestRuntimeUpdateRefuses(t *testing.T) {
 func TestRuntimeSyncedAfterWaitingAlone(t *testing.T) {
 	now := time.Unix(1000, 0)
 	var mu sync.Mutex
-	r, err := NewRuntime(RuntimeOptions{Interval: time.Second, Now: func() time.Time { mu.Lock(); defer mu.Unlock(); return now }})
+	r, err := New(Options{Interval: time.Second, Now: func() time.Time { mu.Lock(); defer mu.Unlock(); return now }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -375,17 +377,17 @@ func TestRuntimeSyncedAfterWaitingAlone(t *testing.T) {
 // them, while its messages name its gossip node (where peers reply). A
 // node without an ID writes its node name.
 func TestRuntimeOriginIsTheProxyID(t *testing.T) {
-	cfg := DefaultConfig()
+	cfg := membership.DefaultConfig()
 	cfg.BindAddr = "127.0.0.1"
 	for id, want := range map[string]string{"edge-a": "edge-a", "": ""} {
-		n, err := New(cfg, Meta{Role: RoleProxy, ID: id}, Options{})
+		n, err := membership.New(cfg, membership.Meta{Role: membership.RoleProxy, ID: id}, membership.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if want == "" {
 			want = n.Name()
 		}
-		r, err := NewRuntime(RuntimeOptions{})
+		r, err := New(Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -400,7 +402,7 @@ func TestRuntimeOriginIsTheProxyID(t *testing.T) {
 			sent = append(sent, rr)
 			return nil
 		}
-		rec, err := r.Update("orders", put(RuntimeRecord{Stopped: ptr(true), Action: "stop"}))
+		rec, err := r.Update("orders", put(Record{Stopped: ptr(true), Action: "stop"}))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -426,10 +428,10 @@ func TestRuntimeTwoProcessesOfOneProxyConverge(t *testing.T) {
 	old.now = func() time.Time { return t0 }
 	upgraded.now = func() time.Time { return t0.Add(time.Millisecond) }
 	net.drop = func(runtimeMsg) bool { return true }
-	if _, err := upgraded.Update("orders", put(RuntimeRecord{Replicas: ptr(7), Action: "scale"})); err != nil {
+	if _, err := upgraded.Update("orders", put(Record{Replicas: ptr(7), Action: "scale"})); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := old.Update("orders", put(RuntimeRecord{Replicas: ptr(5), Action: "scale"})); err != nil {
+	if _, err := old.Update("orders", put(Record{Replicas: ptr(5), Action: "scale"})); err != nil {
 		t.Fatal(err)
 	}
 	net.pump()
@@ -441,12 +443,12 @@ func TestRuntimeTwoProcessesOfOneProxyConverge(t *testing.T) {
 		net.tick()
 	}
 	sameRecords(t, c, old, upgraded)
-	for name, r := range map[string]*Runtime{"c": c, "b.1": old, "b.2": upgraded} {
+	for name, r := range map[string]*State{"c": c, "b.1": old, "b.2": upgraded} {
 		if got, _ := r.Get("orders"); got.Origin != "edge-b" || *got.Replicas != 7 || !got.At.Equal(t0.Add(time.Millisecond)) {
 			t.Fatalf("%s holds %+v; want the later write (7 replicas)", name, got)
 		}
 	}
-	a := RuntimeRecord{Version: 3, Origin: "edge-b", At: t0}
+	a := Record{Version: 3, Origin: "edge-b", At: t0}
 	b := a
 	b.At = t0.Add(time.Nanosecond)
 	if !b.Newer(a) || a.Newer(b) || a.Newer(a) {

@@ -1,4 +1,4 @@
-package membership
+package runstate
 
 import (
 	"cmp"
@@ -17,6 +17,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
+
+	"keyway/membership"
 )
 
 // The run-time state of replica sets: what operators change through a
@@ -38,10 +40,10 @@ import (
 // every change (runtime.json, replaced atomically) and read at start: the
 // state then survives a restart of every proxy.
 
-// RuntimeRecord is one replica set's run-time state. Fields left empty let
+// Record is one replica set's run-time state. Fields left empty let
 // the configuration file decide; a record with none set (Clear) hands the
 // set back to the file.
-type RuntimeRecord struct {
+type Record struct {
 	// Set is the record's key: a replica set's name, or for a set's
 	// rolling restart RestartKey + the set's name.
 	Set string `json:"set"`
@@ -78,13 +80,13 @@ type RuntimeRecord struct {
 const RestartKey = "restart:"
 
 // IsSet reports whether the record is a replica set's (not a restart's).
-func (r RuntimeRecord) IsSet() bool { return !strings.HasPrefix(r.Set, RestartKey) }
+func (r Record) IsSet() bool { return !strings.HasPrefix(r.Set, RestartKey) }
 
 // Newer reports whether r wins over o (both of one key): the higher
 // version, then the higher origin, then the later time. Writes of one
 // version and one origin come from the two processes of one proxy during
 // a binary upgrade (one ID, one host, so one clock): the later wins.
-func (r RuntimeRecord) Newer(o RuntimeRecord) bool {
+func (r Record) Newer(o Record) bool {
 	if r.Version != o.Version {
 		return r.Version > o.Version
 	}
@@ -95,12 +97,12 @@ func (r RuntimeRecord) Newer(o RuntimeRecord) bool {
 }
 
 // Overrides reports whether the record changes anything the file says.
-func (r RuntimeRecord) Overrides() bool {
+func (r Record) Overrides() bool {
 	return len(r.Spec) > 0 || r.Deleted || r.Stopped != nil || r.Replicas != nil
 }
 
-// RuntimeOptions are a Runtime's dependencies; all optional.
-type RuntimeOptions struct {
+// Options are a State's dependencies; all optional.
+type Options struct {
 	Logger     *zap.Logger
 	Registerer prometheus.Registerer
 	// Interval is how often the digest goes to every other proxy. 0 means 1s.
@@ -111,19 +113,19 @@ type RuntimeOptions struct {
 	// merged from a peer) and then every record, after each change, one
 	// call at a time. It may block briefly (it applies the change); it
 	// must not call Update.
-	OnChange func(changed, all []RuntimeRecord)
+	OnChange func(changed, all []Record)
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 }
 
-// Runtime holds and replicates the run-time state. Build it with
-// NewRuntime, Attach a Node, route messages to HandleMessage, and Run it.
+// State holds and replicates the run-time state. Build it with
+// New, Attach a Node, route messages to HandleMessage, and Run it.
 // Safe for concurrent use.
-type Runtime struct {
+type State struct {
 	log      *zap.Logger
 	interval time.Duration
 	dir      string
-	onChange func(changed, all []RuntimeRecord)
+	onChange func(changed, all []Record)
 	now      func() time.Time
 
 	merged   *prometheus.CounterVec // source: local, peer
@@ -135,7 +137,7 @@ type Runtime struct {
 	mu      sync.Mutex
 	self    func() string // the attached Node's name (it changes with MoveTo): where peers reply
 	origin  string        // the attached Node's ID: the origin of this proxy's writes
-	recs    map[string]RuntimeRecord
+	recs    map[string]Record
 	clock   uint64 // the highest version seen
 	synced  bool
 	started time.Time
@@ -146,6 +148,9 @@ type Runtime struct {
 }
 
 // The wire forms: a digest every interval, the records on a difference.
+// Node is the sender's gossip node name as it declares it: proxies of
+// older versions reply to it, so it is still written; this version
+// replies to the authenticated sender (membership.Message.From) instead.
 const (
 	runtimeDigestKind  = "runtime_digest"
 	runtimeRecordsKind = "runtime_records"
@@ -158,32 +163,32 @@ type runtimeDigest struct {
 }
 
 type runtimeRecords struct {
-	Kind    string          `json:"kind"`
-	Node    string          `json:"node"`
-	Digest  string          `json:"digest"` // the sender's, over all its records
-	Reply   bool            `json:"reply,omitempty"`
-	Records []RuntimeRecord `json:"records"`
+	Kind    string   `json:"kind"`
+	Node    string   `json:"node"`
+	Digest  string   `json:"digest"` // the sender's, over all its records
+	Reply   bool     `json:"reply,omitempty"`
+	Records []Record `json:"records"`
 }
 
 // runtimeFile is Dir/runtime.json.
 type runtimeFile struct {
-	Format  int             `json:"format"`
-	Records []RuntimeRecord `json:"records"`
+	Format  int      `json:"format"`
+	Records []Record `json:"records"`
 }
 
 const runtimeFileName = "runtime.json"
 
-// NewRuntime returns a Runtime, with the records of opts.Dir when it holds
+// New returns a State, with the records of opts.Dir when it holds
 // some. A state file that cannot be read or parsed is an error naming it:
 // starting without the state it holds could bring back deleted sets.
-func NewRuntime(opts RuntimeOptions) (*Runtime, error) {
-	r := &Runtime{
+func New(opts Options) (*State, error) {
+	r := &State{
 		log:      cmp.Or(opts.Logger, zap.NewNop()),
 		interval: cmp.Or(opts.Interval, time.Second),
 		dir:      opts.Dir,
 		onChange: opts.OnChange,
 		now:      opts.Now,
-		recs:     map[string]RuntimeRecord{},
+		recs:     map[string]Record{},
 		busy:     map[string]bool{},
 		merged: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "keyway", Subsystem: "runtime", Name: "changes_total",
@@ -218,7 +223,7 @@ func NewRuntime(opts RuntimeOptions) (*Runtime, error) {
 	return r, nil
 }
 
-func (r *Runtime) load() error {
+func (r *State) load() error {
 	path := filepath.Join(r.dir, runtimeFileName)
 	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
@@ -252,7 +257,7 @@ func (r *Runtime) load() error {
 // origin of this proxy's writes. The state goes to every other alive
 // proxy by node name, the other process of this proxy (a binary upgrade)
 // included: both must hold the same state.
-func (r *Runtime) Attach(n *Node) {
+func (r *State) Attach(n *membership.Node) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.self, r.origin = n.Name, n.ID()
@@ -262,12 +267,12 @@ func (r *Runtime) Attach(n *Node) {
 		}
 		return n.Send(node, msg)
 	}
-	n.Handle(runtimeDigestKind, RoleProxy, r.handleDigest)
-	n.Handle(runtimeRecordsKind, RoleProxy, r.handleRecords)
+	n.Handle(runtimeDigestKind, membership.RoleProxy, r.handleDigest)
+	n.Handle(runtimeRecordsKind, membership.RoleProxy, r.handleRecords)
 	r.proxies = func() []string {
 		var out []string
 		for _, m := range n.Members() {
-			if m.Meta.Role == RoleProxy && m.Status == StatusAlive && !m.Self {
+			if m.Meta.Role == membership.RoleProxy && m.Status == membership.StatusAlive && !m.Self {
 				out = append(out, m.Node)
 			}
 		}
@@ -276,7 +281,7 @@ func (r *Runtime) Attach(n *Node) {
 }
 
 // selfName is the attached Node's name ("" before Attach); r.mu is held.
-func (r *Runtime) selfName() string {
+func (r *State) selfName() string {
 	if r.self == nil {
 		return ""
 	}
@@ -284,26 +289,26 @@ func (r *Runtime) selfName() string {
 }
 
 // Records returns every record, sorted by set.
-func (r *Runtime) Records() []RuntimeRecord {
+func (r *State) Records() []Record {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.sortedLocked()
 }
 
 // Get returns the record of one set.
-func (r *Runtime) Get(set string) (RuntimeRecord, bool) {
+func (r *State) Get(set string) (Record, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	rec, ok := r.recs[set]
 	return rec, ok
 }
 
-func (r *Runtime) sortedLocked() []RuntimeRecord {
-	out := make([]RuntimeRecord, 0, len(r.recs))
+func (r *State) sortedLocked() []Record {
+	out := make([]Record, 0, len(r.recs))
 	for _, rec := range r.recs {
 		out = append(out, rec)
 	}
-	slices.SortFunc(out, func(a, b RuntimeRecord) int { return cmp.Compare(a.Set, b.Set) })
+	slices.SortFunc(out, func(a, b Record) int { return cmp.Compare(a.Set, b.Set) })
 	return out
 }
 
@@ -313,7 +318,7 @@ func (r *Runtime) sortedLocked() []RuntimeRecord {
 // is. The record takes the next version, this proxy as origin and the
 // time; it is applied (OnChange), written to the state file and sent to
 // every other alive proxy. Update returns it as stored.
-func (r *Runtime) Update(set string, update func(cur RuntimeRecord, ok bool) (RuntimeRecord, error)) (RuntimeRecord, error) {
+func (r *State) Update(set string, update func(cur Record, ok bool) (Record, error)) (Record, error) {
 	r.applyMu.Lock()
 	defer r.applyMu.Unlock()
 	r.mu.Lock()
@@ -321,7 +326,7 @@ func (r *Runtime) Update(set string, update func(cur RuntimeRecord, ok bool) (Ru
 	rec, err := update(cur, ok)
 	if err != nil {
 		r.mu.Unlock()
-		return RuntimeRecord{}, err
+		return Record{}, err
 	}
 	r.clock++
 	rec.Set, rec.Version, rec.Origin, rec.At = set, r.clock, cmp.Or(r.origin, "local"), r.now()
@@ -332,19 +337,19 @@ func (r *Runtime) Update(set string, update func(cur RuntimeRecord, ok bool) (Ru
 	r.merged.WithLabelValues("local").Inc()
 	r.persist(all)
 	if r.onChange != nil {
-		r.onChange([]RuntimeRecord{rec}, all)
+		r.onChange([]Record{rec}, all)
 	}
-	r.push([]RuntimeRecord{rec})
+	r.push([]Record{rec})
 	return rec, nil
 }
 
 // merge applies records from a peer: each that is newer than this proxy's
 // record of its set replaces it. It returns how many did.
-func (r *Runtime) merge(from string, in []RuntimeRecord) int {
+func (r *State) merge(from string, in []Record) int {
 	r.applyMu.Lock()
 	defer r.applyMu.Unlock()
 	r.mu.Lock()
-	var changed []RuntimeRecord
+	var changed []Record
 	for _, rec := range in {
 		if rec.Set == "" {
 			continue
@@ -377,7 +382,7 @@ func (r *Runtime) merge(from string, in []RuntimeRecord) int {
 
 // persist writes the state file (write, sync, rename). A failure is
 // logged and counted: the state stays in memory and on the other proxies.
-func (r *Runtime) persist(all []RuntimeRecord) {
+func (r *State) persist(all []Record) {
 	if r.dir == "" {
 		return
 	}
@@ -417,7 +422,7 @@ func writeFileAtomic(path string, v any) error {
 // Synced reports whether this proxy has compared its state with another
 // proxy's (and taken theirs), or waited 3 intervals without hearing one:
 // until then a proxy that just started may not know the fleet's changes.
-func (r *Runtime) Synced() bool {
+func (r *State) Synced() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.synced || (!r.started.IsZero() && r.now().Sub(r.started) >= 3*r.interval)
@@ -425,13 +430,13 @@ func (r *Runtime) Synced() bool {
 
 // Digest returns a digest of every record's set, version, origin and
 // time: two proxies with equal digests hold the same state.
-func (r *Runtime) Digest() string {
+func (r *State) Digest() string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.digestLocked()
 }
 
-func (r *Runtime) digestLocked() string {
+func (r *State) digestLocked() string {
 	if len(r.recs) == 0 {
 		return ""
 	}
@@ -444,19 +449,19 @@ func (r *Runtime) digestLocked() string {
 
 // HandleMessage takes another proxy's digest or records (a membership
 // MessageHandler; other kinds are ignored).
-func (r *Runtime) HandleMessage(from string, msg []byte) {
-	switch MessageKind(msg) {
+func (r *State) HandleMessage(from string, msg []byte) {
+	switch membership.MessageKind(msg) {
 	case runtimeDigestKind:
-		r.handleDigest(Message{From: from, Body: msg})
+		r.handleDigest(membership.Message{From: from, Body: msg})
 	case runtimeRecordsKind:
-		r.handleRecords(Message{From: from, Body: msg})
+		r.handleRecords(membership.Message{From: from, Body: msg})
 	}
 }
 
 // handleDigest compares another proxy's digest with this one's.
-func (r *Runtime) handleDigest(m Message) {
+func (r *State) handleDigest(m membership.Message) {
 	var d runtimeDigest
-	if json.Unmarshal(m.Body, &d) != nil || d.Node == "" {
+	if json.Unmarshal(m.Body, &d) != nil || m.From == "" {
 		return
 	}
 	r.mu.Lock()
@@ -466,26 +471,26 @@ func (r *Runtime) handleDigest(m Message) {
 	}
 	r.mu.Unlock()
 	if mine != d.Digest {
-		r.sendAll(d.Node, true)
+		r.sendAll(m.From, true)
 	}
 }
 
 // handleRecords merges another proxy's records.
-func (r *Runtime) handleRecords(m Message) {
+func (r *State) handleRecords(m membership.Message) {
 	var rr runtimeRecords
-	if json.Unmarshal(m.Body, &rr) != nil || rr.Node == "" {
+	if json.Unmarshal(m.Body, &rr) != nil || m.From == "" {
 		return
 	}
-	r.merge(rr.Node, rr.Records)
+	r.merge(m.From, rr.Records)
 	if rr.Reply && r.Digest() != rr.Digest {
 		// The sender lacks something of ours (or holds older records).
-		r.sendAll(rr.Node, false)
+		r.sendAll(m.From, false)
 	}
 }
 
 // Run sends the digest to every other alive proxy every interval until
 // ctx is done.
-func (r *Runtime) Run(ctx context.Context) error {
+func (r *State) Run(ctx context.Context) error {
 	r.mu.Lock()
 	r.started = r.now()
 	r.mu.Unlock()
@@ -503,7 +508,7 @@ func (r *Runtime) Run(ctx context.Context) error {
 	}
 }
 
-func (r *Runtime) sendDigests() {
+func (r *State) sendDigests() {
 	r.mu.Lock()
 	send, self := r.sendFn, r.selfName()
 	d := r.digestLocked()
@@ -520,7 +525,7 @@ func (r *Runtime) sendDigests() {
 	}
 }
 
-func (r *Runtime) aliveProxiesLocked() []string {
+func (r *State) aliveProxiesLocked() []string {
 	if r.proxies == nil {
 		return nil
 	}
@@ -528,7 +533,7 @@ func (r *Runtime) aliveProxiesLocked() []string {
 }
 
 // push sends new records to every other alive proxy now.
-func (r *Runtime) push(recs []RuntimeRecord) {
+func (r *State) push(recs []Record) {
 	r.mu.Lock()
 	targets := r.aliveProxiesLocked()
 	r.mu.Unlock()
@@ -538,14 +543,14 @@ func (r *Runtime) push(recs []RuntimeRecord) {
 }
 
 // sendAll sends every record to one proxy.
-func (r *Runtime) sendAll(to string, reply bool) {
+func (r *State) sendAll(to string, reply bool) {
 	r.mu.Lock()
 	all := r.sortedLocked()
 	r.mu.Unlock()
 	r.send(to, all, reply)
 }
 
-func (r *Runtime) send(to string, recs []RuntimeRecord, reply bool) {
+func (r *State) send(to string, recs []Record, reply bool) {
 	r.mu.Lock()
 	send, self := r.sendFn, r.selfName()
 	d := r.digestLocked()
@@ -558,7 +563,7 @@ func (r *Runtime) send(to string, recs []RuntimeRecord, reply bool) {
 		r.log.Error("run-time records not encoded", zap.Error(err))
 		return
 	}
-	if len(msg) <= maxPacket {
+	if len(msg) <= membership.MaxPacket {
 		if err := send(to, msg, false); err != nil {
 			r.log.Debug("run-time records not sent", zap.String("proxy", to), zap.Error(err))
 		}
