@@ -69,7 +69,7 @@ type RuntimeProblem struct {
 // match, from two proxies at once), the first by name stays, on every
 // proxy. file is not modified.
 func ApplyRuntime(file Config, recs []runstate.Record) (Config, []RuntimeProblem) {
-	recs = slices.DeleteFunc(slices.Clone(recs), func(r runstate.Record) bool { return !r.IsSet() })
+	recs = slices.DeleteFunc(slices.Clone(recs), func(r runstate.Record) bool { return r.Kind != runstate.KindSet })
 	byName := make(map[string]runstate.Record, len(recs))
 	for _, r := range recs {
 		byName[r.Set] = r

@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -39,67 +38,6 @@ import (
 // back. With a state directory the records are also written to disk on
 // every change (runtime.json, replaced atomically) and read at start: the
 // state then survives a restart of every proxy.
-
-// Record is one replica set's run-time state. Fields left empty let
-// the configuration file decide; a record with none set (Clear) hands the
-// set back to the file.
-type Record struct {
-	// Set is the record's key: a replica set's name, or for a set's
-	// rolling restart RestartKey + the set's name.
-	Set string `json:"set"`
-	// Version orders writes (a Lamport clock); Origin, the fleet ID of the
-	// proxy that wrote it, breaks ties (see Newer).
-	Version uint64 `json:"version"`
-	Origin  string `json:"origin"`
-	// Spec is the definition of a set created at run time: a JSON object
-	// with the fields of one replica_sets entry of the configuration file.
-	// Empty: the file defines the set.
-	Spec json.RawMessage `json:"spec,omitempty"`
-	// Deleted hides the set, whatever the file says.
-	Deleted bool `json:"deleted,omitempty"`
-	// Stopped, when set, overrides the set's stopped key.
-	Stopped *bool `json:"stopped,omitempty"`
-	// Replicas, when set, overrides the set's declared replica count.
-	Replicas *int `json:"replicas,omitempty"`
-	// Restart is the progress of a rolling restart (a record keyed
-	// RestartKey + set), as the proxy running it writes it after every
-	// step: another proxy takes it over from there if that proxy leaves.
-	Restart json.RawMessage `json:"restart,omitempty"`
-	// Action is the operator command that wrote this version: create,
-	// delete, stop, start, scale or clear.
-	Action string `json:"action"`
-	// By says who issued it (the admin API caller), Via through which
-	// proxy (its fleet ID), At when (the writer's clock).
-	By  string    `json:"by,omitempty"`
-	Via string    `json:"via,omitempty"`
-	At  time.Time `json:"at"`
-}
-
-// RestartKey prefixes the key of a set's rolling restart record (':' is
-// never part of a set name).
-const RestartKey = "restart:"
-
-// IsSet reports whether the record is a replica set's (not a restart's).
-func (r Record) IsSet() bool { return !strings.HasPrefix(r.Set, RestartKey) }
-
-// Newer reports whether r wins over o (both of one key): the higher
-// version, then the higher origin, then the later time. Writes of one
-// version and one origin come from the two processes of one proxy during
-// a binary upgrade (one ID, one host, so one clock): the later wins.
-func (r Record) Newer(o Record) bool {
-	if r.Version != o.Version {
-		return r.Version > o.Version
-	}
-	if r.Origin != o.Origin {
-		return r.Origin > o.Origin
-	}
-	return r.At.After(o.At)
-}
-
-// Overrides reports whether the record changes anything the file says.
-func (r Record) Overrides() bool {
-	return len(r.Spec) > 0 || r.Deleted || r.Stopped != nil || r.Replicas != nil
-}
 
 // Options are a State's dependencies; all optional.
 type Options struct {
@@ -137,7 +75,7 @@ type State struct {
 	mu      sync.Mutex
 	self    func() string // the attached Node's name (it changes with MoveTo): where peers reply
 	origin  string        // the attached Node's ID: the origin of this proxy's writes
-	recs    map[string]Record
+	recs    map[Key]Record
 	clock   uint64 // the highest version seen
 	synced  bool
 	started time.Time
@@ -188,7 +126,7 @@ func New(opts Options) (*State, error) {
 		dir:      opts.Dir,
 		onChange: opts.OnChange,
 		now:      opts.Now,
-		recs:     map[string]Record{},
+		recs:     map[Key]Record{},
 		busy:     map[string]bool{},
 		merged: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "keyway", Subsystem: "runtime", Name: "changes_total",
@@ -240,11 +178,11 @@ func (r *State) load() error {
 		return fmt.Errorf("runtime.state_dir: %s has format %d; this keyway reads format 1", path, f.Format)
 	}
 	for _, rec := range f.Records {
-		if rec.Set == "" {
+		if rec.Key().wire() == "" {
 			continue
 		}
-		if old, ok := r.recs[rec.Set]; !ok || rec.Newer(old) {
-			r.recs[rec.Set] = rec
+		if old, ok := r.recs[rec.Key()]; !ok || rec.Newer(old) {
+			r.recs[rec.Key()] = rec
 		}
 		r.clock = max(r.clock, rec.Version)
 	}
@@ -288,18 +226,20 @@ func (r *State) selfName() string {
 	return r.self()
 }
 
-// Records returns every record, sorted by set.
+// Records returns every record, sorted by wire key (a set's record, then
+// its restart's, before the next set's: "orders", "restart:orders",
+// "users").
 func (r *State) Records() []Record {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.sortedLocked()
 }
 
-// Get returns the record of one set.
-func (r *State) Get(set string) (Record, bool) {
+// Get returns the record of one kind of one set.
+func (r *State) Get(kind Kind, set string) (Record, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	rec, ok := r.recs[set]
+	rec, ok := r.recs[Key{Kind: kind, Set: set}]
 	return rec, ok
 }
 
@@ -308,29 +248,32 @@ func (r *State) sortedLocked() []Record {
 	for _, rec := range r.recs {
 		out = append(out, rec)
 	}
-	slices.SortFunc(out, func(a, b Record) int { return cmp.Compare(a.Set, b.Set) })
+	// By wire key, as older versions sort: the digest covers the records
+	// in this order, and must be equal on proxies of both versions.
+	slices.SortFunc(out, func(a, b Record) int { return cmp.Compare(a.Key().wire(), b.Key().wire()) })
 	return out
 }
 
-// Update writes a set's newest state: update builds it from the set's
-// current record (ok false when there is none), under the lock that
+// Update writes a record's newest state, of one kind of one set: update
+// builds it from the current record (ok false when there is none), under the lock that
 // orders writes; an error from it refuses the write and is returned as
 // is. The record takes the next version, this proxy as origin and the
 // time; it is applied (OnChange), written to the state file and sent to
 // every other alive proxy. Update returns it as stored.
-func (r *State) Update(set string, update func(cur Record, ok bool) (Record, error)) (Record, error) {
+func (r *State) Update(kind Kind, set string, update func(cur Record, ok bool) (Record, error)) (Record, error) {
+	key := Key{Kind: kind, Set: set}
 	r.applyMu.Lock()
 	defer r.applyMu.Unlock()
 	r.mu.Lock()
-	cur, ok := r.recs[set]
+	cur, ok := r.recs[key]
 	rec, err := update(cur, ok)
 	if err != nil {
 		r.mu.Unlock()
 		return Record{}, err
 	}
 	r.clock++
-	rec.Set, rec.Version, rec.Origin, rec.At = set, r.clock, cmp.Or(r.origin, "local"), r.now()
-	r.recs[set] = rec
+	rec.Kind, rec.Set, rec.Version, rec.Origin, rec.At = kind, set, r.clock, cmp.Or(r.origin, "local"), r.now()
+	r.recs[key] = rec
 	r.records.Set(float64(len(r.recs)))
 	all := r.sortedLocked()
 	r.mu.Unlock()
@@ -344,21 +287,21 @@ func (r *State) Update(set string, update func(cur Record, ok bool) (Record, err
 }
 
 // merge applies records from a peer: each that is newer than this proxy's
-// record of its set replaces it. It returns how many did.
+// record of its key replaces it. It returns how many did.
 func (r *State) merge(from string, in []Record) int {
 	r.applyMu.Lock()
 	defer r.applyMu.Unlock()
 	r.mu.Lock()
 	var changed []Record
 	for _, rec := range in {
-		if rec.Set == "" {
+		if rec.Key().wire() == "" {
 			continue
 		}
 		r.clock = max(r.clock, rec.Version)
-		if old, ok := r.recs[rec.Set]; ok && !rec.Newer(old) {
+		if old, ok := r.recs[rec.Key()]; ok && !rec.Newer(old) {
 			continue
 		}
-		r.recs[rec.Set] = rec
+		r.recs[rec.Key()] = rec
 		changed = append(changed, rec)
 	}
 	r.synced = true
@@ -370,7 +313,7 @@ func (r *State) merge(from string, in []Record) int {
 	}
 	r.merged.WithLabelValues("peer").Add(float64(len(changed)))
 	for _, rec := range changed {
-		r.log.Info("run-time change learnt from another proxy", zap.String("from", from), zap.String("set", rec.Set),
+		r.log.Info("run-time change learnt from another proxy", zap.String("from", from), zap.String("set", rec.Set), zap.Stringer("kind", rec.Kind),
 			zap.String("action", rec.Action), zap.Uint64("version", rec.Version), zap.String("by", rec.By), zap.String("via", rec.Via))
 	}
 	r.persist(all)
@@ -442,19 +385,19 @@ func (r *State) digestLocked() string {
 	}
 	h := sha256.New()
 	for _, rec := range r.sortedLocked() {
-		fmt.Fprintf(h, "%s\x00%d\x00%s\x00%d\x00", rec.Set, rec.Version, rec.Origin, rec.At.UnixNano())
+		fmt.Fprintf(h, "%s\x00%d\x00%s\x00%d\x00", rec.Key().wire(), rec.Version, rec.Origin, rec.At.UnixNano())
 	}
 	return hex.EncodeToString(h.Sum(nil)[:8])
 }
 
-// HandleMessage takes another proxy's digest or records (a membership
-// MessageHandler; other kinds are ignored).
-func (r *State) HandleMessage(from string, msg []byte) {
+// handle takes a message as the node's decoder would hand it over (for
+// tests: Attach registers the handlers with the node).
+func (r *State) handle(from string, msg []byte) {
 	switch membership.MessageKind(msg) {
 	case runtimeDigestKind:
-		r.handleDigest(membership.Message{From: from, Body: msg})
+		r.handleDigest(membership.Message{From: from, Kind: runtimeDigestKind, Body: msg})
 	case runtimeRecordsKind:
-		r.handleRecords(membership.Message{From: from, Body: msg})
+		r.handleRecords(membership.Message{From: from, Kind: runtimeRecordsKind, Body: msg})
 	}
 }
 

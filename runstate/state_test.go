@@ -111,7 +111,7 @@ func (n *runtimeNet) pump() {
 		lost := n.drop != nil && n.drop(m)
 		n.mu.Unlock()
 		if to != nil && !lost {
-			to.HandleMessage(m.from, m.msg)
+			to.handle(m.from, m.msg)
 		}
 	}
 }
@@ -170,7 +170,7 @@ func TestRuntimeWriteReachesEveryProxy(t *testing.T) {
 		}
 	})
 	c := net.add("c", "", nil)
-	rec, err := a.Update("orders", put(Record{Stopped: ptr(true), Action: "stop", By: "ops", Via: "a"}))
+	rec, err := a.Update(KindSet, "orders", put(Record{Stopped: ptr(true), Action: "stop", By: "ops", Via: "a"}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,7 +179,7 @@ func TestRuntimeWriteReachesEveryProxy(t *testing.T) {
 	}
 	net.pump() // the push alone, no digest round
 	sameRecords(t, a, b, c)
-	got, ok := c.Get("orders")
+	got, ok := c.Get(KindSet, "orders")
 	if !ok || got.Stopped == nil || !*got.Stopped || got.By != "ops" || got.Via != "a" {
 		t.Fatalf("c has %+v %v", got, ok)
 	}
@@ -190,12 +190,12 @@ func TestRuntimeWriteReachesEveryProxy(t *testing.T) {
 		t.Fatalf("b's OnChange saw %v", seen)
 	}
 	// A later write from another proxy takes a higher version everywhere.
-	if _, err := c.Update("orders", put(Record{Stopped: ptr(false), Action: "start"})); err != nil {
+	if _, err := c.Update(KindSet, "orders", put(Record{Stopped: ptr(false), Action: "start"})); err != nil {
 		t.Fatal(err)
 	}
 	net.pump()
 	sameRecords(t, a, b, c)
-	if got, _ := a.Get("orders"); got.Version != 2 || *got.Stopped {
+	if got, _ := a.Get(KindSet, "orders"); got.Version != 2 || *got.Stopped {
 		t.Fatalf("a has %+v", got)
 	}
 }
@@ -205,20 +205,20 @@ func TestRuntimeConcurrentWritesConverge(t *testing.T) {
 	a := net.add("a", "", nil)
 	b := net.add("b", "", nil)
 	// Both write version 1 of one set before hearing of the other.
-	if _, err := a.Update("orders", put(Record{Replicas: ptr(5), Action: "scale"})); err != nil {
+	if _, err := a.Update(KindSet, "orders", put(Record{Replicas: ptr(5), Action: "scale"})); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.Update("orders", put(Record{Replicas: ptr(7), Action: "scale"})); err != nil {
+	if _, err := b.Update(KindSet, "orders", put(Record{Replicas: ptr(7), Action: "scale"})); err != nil {
 		t.Fatal(err)
 	}
 	net.pump()
 	sameRecords(t, a, b)
-	got, _ := a.Get("orders")
+	got, _ := a.Get(KindSet, "orders")
 	if got.Origin != "b" || *got.Replicas != 7 {
 		t.Fatalf("winner %+v; want b's (equal versions: the higher origin wins)", got)
 	}
 	// The next write on a is above both.
-	rec, _ := a.Update("orders", put(Record{Replicas: ptr(3), Action: "scale"}))
+	rec, _ := a.Update(KindSet, "orders", put(Record{Replicas: ptr(3), Action: "scale"}))
 	if rec.Version != 2 {
 		t.Fatalf("next version %d, want 2", rec.Version)
 	}
@@ -229,7 +229,7 @@ func TestRuntimeLateJoinerAndLostMessagesCatchUp(t *testing.T) {
 	a := net.add("a", "", nil)
 	b := net.add("b", "", nil)
 	for _, s := range []string{"orders", "users", "events"} {
-		if _, err := a.Update(s, put(Record{Spec: []byte(`{"name":"` + s + `"}`), Action: "create"})); err != nil {
+		if _, err := a.Update(KindSet, s, put(Record{Spec: []byte(`{"name":"` + s + `"}`), Action: "create"})); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -258,7 +258,7 @@ func TestRuntimeLateJoinerAndLostMessagesCatchUp(t *testing.T) {
 	// And one that holds a record the others lack sends it to them.
 	d := net.add("d", "", nil)
 	d.clock = 10
-	if _, err := d.Update("late", put(Record{Deleted: true, Action: "delete"})); err != nil {
+	if _, err := d.Update(KindSet, "late", put(Record{Deleted: true, Action: "delete"})); err != nil {
 		t.Fatal(err)
 	}
 	net.mu.Lock()
@@ -266,11 +266,11 @@ func TestRuntimeLateJoinerAndLostMessagesCatchUp(t *testing.T) {
 	net.mu.Unlock()
 	net.tick()
 	sameRecords(t, a, b, c, d)
-	if got, ok := a.Get("late"); !ok || !got.Deleted || got.Version != 11 {
+	if got, ok := a.Get(KindSet, "late"); !ok || !got.Deleted || got.Version != 11 {
 		t.Fatalf("a has %+v %v", got, ok)
 	}
 	// The next write anywhere is above every version seen.
-	if rec, _ := b.Update("orders", put(Record{Action: "clear"})); rec.Version != 12 {
+	if rec, _ := b.Update(KindSet, "orders", put(Record{Action: "clear"})); rec.Version != 12 {
 		t.Fatalf("version %d after seeing 11", rec.Version)
 	}
 }
@@ -279,22 +279,22 @@ func TestRuntimeTombstoneWinsOverAStaleCopy(t *testing.T) {
 	net := newRuntimeNet(t)
 	a := net.add("a", "", nil)
 	b := net.add("b", "", nil)
-	if _, err := a.Update("orders", put(Record{Spec: []byte(`{"name":"orders"}`), Action: "create"})); err != nil {
+	if _, err := a.Update(KindSet, "orders", put(Record{Spec: []byte(`{"name":"orders"}`), Action: "create"})); err != nil {
 		t.Fatal(err)
 	}
 	net.pump()
 	net.leave("b") // b is cut off while the set is deleted
-	if _, err := a.Update("orders", put(Record{Deleted: true, Action: "delete"})); err != nil {
+	if _, err := a.Update(KindSet, "orders", put(Record{Deleted: true, Action: "delete"})); err != nil {
 		t.Fatal(err)
 	}
 	net.pump()
-	if got, _ := b.Get("orders"); got.Deleted {
+	if got, _ := b.Get(KindSet, "orders"); got.Deleted {
 		t.Fatal("b saw the delete while away")
 	}
 	net.join("b", b)
 	net.tick()
 	sameRecords(t, a, b)
-	if got, _ := b.Get("orders"); !got.Deleted || got.Overrides() != true {
+	if got, _ := b.Get(KindSet, "orders"); !got.Deleted || got.Overrides() != true {
 		t.Fatalf("b has %+v; the tombstone must win", got)
 	}
 }
@@ -303,10 +303,10 @@ func TestRuntimeStateDirSurvivesARestart(t *testing.T) {
 	dir := t.TempDir()
 	net := newRuntimeNet(t)
 	a := net.add("a", dir, nil)
-	if _, err := a.Update("orders", put(Record{Stopped: ptr(true), Action: "stop", By: "ops"})); err != nil {
+	if _, err := a.Update(KindSet, "orders", put(Record{Stopped: ptr(true), Action: "stop", By: "ops"})); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.Update("users", put(Record{Spec: []byte(`{"name":"users"}`), Action: "create"})); err != nil {
+	if _, err := a.Update(KindSet, "users", put(Record{Spec: []byte(`{"name":"users"}`), Action: "create"})); err != nil {
 		t.Fatal(err)
 	}
 	again, err := New(Options{Dir: dir})
@@ -318,7 +318,7 @@ func TestRuntimeStateDirSurvivesARestart(t *testing.T) {
 	}) {
 		t.Fatalf("reloaded %+v, wrote %+v", again.Records(), a.Records())
 	}
-	if rec, _ := again.Update("orders", put(Record{Action: "clear"})); rec.Version != 3 {
+	if rec, _ := again.Update(KindSet, "orders", put(Record{Action: "clear"})); rec.Version != 3 {
 		t.Fatalf("version after a restart %d, want 3 (the clock continues)", rec.Version)
 	}
 	// A damaged file is an error naming it, not an empty state.
@@ -341,13 +341,13 @@ func TestRuntimeStateDirSurvivesARestart(t *testing.T) {
 func TestRuntimeUpdateRefuses(t *testing.T) {
 	net := newRuntimeNet(t)
 	a := net.add("a", "", nil)
-	if _, err := a.Update("orders", putUnless(Record{Spec: []byte(`{}`), Action: "create"})); err != nil {
+	if _, err := a.Update(KindSet, "orders", putUnless(Record{Spec: []byte(`{}`), Action: "create"})); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.Update("orders", putUnless(Record{Spec: []byte(`{}`), Action: "create"})); err != os.ErrExist {
+	if _, err := a.Update(KindSet, "orders", putUnless(Record{Spec: []byte(`{}`), Action: "create"})); err != os.ErrExist {
 		t.Fatalf("second create: %v", err)
 	}
-	if got, _ := a.Get("orders"); got.Version != 1 {
+	if got, _ := a.Get(KindSet, "orders"); got.Version != 1 {
 		t.Fatalf("a refused write changed the record: %+v", got)
 	}
 }
@@ -402,7 +402,7 @@ func TestRuntimeOriginIsTheProxyID(t *testing.T) {
 			sent = append(sent, rr)
 			return nil
 		}
-		rec, err := r.Update("orders", put(Record{Stopped: ptr(true), Action: "stop"}))
+		rec, err := r.Update(KindSet, "orders", put(Record{Stopped: ptr(true), Action: "stop"}))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -428,10 +428,10 @@ func TestRuntimeTwoProcessesOfOneProxyConverge(t *testing.T) {
 	old.now = func() time.Time { return t0 }
 	upgraded.now = func() time.Time { return t0.Add(time.Millisecond) }
 	net.drop = func(runtimeMsg) bool { return true }
-	if _, err := upgraded.Update("orders", put(Record{Replicas: ptr(7), Action: "scale"})); err != nil {
+	if _, err := upgraded.Update(KindSet, "orders", put(Record{Replicas: ptr(7), Action: "scale"})); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := old.Update("orders", put(Record{Replicas: ptr(5), Action: "scale"})); err != nil {
+	if _, err := old.Update(KindSet, "orders", put(Record{Replicas: ptr(5), Action: "scale"})); err != nil {
 		t.Fatal(err)
 	}
 	net.pump()
@@ -444,7 +444,7 @@ func TestRuntimeTwoProcessesOfOneProxyConverge(t *testing.T) {
 	}
 	sameRecords(t, c, old, upgraded)
 	for name, r := range map[string]*State{"c": c, "b.1": old, "b.2": upgraded} {
-		if got, _ := r.Get("orders"); got.Origin != "edge-b" || *got.Replicas != 7 || !got.At.Equal(t0.Add(time.Millisecond)) {
+		if got, _ := r.Get(KindSet, "orders"); got.Origin != "edge-b" || *got.Replicas != 7 || !got.At.Equal(t0.Add(time.Millisecond)) {
 			t.Fatalf("%s holds %+v; want the later write (7 replicas)", name, got)
 		}
 	}

@@ -73,7 +73,7 @@ func (s setAdmin) CreateSet(spec []byte, who admin.Actor) (admin.SetChange, erro
 	// Would this proxy serve it? The same rules a file's set meets (a
 	// unique match, valid limits), checked before
 	// anything is written: a refused set must not reach the fleet.
-	trial := slices.DeleteFunc(n.rt.Records(), func(r runstate.Record) bool { return r.Set == sc.Name })
+	trial := slices.DeleteFunc(n.rt.Records(), func(r runstate.Record) bool { return r.Kind == runstate.KindSet && r.Set == sc.Name })
 	trialRec := rec
 	trialRec.Set = sc.Name
 	eff, probs := config.ApplyRuntime(n.fileConfig(), append(trial, trialRec))
@@ -85,7 +85,7 @@ func (s setAdmin) CreateSet(spec []byte, who admin.Actor) (admin.SetChange, erro
 	if err := n.p.CheckReload(eff.Config); err != nil {
 		return admin.SetChange{}, &admin.SpecError{Problems: strings.Split(err.Error(), "\n")}
 	}
-	stored, err := n.rt.Update(sc.Name, func(cur runstate.Record, ok bool) (runstate.Record, error) {
+	stored, err := n.rt.Update(runstate.KindSet, sc.Name, func(cur runstate.Record, ok bool) (runstate.Record, error) {
 		if n.p.Router(sc.Name) != nil {
 			where := "the configuration file defines it"
 			if ok && len(cur.Spec) > 0 {
@@ -137,7 +137,7 @@ func (s setAdmin) PatchSet(set string, p admin.SetPatch, who admin.Actor) (admin
 			prev, wasStopped = sc.Replicas, sc.Stopped
 		}
 	}
-	stored, err := n.rt.Update(set, func(cur runstate.Record, ok bool) (runstate.Record, error) {
+	stored, err := n.rt.Update(runstate.KindSet, set, func(cur runstate.Record, ok bool) (runstate.Record, error) {
 		if ok && cur.Deleted {
 			return cur, fmt.Errorf("%w %q (deleted at run time)", admin.ErrUnknownSet, set)
 		}
@@ -203,7 +203,7 @@ func (s setAdmin) DeleteSet(set string, who admin.Actor) (admin.SetChange, error
 	if busy := inUse(r.Table(), stopped); len(busy) > 0 {
 		return admin.SetChange{}, &admin.InUseError{Set: set, Replicas: busy}
 	}
-	stored, err := n.rt.Update(set, func(cur runstate.Record, ok bool) (runstate.Record, error) {
+	stored, err := n.rt.Update(runstate.KindSet, set, func(cur runstate.Record, ok bool) (runstate.Record, error) {
 		return runstate.Record{Deleted: true, Action: "delete", By: who.String(), Via: n.via()}, nil
 	})
 	if err != nil {
@@ -217,7 +217,7 @@ func (s setAdmin) ClearRuntime(set string, who admin.Actor) (admin.SetChange, er
 	if !balancer.ValidSetName(set) {
 		return admin.SetChange{}, fmt.Errorf("%w %q: not a replica set name", admin.ErrNoRuntimeState, set)
 	}
-	stored, err := n.rt.Update(set, func(cur runstate.Record, ok bool) (runstate.Record, error) {
+	stored, err := n.rt.Update(runstate.KindSet, set, func(cur runstate.Record, ok bool) (runstate.Record, error) {
 		if !ok || !cur.Overrides() {
 			return cur, fmt.Errorf("%w %q: the configuration file alone decides about it", admin.ErrNoRuntimeState, set)
 		}
@@ -233,7 +233,7 @@ func (s setAdmin) Runtime() admin.RuntimeStatus {
 	n := s.n
 	st := admin.RuntimeStatus{Digest: n.rt.Digest(), Synced: n.rt.Synced(), StateDir: n.cfg.Runtime.StateDir}
 	for _, r := range n.rt.Records() {
-		if !r.IsSet() {
+		if r.Kind != runstate.KindSet {
 			continue // a rolling restart's progress: GET …/restart shows it
 		}
 		st.Records = append(st.Records, admin.RuntimeRecord{
@@ -277,7 +277,7 @@ func (n *ProxyNode) runtimeProblems() []config.RuntimeProblem {
 func (n *ProxyNode) runtimeChanged(changed, _ []runstate.Record) {
 	sets := 0
 	for _, r := range changed {
-		if !r.IsSet() {
+		if r.Kind != runstate.KindSet {
 			continue // a rolling restart's progress: its own log lines and events
 		}
 		sets++
@@ -352,7 +352,7 @@ func (n *ProxyNode) applyStops(eff config.Config) {
 	for _, sc := range eff.ReplicaSets {
 		n.phases.SetStopped(sc.Name, sc.Stopped)
 		w := membership.SetWant{Stop: sc.Stopped}
-		if r, ok := n.rt.Get(sc.Name); ok {
+		if r, ok := n.rt.Get(runstate.KindSet, sc.Name); ok {
 			w.Version = r.Version
 		}
 		wants[sc.Name] = w
@@ -366,7 +366,7 @@ func (n *ProxyNode) applyStops(eff config.Config) {
 // set this proxy does not serve).
 func (n *ProxyNode) setRuntime(set string) (source string, rt *admin.SetRuntime) {
 	source = "file"
-	r, ok := n.rt.Get(set)
+	r, ok := n.rt.Get(runstate.KindSet, set)
 	if !ok || !r.Overrides() {
 		return source, nil
 	}
