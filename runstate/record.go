@@ -69,7 +69,7 @@ type Record struct {
 	// Kind and Set are the record's key.
 	Kind Kind   `json:"-"`
 	Set  string `json:"set"`
-	// Version orders writes (a Lamport clock); Origin,
+	// Version orders writes (a hybrid logical clock: see MaxAhead); Origin,
 	// the fleet ID of the proxy that wrote it, breaks ties (see Newer).
 	Version uint64 `json:"version"`
 	Origin  string `json:"origin"`

@@ -2,12 +2,10 @@ package runstate
 
 import (
 	"cmp"
-	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -19,25 +17,6 @@ import (
 
 	"keyway/membership"
 )
-
-// The run-time state of replica sets: what operators change through a
-// proxy's admin API while keyway runs (a set created, deleted, stopped,
-// started, its declared count changed), replicated to every proxy of the
-// gossip cluster so that the fleet serves one catalog.
-//
-// It is a last-writer-wins map of one record per set. A write takes the
-// next version of a Lamport clock (one more than the highest version this
-// proxy has seen), and of two records of one set the higher (version,
-// origin, time) wins on every proxy, whatever order they arrive in. Proxies
-// compare a digest of their records every interval (one small UDP
-// message to each other proxy); on a difference they send each other
-// their records (TCP when large) and merge. So a proxy that restarts, or
-// joins later, learns the state from any other within about one interval,
-// and a write reaches every proxy alive then at once. Deleted sets stay as
-// tombstones, so that a peer that missed the delete cannot bring the set
-// back. With a state directory the records are also written to disk on
-// every change (runtime.json, replaced atomically) and read at start: the
-// state then survives a restart of every proxy.
 
 // Options are a State's dependencies; all optional.
 type Options struct {
@@ -52,13 +31,15 @@ type Options struct {
 	// call at a time. It may block briefly (it applies the change); it
 	// must not call Update.
 	OnChange func(changed, all []Record)
-	// Now is the clock; nil means time.Now.
+	// Now is the wall clock: versions take their physical part from it,
+	// and a peer's record too far ahead of it is refused (see MaxAhead).
+	// nil means time.Now.
 	Now func() time.Time
 }
 
-// State holds and replicates the run-time state. Build it with
-// New, Attach a Node, route messages to HandleMessage, and Run it.
-// Safe for concurrent use.
+// State holds and replicates the run-time state. Build it with New,
+// Attach a Node (which registers its message handlers), and Run it. Safe
+// for concurrent use.
 type State struct {
 	log      *zap.Logger
 	interval time.Duration
@@ -67,45 +48,26 @@ type State struct {
 	now      func() time.Time
 
 	merged   *prometheus.CounterVec // source: local, peer
+	refused  *prometheus.CounterVec // reason: future
 	records  prometheus.Gauge
 	persistE prometheus.Counter
 
 	applyMu sync.Mutex // one change applied (OnChange, the file) at a time, in order
 
-	mu      sync.Mutex
-	self    func() string // the attached Node's name (it changes with MoveTo): where peers reply
-	origin  string        // the attached Node's ID: the origin of this proxy's writes
-	recs    map[Key]Record
-	clock   uint64 // the highest version seen
-	synced  bool
-	started time.Time
-	busy    map[string]bool // peers with a reliable send in flight
-	sends   sync.WaitGroup
-	sendFn  func(node string, msg []byte, reliable bool) error
-	proxies func() []string // the other alive proxies' node names
-}
-
-// The wire forms: a digest every interval, the records on a difference.
-// Node is the sender's gossip node name as it declares it: proxies of
-// older versions reply to it, so it is still written; this version
-// replies to the authenticated sender (membership.Message.From) instead.
-const (
-	runtimeDigestKind  = "runtime_digest"
-	runtimeRecordsKind = "runtime_records"
-)
-
-type runtimeDigest struct {
-	Kind   string `json:"kind"`
-	Node   string `json:"node"`
-	Digest string `json:"digest"`
-}
-
-type runtimeRecords struct {
-	Kind    string   `json:"kind"`
-	Node    string   `json:"node"`
-	Digest  string   `json:"digest"` // the sender's, over all its records
-	Reply   bool     `json:"reply,omitempty"`
-	Records []Record `json:"records"`
+	mu     sync.Mutex
+	self   func() string // the attached Node's name (it changes with MoveTo): where peers reply
+	origin string        // the attached Node's ID: the origin of this proxy's writes
+	recs   map[Key]Record
+	clock  uint64 // the highest version seen (written, merged or loaded)
+	// refusals notes, per origin and sender, the last refusal logged and
+	// how many were not logged since (at most one line a minute each).
+	refusals map[string]refusalNote
+	synced   bool
+	started  time.Time
+	busy     map[string]bool // peers with a reliable send in flight
+	sends    sync.WaitGroup
+	sendFn   func(node string, msg []byte, reliable bool) error
+	proxies  func() []string // the other alive proxies' node names
 }
 
 // runtimeFile is Dir/runtime.json.
@@ -128,10 +90,15 @@ func New(opts Options) (*State, error) {
 		now:      opts.Now,
 		recs:     map[Key]Record{},
 		busy:     map[string]bool{},
+		refusals: map[string]refusalNote{},
 		merged: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "keyway", Subsystem: "runtime", Name: "changes_total",
 			Help: "Run-time replica set changes applied, by source: local (this proxy's admin API) or peer (another proxy).",
 		}, []string{"source"}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "keyway", Subsystem: "runtime", Name: "refused_total",
+			Help: "Run-time records from other proxies refused, by reason: future (its version is more than a minute ahead of this proxy's clock: the writer's clock is ahead, or the record is forged).",
+		}, []string{"reason"}),
 		records: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "keyway", Subsystem: "runtime", Name: "records",
 			Help: "Replica sets with a run-time record (tombstones of deleted sets included).",
@@ -146,8 +113,9 @@ func New(opts Options) (*State, error) {
 	}
 	r.merged.WithLabelValues("local")
 	r.merged.WithLabelValues("peer")
+	r.refused.WithLabelValues(refusedFuture)
 	if opts.Registerer != nil {
-		for _, c := range []prometheus.Collector{r.merged, r.records, r.persistE} {
+		for _, c := range []prometheus.Collector{r.merged, r.refused, r.records, r.persistE} {
 			if err := opts.Registerer.Register(c); err != nil {
 				return nil, err
 			}
@@ -177,9 +145,17 @@ func (r *State) load() error {
 	if f.Format != 1 {
 		return fmt.Errorf("runtime.state_dir: %s has format %d; this keyway reads format 1", path, f.Format)
 	}
+	now := r.now()
 	for _, rec := range f.Records {
 		if rec.Key().wire() == "" {
 			continue
+		}
+		// The file is this proxy's own: trusted, also ahead of the
+		// clock (it was ahead, then stepped back). Said, though.
+		if ms := aheadMS(rec.Version, now); tooFarAhead(rec.Version, now) {
+			r.log.Error("the run-time state file holds a record ahead of this proxy's clock; it is kept, and writes after it take versions above it",
+				zap.String("file", path), zap.String("set", rec.Set), zap.Stringer("kind", rec.Kind), zap.Uint64("version", rec.Version),
+				zap.String("origin", rec.Origin), zap.String("ahead", describeAhead(ms)))
 		}
 		if old, ok := r.recs[rec.Key()]; !ok || rec.Newer(old) {
 			r.recs[rec.Key()] = rec
@@ -257,8 +233,8 @@ func (r *State) sortedLocked() []Record {
 // Update writes a record's newest state, of one kind of one set: update
 // builds it from the current record (ok false when there is none), under the lock that
 // orders writes; an error from it refuses the write and is returned as
-// is. The record takes the next version, this proxy as origin and the
-// time; it is applied (OnChange), written to the state file and sent to
+// is. The record takes the next version (above every version seen, see
+// MaxAhead), this proxy as origin and the time; it is applied (OnChange), written to the state file and sent to
 // every other alive proxy. Update returns it as stored.
 func (r *State) Update(kind Kind, set string, update func(cur Record, ok bool) (Record, error)) (Record, error) {
 	key := Key{Kind: kind, Set: set}
@@ -271,8 +247,14 @@ func (r *State) Update(kind Kind, set string, update func(cur Record, ok bool) (
 		r.mu.Unlock()
 		return Record{}, err
 	}
-	r.clock++
-	rec.Kind, rec.Set, rec.Version, rec.Origin, rec.At = kind, set, r.clock, cmp.Or(r.origin, "local"), r.now()
+	now := r.now()
+	v, ok := nextVersion(now, r.clock)
+	if !ok {
+		r.mu.Unlock()
+		return Record{}, fmt.Errorf("run-time state: no version is above %d, the highest seen (the state file holds a forged record); move runtime.state_dir's %s away and restart this proxy", r.clock, runtimeFileName)
+	}
+	r.clock = v
+	rec.Kind, rec.Set, rec.Version, rec.Origin, rec.At = kind, set, v, cmp.Or(r.origin, "local"), now
 	r.recs[key] = rec
 	r.records.Set(float64(len(r.recs)))
 	all := r.sortedLocked()
@@ -286,15 +268,22 @@ func (r *State) Update(kind Kind, set string, update func(cur Record, ok bool) (
 	return rec, nil
 }
 
-// merge applies records from a peer: each that is newer than this proxy's
-// record of its key replaces it. It returns how many did.
+// merge applies records from a peer (from, its gossip node): each that
+// is newer than this proxy's record of its key replaces it, unless it is
+// too far ahead of this proxy's clock (see MaxAhead): that one is refused,
+// counted and logged. It returns how many replaced a record.
 func (r *State) merge(from string, in []Record) int {
 	r.applyMu.Lock()
 	defer r.applyMu.Unlock()
 	r.mu.Lock()
-	var changed []Record
+	now := r.now()
+	var changed, refused []Record
 	for _, rec := range in {
 		if rec.Key().wire() == "" {
+			continue
+		}
+		if tooFarAhead(rec.Version, now) {
+			refused = append(refused, rec)
 			continue
 		}
 		r.clock = max(r.clock, rec.Version)
@@ -308,6 +297,7 @@ func (r *State) merge(from string, in []Record) int {
 	r.records.Set(float64(len(r.recs)))
 	all := r.sortedLocked()
 	r.mu.Unlock()
+	r.refuse(from, refused, now)
 	if len(changed) == 0 {
 		return 0
 	}
@@ -321,6 +311,57 @@ func (r *State) merge(from string, in []Record) int {
 		r.onChange(changed, all)
 	}
 	return len(changed)
+}
+
+// refusedFuture is the reason of a record refused for a version too far
+// ahead (keyway_runtime_refused_total's label).
+const refusedFuture = "future"
+
+// maxRefusalNotes bounds the refusal notes kept before the old ones go.
+const maxRefusalNotes = 256
+
+// refusalNote is what refuse remembers of one origin's refusals through
+// one sender.
+type refusalNote struct {
+	logged     time.Time
+	suppressed int
+}
+
+// refuse counts the records of a peer refused at now, and logs them: at
+// most one line a minute per origin and sender, saying how many were
+// refused meanwhile.
+func (r *State) refuse(from string, recs []Record, now time.Time) {
+	if len(recs) == 0 {
+		return
+	}
+	r.refused.WithLabelValues(refusedFuture).Add(float64(len(recs)))
+	r.mu.Lock()
+	if len(r.refusals) >= maxRefusalNotes {
+		// Origins are whatever the records say: forget the quiet ones.
+		maps.DeleteFunc(r.refusals, func(_ string, n refusalNote) bool { return now.Sub(n.logged) >= time.Minute })
+	}
+	r.mu.Unlock()
+	for _, rec := range recs {
+		key := rec.Origin + "\x00" + from
+		r.mu.Lock()
+		note := r.refusals[key]
+		log := note.logged.IsZero() || now.Sub(note.logged) >= time.Minute
+		if log {
+			r.refusals[key] = refusalNote{logged: now}
+		} else {
+			note.suppressed++
+			r.refusals[key] = note
+		}
+		r.mu.Unlock()
+		if !log {
+			continue
+		}
+		r.log.Error("run-time record refused: its version is more than "+MaxAhead.String()+" ahead of this proxy's clock; "+
+			"the clock of the proxy that wrote it is ahead, or the record is forged",
+			zap.String("origin", rec.Origin), zap.String("from", from), zap.String("set", rec.Set), zap.Stringer("kind", rec.Kind),
+			zap.Uint64("version", rec.Version), zap.String("ahead", describeAhead(aheadMS(rec.Version, now))),
+			zap.String("action", rec.Action), zap.String("by", rec.By), zap.Int("refused_since_last_logged", note.suppressed))
+	}
 }
 
 // persist writes the state file (write, sync, rename). A failure is
@@ -360,171 +401,4 @@ func writeFileAtomic(path string, v any) error {
 		return err
 	}
 	return os.Rename(tmp.Name(), path)
-}
-
-// Synced reports whether this proxy has compared its state with another
-// proxy's (and taken theirs), or waited 3 intervals without hearing one:
-// until then a proxy that just started may not know the fleet's changes.
-func (r *State) Synced() bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.synced || (!r.started.IsZero() && r.now().Sub(r.started) >= 3*r.interval)
-}
-
-// Digest returns a digest of every record's set, version, origin and
-// time: two proxies with equal digests hold the same state.
-func (r *State) Digest() string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.digestLocked()
-}
-
-func (r *State) digestLocked() string {
-	if len(r.recs) == 0 {
-		return ""
-	}
-	h := sha256.New()
-	for _, rec := range r.sortedLocked() {
-		fmt.Fprintf(h, "%s\x00%d\x00%s\x00%d\x00", rec.Key().wire(), rec.Version, rec.Origin, rec.At.UnixNano())
-	}
-	return hex.EncodeToString(h.Sum(nil)[:8])
-}
-
-// handle takes a message as the node's decoder would hand it over (for
-// tests: Attach registers the handlers with the node).
-func (r *State) handle(from string, msg []byte) {
-	switch membership.MessageKind(msg) {
-	case runtimeDigestKind:
-		r.handleDigest(membership.Message{From: from, Kind: runtimeDigestKind, Body: msg})
-	case runtimeRecordsKind:
-		r.handleRecords(membership.Message{From: from, Kind: runtimeRecordsKind, Body: msg})
-	}
-}
-
-// handleDigest compares another proxy's digest with this one's.
-func (r *State) handleDigest(m membership.Message) {
-	var d runtimeDigest
-	if json.Unmarshal(m.Body, &d) != nil || m.From == "" {
-		return
-	}
-	r.mu.Lock()
-	mine := r.digestLocked()
-	if mine == d.Digest {
-		r.synced = true
-	}
-	r.mu.Unlock()
-	if mine != d.Digest {
-		r.sendAll(m.From, true)
-	}
-}
-
-// handleRecords merges another proxy's records.
-func (r *State) handleRecords(m membership.Message) {
-	var rr runtimeRecords
-	if json.Unmarshal(m.Body, &rr) != nil || m.From == "" {
-		return
-	}
-	r.merge(m.From, rr.Records)
-	if rr.Reply && r.Digest() != rr.Digest {
-		// The sender lacks something of ours (or holds older records).
-		r.sendAll(m.From, false)
-	}
-}
-
-// Run sends the digest to every other alive proxy every interval until
-// ctx is done.
-func (r *State) Run(ctx context.Context) error {
-	r.mu.Lock()
-	r.started = r.now()
-	r.mu.Unlock()
-	t := time.NewTicker(r.interval)
-	defer t.Stop()
-	defer r.sends.Wait()
-	r.sendDigests()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-			r.sendDigests()
-		}
-	}
-}
-
-func (r *State) sendDigests() {
-	r.mu.Lock()
-	send, self := r.sendFn, r.selfName()
-	d := r.digestLocked()
-	targets := r.aliveProxiesLocked()
-	r.mu.Unlock()
-	if send == nil {
-		return
-	}
-	msg, _ := json.Marshal(runtimeDigest{Kind: runtimeDigestKind, Node: self, Digest: d})
-	for _, name := range targets {
-		if err := send(name, msg, false); err != nil {
-			r.log.Debug("run-time digest not sent", zap.String("proxy", name), zap.Error(err))
-		}
-	}
-}
-
-func (r *State) aliveProxiesLocked() []string {
-	if r.proxies == nil {
-		return nil
-	}
-	return r.proxies()
-}
-
-// push sends new records to every other alive proxy now.
-func (r *State) push(recs []Record) {
-	r.mu.Lock()
-	targets := r.aliveProxiesLocked()
-	r.mu.Unlock()
-	for _, name := range targets {
-		r.send(name, recs, false)
-	}
-}
-
-// sendAll sends every record to one proxy.
-func (r *State) sendAll(to string, reply bool) {
-	r.mu.Lock()
-	all := r.sortedLocked()
-	r.mu.Unlock()
-	r.send(to, all, reply)
-}
-
-func (r *State) send(to string, recs []Record, reply bool) {
-	r.mu.Lock()
-	send, self := r.sendFn, r.selfName()
-	d := r.digestLocked()
-	r.mu.Unlock()
-	if send == nil {
-		return
-	}
-	msg, err := json.Marshal(runtimeRecords{Kind: runtimeRecordsKind, Node: self, Digest: d, Reply: reply, Records: recs})
-	if err != nil {
-		r.log.Error("run-time records not encoded", zap.Error(err))
-		return
-	}
-	if len(msg) <= membership.MaxPacket {
-		if err := send(to, msg, false); err != nil {
-			r.log.Debug("run-time records not sent", zap.String("proxy", to), zap.Error(err))
-		}
-		return
-	}
-	r.mu.Lock()
-	if r.busy[to] {
-		r.mu.Unlock()
-		return // one is on its way; the next digest repairs what it lacks
-	}
-	r.busy[to] = true
-	r.mu.Unlock()
-	r.sends.Go(func() {
-		if err := send(to, msg, true); err != nil {
-			r.log.Debug("run-time records not sent", zap.String("proxy", to), zap.Error(err))
-		}
-		r.mu.Lock()
-		delete(r.busy, to)
-		r.mu.Unlock()
-	})
 }

@@ -13,10 +13,38 @@ import (
 	"keyway/membership"
 )
 
-// runtimeNet connects Runtimes in-process: messages queue until pump
-// delivers them, and drop decides which are lost.
+// t0 is the wall-clock time tests start at.
+var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+
+// at returns the version of a write at wall-clock time t with counter n.
+func at(t time.Time, n uint64) uint64 { return physical(t) + n }
+
+// fakeClock is a wall clock the test moves.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newClock(t time.Time) *fakeClock { return &fakeClock{t: t} }
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) Add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+// runtimeNet connects States in-process: messages queue until pump
+// delivers them, and drop decides which are lost. Every State on it reads
+// one wall clock, which starts at t0.
 type runtimeNet struct {
 	t     *testing.T
+	clock *fakeClock
 	mu    sync.Mutex
 	nodes map[string]*State
 	queue []runtimeMsg
@@ -31,13 +59,13 @@ type runtimeMsg struct {
 }
 
 func newRuntimeNet(t *testing.T) *runtimeNet {
-	return &runtimeNet{t: t, nodes: map[string]*State{}}
+	return &runtimeNet{t: t, clock: newClock(t0), nodes: map[string]*State{}}
 }
 
-// add makes a Runtime named name on the network (dir "" for none).
+// add makes a State named name on the network (dir "" for none).
 func (n *runtimeNet) add(name, dir string, onChange func(changed, all []Record)) *State {
 	n.t.Helper()
-	r, err := New(Options{Dir: dir, OnChange: onChange, Interval: time.Second})
+	r, err := New(Options{Dir: dir, OnChange: onChange, Interval: time.Second, Now: n.clock.Now})
 	if err != nil {
 		n.t.Fatal(err)
 	}
@@ -74,11 +102,11 @@ func (n *runtimeNet) join(name string, r *State) {
 	n.mu.Unlock()
 }
 
-// addProcess makes a Runtime on the network for one process (gossip
+// addProcess makes a State on the network for one process (gossip
 // node) of the proxy with this ID.
 func (n *runtimeNet) addProcess(node, id string) *State {
 	n.t.Helper()
-	r, err := New(Options{Interval: time.Second})
+	r, err := New(Options{Interval: time.Second, Now: n.clock.Now})
 	if err != nil {
 		n.t.Fatal(err)
 	}
@@ -174,7 +202,7 @@ func TestRuntimeWriteReachesEveryProxy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rec.Version != 1 || rec.Origin != "a" || rec.At.IsZero() {
+	if rec.Version != at(t0, 0) || rec.Origin != "a" || !rec.At.Equal(t0) {
 		t.Fatalf("stored %+v", rec)
 	}
 	net.pump() // the push alone, no digest round
@@ -189,13 +217,14 @@ func TestRuntimeWriteReachesEveryProxy(t *testing.T) {
 	if !slices.Equal(seen, []string{"orders:stop"}) {
 		t.Fatalf("b's OnChange saw %v", seen)
 	}
-	// A later write from another proxy takes a higher version everywhere.
+	// A later write from another proxy, within the same millisecond,
+	// takes a higher version everywhere.
 	if _, err := c.Update(KindSet, "orders", put(Record{Stopped: ptr(false), Action: "start"})); err != nil {
 		t.Fatal(err)
 	}
 	net.pump()
 	sameRecords(t, a, b, c)
-	if got, _ := a.Get(KindSet, "orders"); got.Version != 2 || *got.Stopped {
+	if got, _ := a.Get(KindSet, "orders"); got.Version != at(t0, 1) || *got.Stopped {
 		t.Fatalf("a has %+v", got)
 	}
 }
@@ -204,7 +233,8 @@ func TestRuntimeConcurrentWritesConverge(t *testing.T) {
 	net := newRuntimeNet(t)
 	a := net.add("a", "", nil)
 	b := net.add("b", "", nil)
-	// Both write version 1 of one set before hearing of the other.
+	// Both write one version of one set (one millisecond) before hearing
+	// of the other.
 	if _, err := a.Update(KindSet, "orders", put(Record{Replicas: ptr(5), Action: "scale"})); err != nil {
 		t.Fatal(err)
 	}
@@ -219,8 +249,8 @@ func TestRuntimeConcurrentWritesConverge(t *testing.T) {
 	}
 	// The next write on a is above both.
 	rec, _ := a.Update(KindSet, "orders", put(Record{Replicas: ptr(3), Action: "scale"}))
-	if rec.Version != 2 {
-		t.Fatalf("next version %d, want 2", rec.Version)
+	if rec.Version != at(t0, 1) {
+		t.Fatalf("next version %d, want %d", rec.Version, at(t0, 1))
 	}
 }
 
@@ -257,7 +287,7 @@ func TestRuntimeLateJoinerAndLostMessagesCatchUp(t *testing.T) {
 	}
 	// And one that holds a record the others lack sends it to them.
 	d := net.add("d", "", nil)
-	d.clock = 10
+	net.clock.Add(5 * time.Millisecond)
 	if _, err := d.Update(KindSet, "late", put(Record{Deleted: true, Action: "delete"})); err != nil {
 		t.Fatal(err)
 	}
@@ -266,12 +296,13 @@ func TestRuntimeLateJoinerAndLostMessagesCatchUp(t *testing.T) {
 	net.mu.Unlock()
 	net.tick()
 	sameRecords(t, a, b, c, d)
-	if got, ok := a.Get(KindSet, "late"); !ok || !got.Deleted || got.Version != 11 {
+	late := at(t0.Add(5*time.Millisecond), 0)
+	if got, ok := a.Get(KindSet, "late"); !ok || !got.Deleted || got.Version != late {
 		t.Fatalf("a has %+v %v", got, ok)
 	}
 	// The next write anywhere is above every version seen.
-	if rec, _ := b.Update(KindSet, "orders", put(Record{Action: "clear"})); rec.Version != 12 {
-		t.Fatalf("version %d after seeing 11", rec.Version)
+	if rec, _ := b.Update(KindSet, "orders", put(Record{Action: "clear"})); rec.Version != late+1 {
+		t.Fatalf("version %d after seeing %d", rec.Version, late)
 	}
 }
 
@@ -309,7 +340,9 @@ func TestRuntimeStateDirSurvivesARestart(t *testing.T) {
 	if _, err := a.Update(KindSet, "users", put(Record{Spec: []byte(`{"name":"users"}`), Action: "create"})); err != nil {
 		t.Fatal(err)
 	}
-	again, err := New(Options{Dir: dir})
+	// Restarted with the clock stepped back a second: the records and the
+	// clock come back from the file.
+	again, err := New(Options{Dir: dir, Now: func() time.Time { return t0.Add(-time.Second) }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -318,8 +351,8 @@ func TestRuntimeStateDirSurvivesARestart(t *testing.T) {
 	}) {
 		t.Fatalf("reloaded %+v, wrote %+v", again.Records(), a.Records())
 	}
-	if rec, _ := again.Update(KindSet, "orders", put(Record{Action: "clear"})); rec.Version != 3 {
-		t.Fatalf("version after a restart %d, want 3 (the clock continues)", rec.Version)
+	if rec, _ := again.Update(KindSet, "orders", put(Record{Action: "clear"})); rec.Version != at(t0, 2) {
+		t.Fatalf("version after a restart %d, want %d (the clock continues)", rec.Version, at(t0, 2))
 	}
 	// A damaged file is an error naming it, not an empty state.
 	path := filepath.Join(dir, runtimeFileName)
@@ -347,7 +380,7 @@ func TestRuntimeUpdateRefuses(t *testing.T) {
 	if _, err := a.Update(KindSet, "orders", putUnless(Record{Spec: []byte(`{}`), Action: "create"})); err != os.ErrExist {
 		t.Fatalf("second create: %v", err)
 	}
-	if got, _ := a.Get(KindSet, "orders"); got.Version != 1 {
+	if got, _ := a.Get(KindSet, "orders"); got.Version != at(t0, 0) {
 		t.Fatalf("a refused write changed the record: %+v", got)
 	}
 }
@@ -416,17 +449,17 @@ func TestRuntimeOriginIsTheProxyID(t *testing.T) {
 }
 
 // The two processes of one proxy (a binary upgrade: one ID, one host
-// clock) may write one set at one version before either hears the other:
-// the later write wins everywhere, and a digest that tells the two apart
-// makes them converge even when the pushes are lost.
+// clock) may write one set at one version (within one millisecond) before
+// either hears the other: the later write wins everywhere, and a digest
+// that tells the two apart makes them converge even when the pushes are
+// lost.
 func TestRuntimeTwoProcessesOfOneProxyConverge(t *testing.T) {
 	net := newRuntimeNet(t)
 	c := net.add("c", "", nil)
 	old := net.addProcess("b.1", "edge-b")
 	upgraded := net.addProcess("b.2", "edge-b")
-	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	old.now = func() time.Time { return t0 }
-	upgraded.now = func() time.Time { return t0.Add(time.Millisecond) }
+	upgraded.now = func() time.Time { return t0.Add(500 * time.Microsecond) }
 	net.drop = func(runtimeMsg) bool { return true }
 	if _, err := upgraded.Update(KindSet, "orders", put(Record{Replicas: ptr(7), Action: "scale"})); err != nil {
 		t.Fatal(err)
@@ -435,6 +468,9 @@ func TestRuntimeTwoProcessesOfOneProxyConverge(t *testing.T) {
 		t.Fatal(err)
 	}
 	net.pump()
+	if o, u := old.Records()[0], upgraded.Records()[0]; o.Version != u.Version {
+		t.Fatalf("versions %d and %d; the test wants one", o.Version, u.Version)
+	}
 	if old.Digest() == upgraded.Digest() {
 		t.Fatal("two records of one version and origin but different times have one digest: the processes would never compare them")
 	}
@@ -444,7 +480,7 @@ func TestRuntimeTwoProcessesOfOneProxyConverge(t *testing.T) {
 	}
 	sameRecords(t, c, old, upgraded)
 	for name, r := range map[string]*State{"c": c, "b.1": old, "b.2": upgraded} {
-		if got, _ := r.Get(KindSet, "orders"); got.Origin != "edge-b" || *got.Replicas != 7 || !got.At.Equal(t0.Add(time.Millisecond)) {
+		if got, _ := r.Get(KindSet, "orders"); got.Origin != "edge-b" || *got.Replicas != 7 || !got.At.Equal(t0.Add(500*time.Microsecond)) {
 			t.Fatalf("%s holds %+v; want the later write (7 replicas)", name, got)
 		}
 	}
