@@ -99,9 +99,9 @@ func (s *fleetSink) SetFleet(peers []balancer.FleetPeer, _ time.Time) {
 
 // FuzzUserMessage feeds arbitrary bytes to every user-message decoder and
 // to the handlers gossip calls with them (Fleet, Discovery; package
-// runstate fuzzes the run-time state's): a
-// user message comes from any cluster member. None may panic; a decoder
-// that accepts a message accepts its own encoding of it too.
+// runstate fuzzes the run-time state's): a user message comes from any
+// cluster member. None may panic; a decoder that accepts a message
+// accepts its own encoding of it too.
 func FuzzUserMessage(f *testing.F) {
 	for _, b := range [][]byte{
 		AdminDrain{Set: "orders", Replica: "o-0", Boot: 3, Drain: true, By: "p1"}.Encode(),

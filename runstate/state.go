@@ -202,9 +202,8 @@ func (r *State) selfName() string {
 	return r.self()
 }
 
-// Records returns every record, sorted by wire key (a set's record, then
-// its restart's, before the next set's: "orders", "restart:orders",
-// "users").
+// Records returns every record, sorted by wire key ("orders",
+// "restart:orders", "restart:users", "users"), as older versions sort.
 func (r *State) Records() []Record {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -230,12 +229,13 @@ func (r *State) sortedLocked() []Record {
 	return out
 }
 
-// Update writes a record's newest state, of one kind of one set: update
-// builds it from the current record (ok false when there is none), under the lock that
-// orders writes; an error from it refuses the write and is returned as
-// is. The record takes the next version (above every version seen, see
-// MaxAhead), this proxy as origin and the time; it is applied (OnChange), written to the state file and sent to
-// every other alive proxy. Update returns it as stored.
+// Update writes the newest state of one record (a kind, a set): update
+// builds it from the current record (ok false when there is none), under
+// the lock that orders writes; an error from it refuses the write and is
+// returned as is. The record takes the next version (above every version
+// seen, see MaxAhead), this proxy as origin and the time; it is applied
+// (OnChange), written to the state file and sent to every other alive
+// proxy. Update returns it as stored.
 func (r *State) Update(kind Kind, set string, update func(cur Record, ok bool) (Record, error)) (Record, error) {
 	key := Key{Kind: kind, Set: set}
 	r.applyMu.Lock()

@@ -45,8 +45,9 @@ func (r *State) Synced() bool {
 	return r.synced || (!r.started.IsZero() && r.now().Sub(r.started) >= 3*r.interval)
 }
 
-// Digest returns a digest of every record's set, version, origin and
-// time: two proxies with equal digests hold the same state.
+// Digest returns a digest of every record's key (its wire form), version,
+// origin and time: two proxies with equal digests hold the same state,
+// whichever of the two versions of keyway they run.
 func (r *State) Digest() string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
