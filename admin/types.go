@@ -352,7 +352,11 @@ type SetRuntime struct {
 
 // RuntimeRecord is one set's run-time state as GET /v1/runtime shows it.
 type RuntimeRecord struct {
-	Set     string    `json:"set"`
+	Set string `json:"set"`
+	// Version orders the writes of the set's state: a hybrid logical
+	// clock, the writer's Unix milliseconds << 16 | a counter (records
+	// written by older keyway versions hold small Lamport versions, which
+	// order below). It is above 2^53: read it as an integer, not a float.
 	Version uint64    `json:"version"`
 	Origin  string    `json:"origin"`
 	Action  string    `json:"action"`

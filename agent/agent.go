@@ -78,13 +78,12 @@ type Agent struct {
 	// Set stops (setstop.go): the message worker keeps the newest
 	// command's version and stores the wanted mode, then signals; the run
 	// loop carries it out.
-	setMu        sync.Mutex    // guards setVersion; orders the stores of setWanted
-	setVersion   uint64        // the highest SetStop version accepted
-	setVersionAt time.Time     // when setVersion changed
-	setWanted    atomic.Bool   // the newest command stops the set
-	setSignal    chan struct{} // capacity 1
-	setApplied   bool          // a set stop is under way or done; Run's goroutine
-	setRun       *setStopRun   // the set stop under way, or nil; Run's goroutine
+	setMu      sync.Mutex    // guards setVersion; orders the stores of setWanted
+	setVersion uint64        // the highest SetStop version accepted
+	setWanted  atomic.Bool   // the newest command stops the set
+	setSignal  chan struct{} // capacity 1
+	setApplied bool          // a set stop is under way or done; Run's goroutine
+	setRun     *setStopRun   // the set stop under way, or nil; Run's goroutine
 
 	leaving bool // the shutdown drain has begun; Run's goroutine
 	// The flags last put in the gossip metadata; Run's goroutine.

@@ -163,6 +163,12 @@ func TestAdminDrainCommandFromNonProxyRejected(t *testing.T) {
 // from reg: the replicas a node sees alive, itself included.
 func aliveReplicas(t *testing.T, reg prometheus.Gatherer) float64 {
 	t.Helper()
+	return aliveMembers(t, reg, "replica")
+}
+
+// aliveMembers returns keyway_gossip_members{role, status="alive"}.
+func aliveMembers(t *testing.T, reg prometheus.Gatherer, role string) float64 {
+	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -176,7 +182,7 @@ func aliveReplicas(t *testing.T, reg prometheus.Gatherer) float64 {
 			for _, lp := range m.GetLabel() {
 				labels[lp.GetName()] = lp.GetValue()
 			}
-			if labels["role"] == "replica" && labels["status"] == "alive" {
+			if labels["role"] == role && labels["status"] == "alive" {
 				return m.GetGauge().GetValue()
 			}
 		}

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	"keyway/balancer"
 )
@@ -203,23 +202,25 @@ func TestStepSetStopSequence(t *testing.T) {
 	})
 }
 
-// An older set command is ignored for a while after a newer one (a proxy
-// still catching up), and wins after it (the proxies' state was reset).
-func TestStaleSetCommand(t *testing.T) {
+// A set command older than the newest applied is ignored, however long
+// after; one of the newest version or newer is applied.
+func TestOlderSetCommand(t *testing.T) {
+	hlc := uint64(1767323045000) << 16 // 2026-01-02, as package runstate writes versions
 	for _, tc := range []struct {
 		v, newest uint64
-		age       time.Duration
-		stale     bool
+		older     bool
 	}{
-		{4, 5, time.Second, true},
-		{5, 5, time.Second, false},
-		{6, 5, time.Second, false},
-		{0, 7, setStaleWindow - time.Millisecond, true},
-		{0, 7, setStaleWindow, false},
-		{0, 0, 0, false},
+		{4, 5, true},
+		{5, 5, false},
+		{6, 5, false},
+		{0, 7, true},    // proxies restarted without a state directory: the file's stop, version 0
+		{hlc, 7, false}, // an operator's write after that: the wall clock
+		{7, hlc, true},  // an older keyway's Lamport version
+		{hlc + 1, hlc, false},
+		{0, 0, false},
 	} {
-		if got := staleSetCommand(tc.v, tc.newest, tc.age); got != tc.stale {
-			t.Errorf("staleSetCommand(%d, %d, %s) = %v, want %v", tc.v, tc.newest, tc.age, got, tc.stale)
+		if got := olderSetCommand(tc.v, tc.newest); got != tc.older {
+			t.Errorf("olderSetCommand(%d, %d) = %v, want %v", tc.v, tc.newest, got, tc.older)
 		}
 	}
 }

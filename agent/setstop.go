@@ -29,15 +29,19 @@ import (
 // the drain probe and the process stop to a goroutine it owns (setStopRun),
 // so that probes, other commands and shutdown are handled meanwhile.
 
-// setStaleWindow is how long a set command older than the newest accepted
-// is ignored after that one.
-const setStaleWindow = 30 * time.Second
-
-// staleSetCommand reports whether a set command of version v is to be
-// ignored, the newest accepted being newest, accepted age ago.
-func staleSetCommand(v, newest uint64, age time.Duration) bool {
-	return v < newest && age < setStaleWindow
-}
+// olderSetCommand reports whether a set command of version v is to be
+// ignored, the newest applied being newest: it is older. Versions are
+// those of the set's run-time record (package runstate: a hybrid logical
+// clock of the proxies' wall clocks), so an older one comes from a proxy
+// that has not learnt the newest state yet, for a second or two, and is
+// never right. Versions never start again from 0: when every proxy has
+// restarted without runtime.state_dir, the next operator write takes the
+// wall clock, above what the agent holds. (Lamport versions did start
+// again, and an older command was therefore obeyed 30 s after the
+// newest.) Until that write, such proxies send version 0 (no record: the
+// configuration file alone), which the agent ignores: it keeps the mode
+// an operator last asked for.
+func olderSetCommand(v, newest uint64) bool { return v < newest }
 
 // setStopRun is a set stop under way. Run's goroutine owns it; complete is
 // written by the goroutine that finishes the stop, before it closes done.
@@ -52,9 +56,9 @@ type setStopRun struct {
 }
 
 // onSetStop handles a membership.SetStop, on the membership message
-// worker. Only an alive proxy may send it, for this agent's set; a command
-// older than the newest accepted is ignored for setStaleWindow after it (a
-// proxy that has not learnt the newest state yet), and one that wants what the agent already wants
+// worker. Only a proxy may send it (the decoder checks its signature),
+// for this agent's set; a command older than the newest applied is ignored
+// (olderSetCommand), and one that wants what the agent already wants
 // changes nothing (proxies repeat it until the metadata follows).
 func (a *Agent) onSetStop(from string, msg []byte) {
 	c, err := membership.DecodeSetStop(msg)
@@ -67,24 +71,16 @@ func (a *Agent) onSetStop(from string, msg []byte) {
 		return
 	}
 	a.setMu.Lock()
-	newest, now := a.setVersion, a.now()
-	// Older than the newest accepted: a proxy that has not learnt the
-	// newest state yet, for a second or two. Past setStaleWindow the
-	// proxies' state may have been reset instead (every proxy restarted
-	// without runtime.state_dir: versions start again from 0), and what
-	// they ask wins.
-	stale := staleSetCommand(c.Version, newest, now.Sub(a.setVersionAt))
-	changed := !stale && a.setWanted.Load() != c.Stop
-	if !stale {
-		if c.Version != newest {
-			a.setVersionAt = now
-		}
+	newest := a.setVersion
+	older := olderSetCommand(c.Version, newest)
+	changed := !older && a.setWanted.Load() != c.Stop
+	if !older {
 		a.setVersion = c.Version
 		a.setWanted.Store(c.Stop)
 	}
 	a.setMu.Unlock()
-	if stale {
-		a.log.Debug("stale set stop command ignored", zap.String("from", from), zap.String("by", c.By),
+	if older {
+		a.log.Debug("older set stop command ignored", zap.String("from", from), zap.String("by", c.By),
 			zap.Bool("stop", c.Stop), zap.Uint64("version", c.Version), zap.Uint64("newest", newest))
 		return
 	}

@@ -401,9 +401,12 @@ func TestSetStartWhileDraining(t *testing.T) {
 	}
 }
 
-// A command older than the newest applied is ignored, a repeat of the
-// current mode changes nothing, a command for another set is ignored, and
-// one from a member that is not a proxy is rejected and counted.
+// A command older than the newest applied is ignored (also long after,
+// and also version 0 from proxies restarted without a state directory), a
+// newer one is applied (an operator write after every proxy restarted), a
+// repeat of the current mode changes nothing, a command for another set
+// is ignored, and one from a member that is not a proxy is rejected and
+// counted.
 func TestSetStopCommandChecks(t *testing.T) {
 	p := startSetProxy(t) // commands only through send
 	rep := startReplica(t, "ok")
@@ -444,11 +447,11 @@ func TestSetStopCommandChecks(t *testing.T) {
 
 	// An older start (a proxy that has not learnt the stop): ignored.
 	p.send(t, a.Name(), false, 4)
-	poll.Until(t, 10*time.Second, "the stale command to be logged", func() bool {
-		return a.logs.FilterMessage("stale set stop command ignored").FilterField(zap.Uint64("version", 4)).Len() == 1
+	poll.Until(t, 10*time.Second, "the older command to be logged", func() bool {
+		return a.logs.FilterMessage("older set stop command ignored").FilterField(zap.Uint64("version", 4)).Len() == 1
 	})
 	if !a.SetStopped() || a.State() != balancer.StateStopped {
-		t.Fatalf("after a stale start: SetStopped %v, state %s; want true, stopped", a.SetStopped(), a.State())
+		t.Fatalf("after an older start: SetStopped %v, state %s; want true, stopped", a.SetStopped(), a.State())
 	}
 	if v := metric(t, a.reg, "keyway_agent_set_commands_total", "command", "start"); v != 0 {
 		t.Fatalf("start commands applied: %v, want 0", v)
@@ -462,6 +465,36 @@ func TestSetStopCommandChecks(t *testing.T) {
 	poll.Until(t, 10*time.Second, "the proxy to see the agent ready", p.sees(a.Name(), balancer.StateReady, false))
 	if v := metric(t, a.reg, "keyway_agent_set_commands_total", "command", "start"); v != 1 {
 		t.Fatalf("start commands applied: %v, want 1", v)
+	}
+
+	// Every proxy restarts without runtime.state_dir: a new proxy, with no
+	// run-time record of the set, sends what its file says, as version 0.
+	// Older than what the agent applied: ignored, however long after.
+	fresh := startSetProxy(t, p.GossipAddr())
+	poll.Until(t, 10*time.Second, "the new proxy to see the agent", fresh.sees(a.Name(), balancer.StateReady, false))
+	poll.Until(t, 10*time.Second, "the agent to see the new proxy", func() bool { return aliveMembers(t, a.reg, "proxy") == 2 })
+	fresh.send(t, a.Name(), true, 0)
+	poll.Until(t, 10*time.Second, "the version 0 command to be logged", func() bool {
+		return a.logs.FilterMessage("older set stop command ignored").FilterField(zap.Uint64("version", 0)).Len() == 1
+	})
+	if a.SetStopped() {
+		t.Fatal("a version 0 stop was applied after version 5")
+	}
+	// An operator's next write there takes a version from the wall clock
+	// (package runstate), newer than anything written before: applied.
+	hlc := uint64(time.Now().UnixMilli()) << 16
+	fresh.send(t, a.Name(), true, hlc)
+	poll.Until(t, 10*time.Second, "the new proxy to see the agent stopped", fresh.sees(a.Name(), balancer.StateStopped, true))
+	if v := metric(t, a.reg, "keyway_agent_set_commands_total", "command", "stop"); v != 2 {
+		t.Fatalf("stop commands applied: %v, want 2", v)
+	}
+	// And the old proxy's version 5, were it still around, is older.
+	p.send(t, a.Name(), false, 5)
+	poll.Until(t, 10*time.Second, "the older command to be logged", func() bool {
+		return a.logs.FilterMessage("older set stop command ignored").FilterField(zap.Uint64("version", 5)).Len() == 1
+	})
+	if !a.SetStopped() {
+		t.Fatal("version 5 applied after a newer one")
 	}
 }
 

@@ -7,8 +7,8 @@ import (
 	"reflect"
 	"slices"
 
-	"keyway/membership"
 	"keyway/proxy"
+	"keyway/runstate"
 )
 
 // DecodeSet reads one replica set definition, a JSON object with the keys
@@ -68,16 +68,16 @@ type RuntimeProblem struct {
 // reported; of two sets created at run time that conflict (the same
 // match, from two proxies at once), the first by name stays, on every
 // proxy. file is not modified.
-func ApplyRuntime(file Config, recs []membership.RuntimeRecord) (Config, []RuntimeProblem) {
-	recs = slices.DeleteFunc(slices.Clone(recs), func(r membership.RuntimeRecord) bool { return !r.IsSet() })
-	byName := make(map[string]membership.RuntimeRecord, len(recs))
+func ApplyRuntime(file Config, recs []runstate.Record) (Config, []RuntimeProblem) {
+	recs = slices.DeleteFunc(slices.Clone(recs), func(r runstate.Record) bool { return r.Kind != runstate.KindSet })
+	byName := make(map[string]runstate.Record, len(recs))
 	for _, r := range recs {
 		byName[r.Set] = r
 	}
 	out := file
 	out.ReplicaSets = make([]proxy.SetConfig, 0, len(file.ReplicaSets)+len(recs))
 	var probs []RuntimeProblem
-	add := func(sc proxy.SetConfig, r membership.RuntimeRecord, has bool) {
+	add := func(sc proxy.SetConfig, r runstate.Record, has bool) {
 		if has {
 			if r.Stopped != nil {
 				sc.Stopped = *r.Stopped
@@ -88,7 +88,7 @@ func ApplyRuntime(file Config, recs []membership.RuntimeRecord) (Config, []Runti
 		}
 		out.ReplicaSets = append(out.ReplicaSets, sc)
 	}
-	var created []membership.RuntimeRecord
+	var created []runstate.Record
 	for _, sc := range file.ReplicaSets {
 		r, has := byName[sc.Name]
 		switch {
@@ -105,7 +105,7 @@ func ApplyRuntime(file Config, recs []membership.RuntimeRecord) (Config, []Runti
 			created = append(created, r)
 		}
 	}
-	slices.SortFunc(created, func(a, b membership.RuntimeRecord) int {
+	slices.SortFunc(created, func(a, b runstate.Record) int {
 		switch {
 		case a.Set < b.Set:
 			return -1

@@ -4,8 +4,8 @@ import (
 	"strings"
 	"testing"
 
-	"keyway/membership"
 	"keyway/proxy"
+	"keyway/runstate"
 )
 
 func TestDecodeSet(t *testing.T) {
@@ -56,7 +56,7 @@ func TestApplyRuntime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	recs := []membership.RuntimeRecord{
+	recs := []runstate.Record{
 		{Set: "orders", Version: 4, Stopped: ptr(true), Replicas: ptr(5)},
 		{Set: "legacy", Version: 5, Deleted: true},
 		{Set: "users", Version: 6, Spec: []byte(`{"name": "users", "match": {"path_prefix": "/users"}, "replicas": 2}`)},
@@ -94,7 +94,7 @@ func TestApplyRuntime(t *testing.T) {
 		t.Fatalf("file changed: %+v", file.ReplicaSets)
 	}
 	// A set created at run time replaces the file's entry of that name.
-	eff, probs = ApplyRuntime(file, []membership.RuntimeRecord{{Set: "events", Version: 1,
+	eff, probs = ApplyRuntime(file, []runstate.Record{{Set: "events", Version: 1,
 		Spec: []byte(`{"name": "events", "match": {"path_prefix": "/ev"}, "replicas": 4}`)}})
 	if len(probs) != 0 || len(eff.ReplicaSets) != 3 || eff.ReplicaSets[2].Name != "events" || eff.ReplicaSets[2].Replicas != 4 {
 		t.Fatalf("replaced: %+v %+v", eff.ReplicaSets, probs)

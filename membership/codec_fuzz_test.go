@@ -98,9 +98,10 @@ func (s *fleetSink) SetFleet(peers []balancer.FleetPeer, _ time.Time) {
 }
 
 // FuzzUserMessage feeds arbitrary bytes to every user-message decoder and
-// to the handlers gossip calls with them (Runtime, Fleet, Discovery): a
-// user message comes from any cluster member. None may panic; a decoder
-// that accepts a message accepts its own encoding of it too.
+// to the handlers gossip calls with them (Fleet, Discovery; package
+// runstate fuzzes the run-time state's): a user message comes from any
+// cluster member. None may panic; a decoder that accepts a message
+// accepts its own encoding of it too.
 func FuzzUserMessage(f *testing.F) {
 	for _, b := range [][]byte{
 		AdminDrain{Set: "orders", Replica: "o-0", Boot: 3, Drain: true, By: "p1"}.Encode(),
@@ -108,8 +109,6 @@ func FuzzUserMessage(f *testing.F) {
 		SetStop{Set: "orders", Stop: true, Version: 2, By: "p1"}.Encode(),
 		DrainReport{Set: "orders", Replica: "o-0", Boot: 3, DrainingSeen: true, Inflight: 2}.Encode(),
 		RestartReplica{Set: "orders", Replica: "o-0", Boot: 3, By: "p1"}.Encode(),
-		[]byte(`{"kind":"runtime_digest","node":"p2","digest":"00"}`),
-		[]byte(`{"kind":"runtime_records","node":"p2","digest":"x","reply":true,"records":[{"set":"orders","version":3,"origin":"p2"},{"set":""}]}`),
 		[]byte(`{"kind":"proxy_state","node":"p2","seq":1,"sets":[{"set":"orders","digest":"d","votes":[{"replica":"o-0","reason":"refused","age_ms":-9223372036854775808}],"vetoes":["o-1"],"inflight":{"o-0":1}}]}`),
 		[]byte(`{"kind":"proxy_state","node":"p2.b","id":"edge-2:8080","boot":-1,"seq":18446744073709551615,"sets":[]}`),
 		[]byte(`{"kind":1}`),
@@ -146,17 +145,6 @@ func FuzzUserMessage(f *testing.F) {
 		}
 		_, _ = DecodeProcessEvent(b)
 		_ = MessageKind(b)
-
-		rt, err := NewRuntime(RuntimeOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		rt.self = func() string { return "p1" }
-		rt.sendFn = func(string, []byte, bool) error { return nil }
-		rt.proxies = func() []string { return []string{"p2"} }
-		rt.HandleMessage("p2", b)
-		rt.sends.Wait()
-		_ = rt.Digest()
 
 		fl := NewFleet(&fleetSink{}, FleetOptions{})
 		fl.HandleMessage("p2", b)

@@ -434,9 +434,10 @@ func (f *Fleet) targetsLocked() []string {
 	return out
 }
 
-// maxPacket is the largest view sent as one UDP packet; larger ones go
-// over TCP, one at a time per peer.
-const maxPacket = 1200
+// MaxPacket is the largest user message sent as one UDP packet (a view,
+// run-time records); larger ones go over TCP (SendReliable), one at a
+// time per peer.
+const MaxPacket = 1200
 
 // publish sends this proxy's view to every other alive proxy.
 func (f *Fleet) publish() {
@@ -475,7 +476,7 @@ func (f *Fleet) publish() {
 	targets := f.targetsLocked()
 	f.mu.Unlock()
 	for _, name := range targets {
-		if len(msg) <= maxPacket {
+		if len(msg) <= MaxPacket {
 			if err := send(name, msg, false); err != nil {
 				f.log.Debug("fleet view not sent", zap.String("proxy", name), zap.Error(err))
 			}

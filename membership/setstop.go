@@ -25,9 +25,11 @@ type SetStop struct {
 	Kind string `json:"kind"`
 	Set  string `json:"set"`
 	Stop bool   `json:"stop"`
-	// Version is the version of the set's run-time state the command
-	// comes from. An agent ignores a command older than the newest it has
-	// applied (a proxy that has not learnt a newer state yet).
+	// Version is the version of the set's run-time record the command
+	// comes from (package runstate: a hybrid logical clock, which never
+	// starts again from 0), 0 when the set has none (the configuration
+	// file alone). An agent ignores a command older than the newest it
+	// has applied (a proxy that has not learnt a newer state yet).
 	Version uint64 `json:"version"`
 	// By is the fleet ID of the proxy that sent it.
 	By string `json:"by"`

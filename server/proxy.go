@@ -25,6 +25,7 @@ import (
 	"keyway/logging"
 	"keyway/membership"
 	"keyway/proxy"
+	"keyway/runstate"
 )
 
 // Options are what a node needs besides its configuration. The zero value
@@ -81,7 +82,7 @@ type ProxyNode struct {
 	hc     *health.Checker
 	phases *health.PhaseTracker
 	p      *proxy.Proxy
-	rt     *membership.Runtime   // the fleet's run-time state (sets.go)
+	rt     *runstate.State       // the fleet's run-time state (sets.go)
 	node   *membership.Node      // nil when gossip is off
 	disc   *membership.Discovery // nil when gossip is off
 	fleet  *membership.Fleet     // nil when gossip is off
@@ -146,7 +147,7 @@ func NewProxy(cfg config.Config, opts Options) (_ *ProxyNode, err error) {
 	// The fleet's run-time state (sets created, deleted, stopped or scaled
 	// through the admin API) lies over the file: read it (from
 	// runtime.state_dir, if any) before the proxy is built from both.
-	n.rt, err = membership.NewRuntime(membership.RuntimeOptions{
+	n.rt, err = runstate.New(runstate.Options{
 		Logger: n.log.Named("runtime"), Registerer: n.reg, Interval: cfg.Fleet.Interval, Dir: cfg.Runtime.StateDir,
 		OnChange: n.runtimeChanged,
 	})

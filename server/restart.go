@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -17,13 +16,14 @@ import (
 	"keyway/balancer"
 	"keyway/eventlog"
 	"keyway/membership"
+	"keyway/runstate"
 )
 
 var _ admin.Restarter = (*view)(nil)
 
 // Rolling restarts are fleet-wide: the proxy that runs one (its owner,
 // named by its fleet ID) writes its progress after every step as a
-// run-time record (key membership.RestartKey + set), so every proxy shows
+// run-time record (kind runstate.KindRestart), so every proxy shows
 // it and only one runs per set. If the owner leaves the fleet mid-way (it
 // crashed, or stopped while other proxies run: no alive process carries
 // its ID any more), the alive proxy with the lowest ID takes it over
@@ -81,7 +81,7 @@ var errHandedOver = errors.New("another proxy has taken the restart over")
 
 // restartStatus decodes a set's restart record.
 func (n *ProxyNode) restartStatus(set string) (admin.RestartStatus, bool) {
-	rec, ok := n.rt.Get(membership.RestartKey + set)
+	rec, ok := n.rt.Get(runstate.KindRestart, set)
 	if !ok || len(rec.Restart) == 0 {
 		return admin.RestartStatus{}, false
 	}
@@ -97,7 +97,7 @@ func (n *ProxyNode) restartStatus(set string) (admin.RestartStatus, bool) {
 // false when there is none) and may refuse with an error.
 func (n *ProxyNode) updateRestart(set, by string, mutate func(st *admin.RestartStatus, ok bool) error) (admin.RestartStatus, error) {
 	var out admin.RestartStatus
-	_, err := n.rt.Update(membership.RestartKey+set, func(cur membership.RuntimeRecord, ok bool) (membership.RuntimeRecord, error) {
+	_, err := n.rt.Update(runstate.KindRestart, set, func(cur runstate.Record, ok bool) (runstate.Record, error) {
 		var st admin.RestartStatus
 		ok = ok && len(cur.Restart) > 0 && json.Unmarshal(cur.Restart, &st) == nil
 		if err := mutate(&st, ok); err != nil {
@@ -111,7 +111,7 @@ func (n *ProxyNode) updateRestart(set, by string, mutate func(st *admin.RestartS
 			return cur, err
 		}
 		out = st
-		return membership.RuntimeRecord{Restart: b, Action: "restart", By: cmp.Or(by, cur.By), Via: n.via()}, nil
+		return runstate.Record{Restart: b, Action: "restart", By: cmp.Or(by, cur.By), Via: n.via()}, nil
 	})
 	return out, err
 }
@@ -236,10 +236,10 @@ func (n *ProxyNode) checkRestarts(ctx context.Context) {
 	_, twins, newest := n.processes()
 	lowest := len(alive) > 0 && alive[0] == self && newest
 	for _, rec := range n.rt.Records() {
-		set, isRestart := strings.CutPrefix(rec.Set, membership.RestartKey)
-		if !isRestart {
+		if rec.Kind != runstate.KindRestart {
 			continue
 		}
+		set := rec.Set
 		st, ok := n.restartStatus(set)
 		if !ok || st.State != "running" || n.p.Router(set) == nil {
 			continue

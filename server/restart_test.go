@@ -12,6 +12,7 @@ import (
 	"keyway/config"
 	"keyway/internal/poll"
 	"keyway/membership"
+	"keyway/runstate"
 )
 
 // gossipProxy is a running proxy node with gossip on and the fleet ID id,
@@ -177,7 +178,7 @@ func TestRestartOwnedByIDResumedAfterAnUpgrade(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rec, _ := upgraded.rt.Get("orders"); ch.Via != "edge-b" || rec.Origin != "edge-b" || rec.Via != "edge-b" {
+	if rec, _ := upgraded.rt.Get(runstate.KindSet, "orders"); ch.Via != "edge-b" || rec.Origin != "edge-b" || rec.Via != "edge-b" {
 		t.Fatalf("a change through edge-b's new process: via %q, record %+v; want via and origin edge-b", ch.Via, rec)
 	}
 }

@@ -18,11 +18,12 @@ import (
 	"keyway/eventlog"
 	"keyway/membership"
 	"keyway/proxy"
+	"keyway/runstate"
 )
 
 // Run-time changes of replica sets (admin.SetAdmin): create, change,
 // stop, start, delete, clear. Each is a record of the fleet's run-time
-// state (membership.Runtime), which every proxy applies over its own
+// state (runstate.State), which every proxy applies over its own
 // configuration file (config.ApplyRuntime): the run-time state wins, per
 // set and per key it sets, until an operator clears it.
 
@@ -47,7 +48,7 @@ func (n *ProxyNode) scope() string {
 	return admin.ScopeThisProxy
 }
 
-func (n *ProxyNode) change(rec membership.RuntimeRecord) admin.SetChange {
+func (n *ProxyNode) change(rec runstate.Record) admin.SetChange {
 	return admin.SetChange{Set: rec.Set, Action: rec.Action, Version: rec.Version, By: rec.By, Via: rec.Via, Scope: n.scope()}
 }
 
@@ -68,11 +69,11 @@ func (s setAdmin) CreateSet(spec []byte, who admin.Actor) (admin.SetChange, erro
 	if err := json.Compact(&compact, bytes.TrimSpace(spec)); err != nil {
 		return admin.SetChange{}, &admin.SpecError{Problems: []string{"request body: " + err.Error()}}
 	}
-	rec := membership.RuntimeRecord{Spec: compact.Bytes(), Action: "create", By: who.String(), Via: n.via()}
+	rec := runstate.Record{Spec: compact.Bytes(), Action: "create", By: who.String(), Via: n.via()}
 	// Would this proxy serve it? The same rules a file's set meets (a
 	// unique match, valid limits), checked before
 	// anything is written: a refused set must not reach the fleet.
-	trial := slices.DeleteFunc(n.rt.Records(), func(r membership.RuntimeRecord) bool { return r.Set == sc.Name })
+	trial := slices.DeleteFunc(n.rt.Records(), func(r runstate.Record) bool { return r.Kind == runstate.KindSet && r.Set == sc.Name })
 	trialRec := rec
 	trialRec.Set = sc.Name
 	eff, probs := config.ApplyRuntime(n.fileConfig(), append(trial, trialRec))
@@ -84,7 +85,7 @@ func (s setAdmin) CreateSet(spec []byte, who admin.Actor) (admin.SetChange, erro
 	if err := n.p.CheckReload(eff.Config); err != nil {
 		return admin.SetChange{}, &admin.SpecError{Problems: strings.Split(err.Error(), "\n")}
 	}
-	stored, err := n.rt.Update(sc.Name, func(cur membership.RuntimeRecord, ok bool) (membership.RuntimeRecord, error) {
+	stored, err := n.rt.Update(runstate.KindSet, sc.Name, func(cur runstate.Record, ok bool) (runstate.Record, error) {
 		if n.p.Router(sc.Name) != nil {
 			where := "the configuration file defines it"
 			if ok && len(cur.Spec) > 0 {
@@ -136,13 +137,13 @@ func (s setAdmin) PatchSet(set string, p admin.SetPatch, who admin.Actor) (admin
 			prev, wasStopped = sc.Replicas, sc.Stopped
 		}
 	}
-	stored, err := n.rt.Update(set, func(cur membership.RuntimeRecord, ok bool) (membership.RuntimeRecord, error) {
+	stored, err := n.rt.Update(runstate.KindSet, set, func(cur runstate.Record, ok bool) (runstate.Record, error) {
 		if ok && cur.Deleted {
 			return cur, fmt.Errorf("%w %q (deleted at run time)", admin.ErrUnknownSet, set)
 		}
 		next := cur
 		if !ok {
-			next = membership.RuntimeRecord{}
+			next = runstate.Record{}
 		}
 		if p.Stop != nil {
 			next.Stopped = p.Stop
@@ -202,8 +203,8 @@ func (s setAdmin) DeleteSet(set string, who admin.Actor) (admin.SetChange, error
 	if busy := inUse(r.Table(), stopped); len(busy) > 0 {
 		return admin.SetChange{}, &admin.InUseError{Set: set, Replicas: busy}
 	}
-	stored, err := n.rt.Update(set, func(cur membership.RuntimeRecord, ok bool) (membership.RuntimeRecord, error) {
-		return membership.RuntimeRecord{Deleted: true, Action: "delete", By: who.String(), Via: n.via()}, nil
+	stored, err := n.rt.Update(runstate.KindSet, set, func(cur runstate.Record, ok bool) (runstate.Record, error) {
+		return runstate.Record{Deleted: true, Action: "delete", By: who.String(), Via: n.via()}, nil
 	})
 	if err != nil {
 		return admin.SetChange{}, err
@@ -216,11 +217,11 @@ func (s setAdmin) ClearRuntime(set string, who admin.Actor) (admin.SetChange, er
 	if !balancer.ValidSetName(set) {
 		return admin.SetChange{}, fmt.Errorf("%w %q: not a replica set name", admin.ErrNoRuntimeState, set)
 	}
-	stored, err := n.rt.Update(set, func(cur membership.RuntimeRecord, ok bool) (membership.RuntimeRecord, error) {
+	stored, err := n.rt.Update(runstate.KindSet, set, func(cur runstate.Record, ok bool) (runstate.Record, error) {
 		if !ok || !cur.Overrides() {
 			return cur, fmt.Errorf("%w %q: the configuration file alone decides about it", admin.ErrNoRuntimeState, set)
 		}
-		return membership.RuntimeRecord{Action: "clear", By: who.String(), Via: n.via()}, nil
+		return runstate.Record{Action: "clear", By: who.String(), Via: n.via()}, nil
 	})
 	if err != nil {
 		return admin.SetChange{}, err
@@ -232,7 +233,7 @@ func (s setAdmin) Runtime() admin.RuntimeStatus {
 	n := s.n
 	st := admin.RuntimeStatus{Digest: n.rt.Digest(), Synced: n.rt.Synced(), StateDir: n.cfg.Runtime.StateDir}
 	for _, r := range n.rt.Records() {
-		if !r.IsSet() {
+		if r.Kind != runstate.KindSet {
 			continue // a rolling restart's progress: GET …/restart shows it
 		}
 		st.Records = append(st.Records, admin.RuntimeRecord{
@@ -273,10 +274,10 @@ func (n *ProxyNode) runtimeProblems() []config.RuntimeProblem {
 // runtimeChanged is the run-time state's OnChange: it records each change
 // in the audit trail (who issued it, through which proxy) and applies the
 // state.
-func (n *ProxyNode) runtimeChanged(changed, _ []membership.RuntimeRecord) {
+func (n *ProxyNode) runtimeChanged(changed, _ []runstate.Record) {
 	sets := 0
 	for _, r := range changed {
-		if !r.IsSet() {
+		if r.Kind != runstate.KindSet {
 			continue // a rolling restart's progress: its own log lines and events
 		}
 		sets++
@@ -351,7 +352,7 @@ func (n *ProxyNode) applyStops(eff config.Config) {
 	for _, sc := range eff.ReplicaSets {
 		n.phases.SetStopped(sc.Name, sc.Stopped)
 		w := membership.SetWant{Stop: sc.Stopped}
-		if r, ok := n.rt.Get(sc.Name); ok {
+		if r, ok := n.rt.Get(runstate.KindSet, sc.Name); ok {
 			w.Version = r.Version
 		}
 		wants[sc.Name] = w
@@ -365,7 +366,7 @@ func (n *ProxyNode) applyStops(eff config.Config) {
 // set this proxy does not serve).
 func (n *ProxyNode) setRuntime(set string) (source string, rt *admin.SetRuntime) {
 	source = "file"
-	r, ok := n.rt.Get(set)
+	r, ok := n.rt.Get(runstate.KindSet, set)
 	if !ok || !r.Overrides() {
 		return source, nil
 	}

@@ -234,7 +234,8 @@ function runtimeLine(s) {
   if (s.runtime) {
     parts.push(h("span", { class: "pill warn" }, s.source === "runtime" ? "created at run time" : "run-time override"),
       " " + (s.runtime.overrides || []).join(", ") + " · " + s.runtime.action + " by " + s.runtime.by + " via " + s.runtime.via +
-      " · version " + s.runtime.version);
+      // Not the version: a hybrid clock value above 2^53, which a JS number rounds.
+      " · " + new Date(s.runtime.at).toLocaleString([], { hour12: false }));
   }
   return parts.length ? h("div", { class: "meta runtime" }, ...parts) : null;
 }

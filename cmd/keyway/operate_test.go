@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -134,9 +136,25 @@ func TestReloadAndScaleCLI(t *testing.T) {
 	// Scale: declared 2 → 4, the set reads Degraded; reloads keep it, even
 	// one that changes the file's replicas (the run-time state wins) until
 	// the run-time state is cleared.
-	if out, err := cli("scale", "--set", "orders", "--replicas", "4"); err != nil || !strings.Contains(out, "declared 4 (was 2), scope this proxy, version 1") {
+	// Versions are hybrid logical clock values: each write's is above the
+	// last.
+	version := func(out string) uint64 {
+		t.Helper()
+		m := regexp.MustCompile(`version (\d+)`).FindStringSubmatch(out)
+		if m == nil {
+			t.Fatalf("no version in %q", out)
+		}
+		v, err := strconv.ParseUint(m[1], 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	out, err = cli("scale", "--set", "orders", "--replicas", "4")
+	if err != nil || !strings.Contains(out, "declared 4 (was 2), scope this proxy, version ") {
 		t.Fatalf("scale: %q %v", out, err)
 	}
+	scaled := version(out)
 	var set struct {
 		Phase    string `json:"phase"`
 		Declared int    `json:"declared"`
@@ -172,8 +190,8 @@ func TestReloadAndScaleCLI(t *testing.T) {
 	if out, _, err := keywayCLI(t, "runtime", "--admin", st.admin); err != nil || !strings.Contains(out, "replicas=4") || !strings.Contains(out, "orders") {
 		t.Fatalf("runtime: %q %v", out, err)
 	}
-	if out, err := cli("runtime", "clear", "--set", "orders"); err != nil || !strings.Contains(out, "cleared orders: version 2") {
-		t.Fatalf("runtime clear: %q %v", out, err)
+	if out, err := cli("runtime", "clear", "--set", "orders"); err != nil || !strings.Contains(out, "cleared orders: version ") || version(out) <= scaled {
+		t.Fatalf("runtime clear: %q %v; want a version above the scale's %d", out, err, scaled)
 	}
 	stacktest.GetJSON(t, "http://"+st.admin+"/v1/replica_sets/orders", &set)
 	if set.Declared != 3 || set.Phase != "Degraded" {

@@ -1,4 +1,4 @@
-package membership
+package runstate
 
 import (
 	"encoding/json"
@@ -9,14 +9,44 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"keyway/membership"
 )
 
-// runtimeNet connects Runtimes in-process: messages queue until pump
-// delivers them, and drop decides which are lost.
+// t0 is the wall-clock time tests start at.
+var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+
+// at returns the version of a write at wall-clock time t with counter n.
+func at(t time.Time, n uint64) uint64 { return physical(t) + n }
+
+// fakeClock is a wall clock the test moves.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newClock(t time.Time) *fakeClock { return &fakeClock{t: t} }
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) Add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+// runtimeNet connects States in-process: messages queue until pump
+// delivers them, and drop decides which are lost. Every State on it reads
+// one wall clock, which starts at t0.
 type runtimeNet struct {
 	t     *testing.T
+	clock *fakeClock
 	mu    sync.Mutex
-	nodes map[string]*Runtime
+	nodes map[string]*State
 	queue []runtimeMsg
 	drop  func(m runtimeMsg) bool
 	sent  int
@@ -29,13 +59,13 @@ type runtimeMsg struct {
 }
 
 func newRuntimeNet(t *testing.T) *runtimeNet {
-	return &runtimeNet{t: t, nodes: map[string]*Runtime{}}
+	return &runtimeNet{t: t, clock: newClock(t0), nodes: map[string]*State{}}
 }
 
-// add makes a Runtime named name on the network (dir "" for none).
-func (n *runtimeNet) add(name, dir string, onChange func(changed, all []RuntimeRecord)) *Runtime {
+// add makes a State named name on the network (dir "" for none).
+func (n *runtimeNet) add(name, dir string, onChange func(changed, all []Record)) *State {
 	n.t.Helper()
-	r, err := NewRuntime(RuntimeOptions{Dir: dir, OnChange: onChange, Interval: time.Second})
+	r, err := New(Options{Dir: dir, OnChange: onChange, Interval: time.Second, Now: n.clock.Now})
 	if err != nil {
 		n.t.Fatal(err)
 	}
@@ -43,7 +73,7 @@ func (n *runtimeNet) add(name, dir string, onChange func(changed, all []RuntimeR
 	return r
 }
 
-func (n *runtimeNet) join(name string, r *Runtime) {
+func (n *runtimeNet) join(name string, r *State) {
 	r.self = func() string { return name }
 	if r.origin == "" {
 		r.origin = name
@@ -72,11 +102,11 @@ func (n *runtimeNet) join(name string, r *Runtime) {
 	n.mu.Unlock()
 }
 
-// addProcess makes a Runtime on the network for one process (gossip
+// addProcess makes a State on the network for one process (gossip
 // node) of the proxy with this ID.
-func (n *runtimeNet) addProcess(node, id string) *Runtime {
+func (n *runtimeNet) addProcess(node, id string) *State {
 	n.t.Helper()
-	r, err := NewRuntime(RuntimeOptions{Interval: time.Second})
+	r, err := New(Options{Interval: time.Second, Now: n.clock.Now})
 	if err != nil {
 		n.t.Fatal(err)
 	}
@@ -109,7 +139,7 @@ func (n *runtimeNet) pump() {
 		lost := n.drop != nil && n.drop(m)
 		n.mu.Unlock()
 		if to != nil && !lost {
-			to.HandleMessage(m.from, m.msg)
+			to.handle(m.from, m.msg)
 		}
 	}
 }
@@ -117,7 +147,7 @@ func (n *runtimeNet) pump() {
 // tick sends every node's digest once, then pumps.
 func (n *runtimeNet) tick() {
 	n.mu.Lock()
-	var rs []*Runtime
+	var rs []*State
 	for _, r := range n.nodes {
 		rs = append(rs, r)
 	}
@@ -131,21 +161,21 @@ func (n *runtimeNet) tick() {
 func ptr[T any](v T) *T { return &v }
 
 // put is an update that writes rec whatever the current record.
-func put(rec RuntimeRecord) func(RuntimeRecord, bool) (RuntimeRecord, error) {
-	return func(RuntimeRecord, bool) (RuntimeRecord, error) { return rec, nil }
+func put(rec Record) func(Record, bool) (Record, error) {
+	return func(Record, bool) (Record, error) { return rec, nil }
 }
 
 // putUnless writes rec unless the set has a record that is not deleted.
-func putUnless(rec RuntimeRecord) func(RuntimeRecord, bool) (RuntimeRecord, error) {
-	return func(cur RuntimeRecord, ok bool) (RuntimeRecord, error) {
+func putUnless(rec Record) func(Record, bool) (Record, error) {
+	return func(cur Record, ok bool) (Record, error) {
 		if ok && !cur.Deleted {
-			return RuntimeRecord{}, os.ErrExist
+			return Record{}, os.ErrExist
 		}
 		return rec, nil
 	}
 }
 
-func sameRecords(t *testing.T, rs ...*Runtime) {
+func sameRecords(t *testing.T, rs ...*State) {
 	t.Helper()
 	want := rs[0].Digest()
 	for i, r := range rs[1:] {
@@ -160,7 +190,7 @@ func TestRuntimeWriteReachesEveryProxy(t *testing.T) {
 	var mu sync.Mutex
 	var seenB []string
 	a := net.add("a", "", nil)
-	b := net.add("b", "", func(changed, all []RuntimeRecord) {
+	b := net.add("b", "", func(changed, all []Record) {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, c := range changed {
@@ -168,16 +198,16 @@ func TestRuntimeWriteReachesEveryProxy(t *testing.T) {
 		}
 	})
 	c := net.add("c", "", nil)
-	rec, err := a.Update("orders", put(RuntimeRecord{Stopped: ptr(true), Action: "stop", By: "ops", Via: "a"}))
+	rec, err := a.Update(KindSet, "orders", put(Record{Stopped: ptr(true), Action: "stop", By: "ops", Via: "a"}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rec.Version != 1 || rec.Origin != "a" || rec.At.IsZero() {
+	if rec.Version != at(t0, 0) || rec.Origin != "a" || !rec.At.Equal(t0) {
 		t.Fatalf("stored %+v", rec)
 	}
 	net.pump() // the push alone, no digest round
 	sameRecords(t, a, b, c)
-	got, ok := c.Get("orders")
+	got, ok := c.Get(KindSet, "orders")
 	if !ok || got.Stopped == nil || !*got.Stopped || got.By != "ops" || got.Via != "a" {
 		t.Fatalf("c has %+v %v", got, ok)
 	}
@@ -187,13 +217,14 @@ func TestRuntimeWriteReachesEveryProxy(t *testing.T) {
 	if !slices.Equal(seen, []string{"orders:stop"}) {
 		t.Fatalf("b's OnChange saw %v", seen)
 	}
-	// A later write from another proxy takes a higher version everywhere.
-	if _, err := c.Update("orders", put(RuntimeRecord{Stopped: ptr(false), Action: "start"})); err != nil {
+	// A later write from another proxy, within the same millisecond,
+	// takes a higher version everywhere.
+	if _, err := c.Update(KindSet, "orders", put(Record{Stopped: ptr(false), Action: "start"})); err != nil {
 		t.Fatal(err)
 	}
 	net.pump()
 	sameRecords(t, a, b, c)
-	if got, _ := a.Get("orders"); got.Version != 2 || *got.Stopped {
+	if got, _ := a.Get(KindSet, "orders"); got.Version != at(t0, 1) || *got.Stopped {
 		t.Fatalf("a has %+v", got)
 	}
 }
@@ -202,23 +233,24 @@ func TestRuntimeConcurrentWritesConverge(t *testing.T) {
 	net := newRuntimeNet(t)
 	a := net.add("a", "", nil)
 	b := net.add("b", "", nil)
-	// Both write version 1 of one set before hearing of the other.
-	if _, err := a.Update("orders", put(RuntimeRecord{Replicas: ptr(5), Action: "scale"})); err != nil {
+	// Both write one version of one set (one millisecond) before hearing
+	// of the other.
+	if _, err := a.Update(KindSet, "orders", put(Record{Replicas: ptr(5), Action: "scale"})); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.Update("orders", put(RuntimeRecord{Replicas: ptr(7), Action: "scale"})); err != nil {
+	if _, err := b.Update(KindSet, "orders", put(Record{Replicas: ptr(7), Action: "scale"})); err != nil {
 		t.Fatal(err)
 	}
 	net.pump()
 	sameRecords(t, a, b)
-	got, _ := a.Get("orders")
+	got, _ := a.Get(KindSet, "orders")
 	if got.Origin != "b" || *got.Replicas != 7 {
 		t.Fatalf("winner %+v; want b's (equal versions: the higher origin wins)", got)
 	}
 	// The next write on a is above both.
-	rec, _ := a.Update("orders", put(RuntimeRecord{Replicas: ptr(3), Action: "scale"}))
-	if rec.Version != 2 {
-		t.Fatalf("next version %d, want 2", rec.Version)
+	rec, _ := a.Update(KindSet, "orders", put(Record{Replicas: ptr(3), Action: "scale"}))
+	if rec.Version != at(t0, 1) {
+		t.Fatalf("next version %d, want %d", rec.Version, at(t0, 1))
 	}
 }
 
@@ -227,13 +259,13 @@ func TestRuntimeLateJoinerAndLostMessagesCatchUp(t *testing.T) {
 	a := net.add("a", "", nil)
 	b := net.add("b", "", nil)
 	for _, s := range []string{"orders", "users", "events"} {
-		if _, err := a.Update(s, put(RuntimeRecord{Spec: []byte(`{"name":"` + s + `"}`), Action: "create"})); err != nil {
+		if _, err := a.Update(KindSet, s, put(Record{Spec: []byte(`{"name":"` + s + `"}`), Action: "create"})); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// b loses every push; the digest round repairs it.
 	net.drop = func(m runtimeMsg) bool {
-		return m.to == "b" && MessageKind(m.msg) == runtimeRecordsKind && !strings.Contains(string(m.msg), `"reply"`) && m.from == "a" && net.sent <= 6
+		return m.to == "b" && membership.MessageKind(m.msg) == runtimeRecordsKind && !strings.Contains(string(m.msg), `"reply"`) && m.from == "a" && net.sent <= 6
 	}
 	net.pump()
 	if b.Digest() == a.Digest() {
@@ -255,8 +287,8 @@ func TestRuntimeLateJoinerAndLostMessagesCatchUp(t *testing.T) {
 	}
 	// And one that holds a record the others lack sends it to them.
 	d := net.add("d", "", nil)
-	d.clock = 10
-	if _, err := d.Update("late", put(RuntimeRecord{Deleted: true, Action: "delete"})); err != nil {
+	net.clock.Add(5 * time.Millisecond)
+	if _, err := d.Update(KindSet, "late", put(Record{Deleted: true, Action: "delete"})); err != nil {
 		t.Fatal(err)
 	}
 	net.mu.Lock()
@@ -264,12 +296,13 @@ func TestRuntimeLateJoinerAndLostMessagesCatchUp(t *testing.T) {
 	net.mu.Unlock()
 	net.tick()
 	sameRecords(t, a, b, c, d)
-	if got, ok := a.Get("late"); !ok || !got.Deleted || got.Version != 11 {
+	late := at(t0.Add(5*time.Millisecond), 0)
+	if got, ok := a.Get(KindSet, "late"); !ok || !got.Deleted || got.Version != late {
 		t.Fatalf("a has %+v %v", got, ok)
 	}
 	// The next write anywhere is above every version seen.
-	if rec, _ := b.Update("orders", put(RuntimeRecord{Action: "clear"})); rec.Version != 12 {
-		t.Fatalf("version %d after seeing 11", rec.Version)
+	if rec, _ := b.Update(KindSet, "orders", put(Record{Action: "clear"})); rec.Version != late+1 {
+		t.Fatalf("version %d after seeing %d", rec.Version, late)
 	}
 }
 
@@ -277,22 +310,22 @@ func TestRuntimeTombstoneWinsOverAStaleCopy(t *testing.T) {
 	net := newRuntimeNet(t)
 	a := net.add("a", "", nil)
 	b := net.add("b", "", nil)
-	if _, err := a.Update("orders", put(RuntimeRecord{Spec: []byte(`{"name":"orders"}`), Action: "create"})); err != nil {
+	if _, err := a.Update(KindSet, "orders", put(Record{Spec: []byte(`{"name":"orders"}`), Action: "create"})); err != nil {
 		t.Fatal(err)
 	}
 	net.pump()
 	net.leave("b") // b is cut off while the set is deleted
-	if _, err := a.Update("orders", put(RuntimeRecord{Deleted: true, Action: "delete"})); err != nil {
+	if _, err := a.Update(KindSet, "orders", put(Record{Deleted: true, Action: "delete"})); err != nil {
 		t.Fatal(err)
 	}
 	net.pump()
-	if got, _ := b.Get("orders"); got.Deleted {
+	if got, _ := b.Get(KindSet, "orders"); got.Deleted {
 		t.Fatal("b saw the delete while away")
 	}
 	net.join("b", b)
 	net.tick()
 	sameRecords(t, a, b)
-	if got, _ := b.Get("orders"); !got.Deleted || got.Overrides() != true {
+	if got, _ := b.Get(KindSet, "orders"); !got.Deleted || got.Overrides() != true {
 		t.Fatalf("b has %+v; the tombstone must win", got)
 	}
 }
@@ -301,30 +334,32 @@ func TestRuntimeStateDirSurvivesARestart(t *testing.T) {
 	dir := t.TempDir()
 	net := newRuntimeNet(t)
 	a := net.add("a", dir, nil)
-	if _, err := a.Update("orders", put(RuntimeRecord{Stopped: ptr(true), Action: "stop", By: "ops"})); err != nil {
+	if _, err := a.Update(KindSet, "orders", put(Record{Stopped: ptr(true), Action: "stop", By: "ops"})); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.Update("users", put(RuntimeRecord{Spec: []byte(`{"name":"users"}`), Action: "create"})); err != nil {
+	if _, err := a.Update(KindSet, "users", put(Record{Spec: []byte(`{"name":"users"}`), Action: "create"})); err != nil {
 		t.Fatal(err)
 	}
-	again, err := NewRuntime(RuntimeOptions{Dir: dir})
+	// Restarted with the clock stepped back a second: the records and the
+	// clock come back from the file.
+	again, err := New(Options{Dir: dir, Now: func() time.Time { return t0.Add(-time.Second) }})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.EqualFunc(again.Records(), a.Records(), func(x, y RuntimeRecord) bool {
+	if !slices.EqualFunc(again.Records(), a.Records(), func(x, y Record) bool {
 		return x.Set == y.Set && x.Version == y.Version && x.Origin == y.Origin && string(x.Spec) == string(y.Spec) && x.By == y.By
 	}) {
 		t.Fatalf("reloaded %+v, wrote %+v", again.Records(), a.Records())
 	}
-	if rec, _ := again.Update("orders", put(RuntimeRecord{Action: "clear"})); rec.Version != 3 {
-		t.Fatalf("version after a restart %d, want 3 (the clock continues)", rec.Version)
+	if rec, _ := again.Update(KindSet, "orders", put(Record{Action: "clear"})); rec.Version != at(t0, 2) {
+		t.Fatalf("version after a restart %d, want %d (the clock continues)", rec.Version, at(t0, 2))
 	}
 	// A damaged file is an error naming it, not an empty state.
 	path := filepath.Join(dir, runtimeFileName)
 	if err := os.WriteFile(path, []byte("{not json"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := NewRuntime(RuntimeOptions{Dir: dir}); err == nil || !strings.Contains(err.Error(), path) {
+	if _, err := New(Options{Dir: dir}); err == nil || !strings.Contains(err.Error(), path) {
 		t.Fatalf("damaged state file: %v", err)
 	}
 	// No temporary files are left behind.
@@ -339,13 +374,13 @@ func TestRuntimeStateDirSurvivesARestart(t *testing.T) {
 func TestRuntimeUpdateRefuses(t *testing.T) {
 	net := newRuntimeNet(t)
 	a := net.add("a", "", nil)
-	if _, err := a.Update("orders", putUnless(RuntimeRecord{Spec: []byte(`{}`), Action: "create"})); err != nil {
+	if _, err := a.Update(KindSet, "orders", putUnless(Record{Spec: []byte(`{}`), Action: "create"})); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.Update("orders", putUnless(RuntimeRecord{Spec: []byte(`{}`), Action: "create"})); err != os.ErrExist {
+	if _, err := a.Update(KindSet, "orders", putUnless(Record{Spec: []byte(`{}`), Action: "create"})); err != os.ErrExist {
 		t.Fatalf("second create: %v", err)
 	}
-	if got, _ := a.Get("orders"); got.Version != 1 {
+	if got, _ := a.Get(KindSet, "orders"); got.Version != at(t0, 0) {
 		t.Fatalf("a refused write changed the record: %+v", got)
 	}
 }
@@ -353,7 +388,7 @@ func TestRuntimeUpdateRefuses(t *testing.T) {
 func TestRuntimeSyncedAfterWaitingAlone(t *testing.T) {
 	now := time.Unix(1000, 0)
 	var mu sync.Mutex
-	r, err := NewRuntime(RuntimeOptions{Interval: time.Second, Now: func() time.Time { mu.Lock(); defer mu.Unlock(); return now }})
+	r, err := New(Options{Interval: time.Second, Now: func() time.Time { mu.Lock(); defer mu.Unlock(); return now }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -375,17 +410,17 @@ func TestRuntimeSyncedAfterWaitingAlone(t *testing.T) {
 // them, while its messages name its gossip node (where peers reply). A
 // node without an ID writes its node name.
 func TestRuntimeOriginIsTheProxyID(t *testing.T) {
-	cfg := DefaultConfig()
+	cfg := membership.DefaultConfig()
 	cfg.BindAddr = "127.0.0.1"
 	for id, want := range map[string]string{"edge-a": "edge-a", "": ""} {
-		n, err := New(cfg, Meta{Role: RoleProxy, ID: id}, Options{})
+		n, err := membership.New(cfg, membership.Meta{Role: membership.RoleProxy, ID: id}, membership.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if want == "" {
 			want = n.Name()
 		}
-		r, err := NewRuntime(RuntimeOptions{})
+		r, err := New(Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -400,7 +435,7 @@ func TestRuntimeOriginIsTheProxyID(t *testing.T) {
 			sent = append(sent, rr)
 			return nil
 		}
-		rec, err := r.Update("orders", put(RuntimeRecord{Stopped: ptr(true), Action: "stop"}))
+		rec, err := r.Update(KindSet, "orders", put(Record{Stopped: ptr(true), Action: "stop"}))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -414,25 +449,28 @@ func TestRuntimeOriginIsTheProxyID(t *testing.T) {
 }
 
 // The two processes of one proxy (a binary upgrade: one ID, one host
-// clock) may write one set at one version before either hears the other:
-// the later write wins everywhere, and a digest that tells the two apart
-// makes them converge even when the pushes are lost.
+// clock) may write one set at one version (within one millisecond) before
+// either hears the other: the later write wins everywhere, and a digest
+// that tells the two apart makes them converge even when the pushes are
+// lost.
 func TestRuntimeTwoProcessesOfOneProxyConverge(t *testing.T) {
 	net := newRuntimeNet(t)
 	c := net.add("c", "", nil)
 	old := net.addProcess("b.1", "edge-b")
 	upgraded := net.addProcess("b.2", "edge-b")
-	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	old.now = func() time.Time { return t0 }
-	upgraded.now = func() time.Time { return t0.Add(time.Millisecond) }
+	upgraded.now = func() time.Time { return t0.Add(500 * time.Microsecond) }
 	net.drop = func(runtimeMsg) bool { return true }
-	if _, err := upgraded.Update("orders", put(RuntimeRecord{Replicas: ptr(7), Action: "scale"})); err != nil {
+	if _, err := upgraded.Update(KindSet, "orders", put(Record{Replicas: ptr(7), Action: "scale"})); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := old.Update("orders", put(RuntimeRecord{Replicas: ptr(5), Action: "scale"})); err != nil {
+	if _, err := old.Update(KindSet, "orders", put(Record{Replicas: ptr(5), Action: "scale"})); err != nil {
 		t.Fatal(err)
 	}
 	net.pump()
+	if o, u := old.Records()[0], upgraded.Records()[0]; o.Version != u.Version {
+		t.Fatalf("versions %d and %d; the test wants one", o.Version, u.Version)
+	}
 	if old.Digest() == upgraded.Digest() {
 		t.Fatal("two records of one version and origin but different times have one digest: the processes would never compare them")
 	}
@@ -441,12 +479,12 @@ func TestRuntimeTwoProcessesOfOneProxyConverge(t *testing.T) {
 		net.tick()
 	}
 	sameRecords(t, c, old, upgraded)
-	for name, r := range map[string]*Runtime{"c": c, "b.1": old, "b.2": upgraded} {
-		if got, _ := r.Get("orders"); got.Origin != "edge-b" || *got.Replicas != 7 || !got.At.Equal(t0.Add(time.Millisecond)) {
+	for name, r := range map[string]*State{"c": c, "b.1": old, "b.2": upgraded} {
+		if got, _ := r.Get(KindSet, "orders"); got.Origin != "edge-b" || *got.Replicas != 7 || !got.At.Equal(t0.Add(500*time.Microsecond)) {
 			t.Fatalf("%s holds %+v; want the later write (7 replicas)", name, got)
 		}
 	}
-	a := RuntimeRecord{Version: 3, Origin: "edge-b", At: t0}
+	a := Record{Version: 3, Origin: "edge-b", At: t0}
 	b := a
 	b.At = t0.Add(time.Nanosecond)
 	if !b.Newer(a) || a.Newer(b) || a.Newer(a) {
