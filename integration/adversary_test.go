@@ -38,8 +38,9 @@ import (
 // users, restart orders-1, repair), send fleet views voting orders-1 out,
 // and claim orders-1. Every attempt is refused and counted; routing,
 // run-time state and agents stay as they were; the operators' own
-// commands still work through both proxies; and an old genuine command,
-// replayed, is refused.
+// commands still work through both proxies; an old genuine command,
+// replayed, is refused; and a member holding the proxy key can write no
+// version an operator's next write does not beat.
 func TestAdversaries(t *testing.T) {
 	skipShort(t)
 	t.Setenv("KEYWAY_ADMIN_TOKEN", "s3cret") // inherited by the proxies
@@ -231,6 +232,48 @@ func TestAdversaries(t *testing.T) {
 		if n := p.InRotation(); n != 3 {
 			t.Fatalf("%s: %v orders replicas in rotation after the replay, want 3", p.Name, n)
 		}
+	}
+
+	// A member with the proxy key can do what an operator can, and no
+	// more persists: a record versioned far ahead (the highest version, or
+	// an hour ahead) is refused by every proxy, and the operators' next
+	// write wins as ever.
+	future := func(version uint64) []byte {
+		return []byte(fmt.Sprintf(`{"kind":"runtime_records","node":%q,"digest":"z","records":[{"set":"users","version":%d,"origin":"zzz","stopped":true,"action":"stop","by":"rogue","at":%q}]}`,
+			outsider.Name(), version, time.Now().UTC().Format(time.RFC3339Nano)))
+	}
+	hourAhead := uint64(time.Now().Add(time.Hour).UnixMilli()) << 16
+	refusedFuture := func(p *ProxyProc) float64 {
+		return Metric(p.Admin, "keyway_runtime_refused_total", map[string]string{"reason": "future"})
+	}
+	for _, p := range proxies {
+		node := ""
+		for _, m := range outsider.Members() {
+			if m.Meta.Addr == p.Admin && m.Meta.Role == membership.RoleProxy {
+				node = m.Node
+			}
+		}
+		base := refusedFuture(p)
+		for _, v := range []uint64{1<<64 - 1, hourAhead} {
+			signed, _ := proxyKeys.SignMessage(outsider.Name(), node, time.Now().UnixMicro(), future(v))
+			if err := outsider.SendReliable(node, signed); err != nil {
+				t.Fatal(err)
+			}
+		}
+		poll.Until(t, 15*time.Second, p.Name+" to refuse both records from the future", func() bool { return refusedFuture(p)-base >= 2 })
+	}
+	for _, p := range proxies {
+		if got := runtimeRecords(t, p.Admin); strings.Contains(got, "rogue") {
+			t.Fatalf("%s: a record from the future persisted: %s", p.Name, got)
+		}
+	}
+	patchSet(t, a.Admin, "users", `{"stop":true}`)
+	for _, p := range proxies {
+		poll.Until(t, 15*time.Second, p.Name+": users stopped after the forged records", func() bool { return rotationOf(p.Admin, "users") == 0 })
+	}
+	patchSet(t, b.Admin, "users", `{"stop":false}`)
+	for _, p := range proxies {
+		poll.Until(t, 30*time.Second, p.Name+": users started after the forged records", func() bool { return rotationOf(p.Admin, "users") == 1 })
 	}
 
 	// The rogues leave; the genuine orders-1 was never locked out.
