@@ -136,7 +136,10 @@ func (n *Node) PrepareAuth(cfg Config) (install func(), err error) {
 		return nil, err
 	}
 	return func() {
-		n.auth.Store(&authState{k: k, required: cfg.Signatures != SignaturesOptional})
+		next := &authState{k: k, required: cfg.Signatures != SignaturesOptional}
+		n.auth.Store(next)
+		n.log.Info("gossip credentials read", zap.String("signs_with", next.k.Self().String()),
+			zap.Bool("signatures_required", next.k != nil && next.required), zap.Strings("agent_key_sets", next.k.Sets()))
 		n.recheckClaims()
 		if err := n.UpdateMeta(func(*Meta) {}, time.Second); err != nil {
 			n.log.Warn("gossip metadata not advertised with the new credentials yet", zap.Error(err))

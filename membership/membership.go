@@ -387,6 +387,10 @@ func (n *Node) Run(ctx context.Context) error {
 		zap.String("label", n.cfg.Label), zap.Bool("encrypted", len(n.keys) > 0),
 		zap.Bool("signed", n.keyring().CanSign()), zap.Bool("signatures_required", n.Requires()))
 	n.warnInsecure()
+	if n.Verifies() && !n.Requires() {
+		n.log.Warn("gossip.signatures is optional: unsigned messages and claims of members of a version without signatures are believed, by their own metadata; " +
+			"set gossip.signatures: required once every member runs this version (docs/membership.md, rolling upgrade)")
+	}
 	n.signal()
 
 	var wg sync.WaitGroup
