@@ -47,8 +47,9 @@ credentials.yaml, for the manifests in deploy/kubernetes. Existing files
 are not overwritten without --force.
 
 --rotate replaces every key in three stages, without downtime. After each
-stage, give every proxy and agent its new file and restart it (keyway
-reads the file at start), and go on only once every member runs with it:
+stage, give every proxy and agent its new file, reload each proxy (it reads
+the file again) and restart each agent (it reads the file at start), and
+go on only once every member runs with it:
 
   add       a new key joins each list: it verifies, the old one still signs
   promote   the new key signs; the old one still verifies
@@ -161,7 +162,7 @@ func runKeys(args []string, stdout, stderr io.Writer) error {
 			}
 			done = "agent keys for set " + strings.Join(names, ", ") + " added"
 			then = "Every proxy needs the new public key before the first agent of " + strings.Join(names, ", ") +
-				" starts (else its claim to its name is refused: unknown_key); the other sets' agents count its claims as unknown_key until they run with their new file."
+				" starts (else its claim to its name is refused: unknown_key): reload them first. The other sets' agents count its claims as unknown_key until they run with their new file."
 		}
 	}
 	if err := validNamespace(ns); err != nil {
@@ -184,7 +185,7 @@ func runKeys(args []string, stdout, stderr io.Writer) error {
 		}
 	} else {
 		next = []string{
-			"Give every proxy the new " + proxyCredsFile + " and every agent its set's agent-SET.yaml, and restart each: keyway reads the file at start (a proxy may also upgrade in place with SIGUSR2).",
+			"Give every proxy the new " + proxyCredsFile + " and reload it (keyway reload, SIGHUP: it reads the file again), and every agent its set's agent-SET.yaml and restart it (it reads the file at start).",
 			"Kubernetes: " + kubectlApply(out, files) + ", then " + kubectlRestart(ns, running) + " (and kubectl rollout status for each).",
 		}
 	}
