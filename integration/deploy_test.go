@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -19,6 +21,8 @@ import (
 
 	"keyway/agent"
 	"keyway/config"
+	"keyway/fleetauth"
+	"keyway/membership"
 )
 
 // The Kubernetes manifests under deploy/kubernetes are checked against
@@ -180,6 +184,103 @@ func secretMounted(pod, c obj, path, secret string) bool {
 	return false
 }
 
+// secretMount names the Secret whose volume the container mounts where
+// path lies, and whether the mount is read-only.
+func secretMount(pod, c obj, path string) (secret string, readOnly bool) {
+	for _, vm := range list(c, "volumeMounts") {
+		if filepath.Dir(path) != filepath.Clean(str(vm, "mountPath")) {
+			continue
+		}
+		for _, v := range list(pod, "volumes") {
+			if str(v, "name") == str(vm, "name") {
+				return str(v, "secret", "secretName"), dig(vm, "readOnly") == true
+			}
+		}
+	}
+	return "", false
+}
+
+// fleetSecrets returns, by Secret name, the credentials files that the
+// Secrets `keyway keys --sets SETS` writes hold (their key
+// credentials.yaml), each written to a file of a temporary directory. The
+// manifests mount those Secrets by name. Under -short, with no keyway
+// binary built, the files are made here, with the names keyway keys gives
+// them (cmd/keyway's tests hold it to those).
+func fleetSecrets(t *testing.T, sets []string) map[string]string {
+	t.Helper()
+	dir := t.TempDir()
+	content := map[string][]byte{}
+	if Binary == "" {
+		c := fleetauth.Generate(sets)
+		content["keyway-proxy-credentials"] = c.ForProxy().Marshal("the proxies' credentials")
+		for _, set := range sets {
+			content["keyway-agent-"+set+"-credentials"] = c.ForAgent(set).Marshal("the credentials of set " + set + "'s agents")
+		}
+	} else {
+		out := filepath.Join(dir, "keys")
+		if b, err := exec.Command(Binary, "keys", "--sets", strings.Join(sets, ","), "--out", out).CombinedOutput(); err != nil {
+			t.Fatalf("keyway keys --sets %s: %v\n%s", strings.Join(sets, ","), err, b)
+		}
+		secrets, _ := filepath.Glob(filepath.Join(out, "*.secret.yaml"))
+		for _, f := range secrets {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var s obj
+			if err := yaml.Unmarshal(b, &s); err != nil {
+				t.Fatalf("%s: %v", f, err)
+			}
+			if str(s, "kind") != "Secret" || str(s, "stringData", "credentials.yaml") == "" {
+				t.Fatalf("%s: not a Secret with the key credentials.yaml", f)
+			}
+			content[str(s, "metadata", "name")] = []byte(str(s, "stringData", "credentials.yaml"))
+		}
+	}
+	paths := map[string]string{}
+	for name, b := range content {
+		p := filepath.Join(dir, name+".yaml")
+		if err := os.WriteFile(p, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		paths[name] = p
+	}
+	return paths
+}
+
+// credentialsFile checks that a container's gossip.credentials_file (from
+// its configuration file or from env, whose variable is envVar) lies in a
+// read-only mount of the Secret want, under the key credentials.yaml, and
+// sets envVar in env to the file that Secret holds, so that the
+// configuration loads as in the pod.
+func credentialsFile(t *testing.T, who string, pod, c obj, file []byte, env map[string]string, envVar, want string, secrets map[string]string) {
+	t.Helper()
+	var raw obj
+	if err := yaml.Unmarshal(file, &raw); err != nil {
+		t.Fatalf("%s: %v", who, err)
+	}
+	path := str(raw, "gossip", "credentials_file")
+	if v, ok := env[envVar]; ok {
+		path = v
+	}
+	if path == "" {
+		t.Errorf("%s: no gossip.credentials_file: gossip off loopback needs the fleet's credentials (the Secret %s, from keyway keys)", who, want)
+		return
+	}
+	secret, ro := secretMount(pod, c, path)
+	if secret != want || !ro || filepath.Base(path) != "credentials.yaml" {
+		there := "no Secret is mounted there"
+		if secret != "" {
+			there = fmt.Sprintf("the Secret %s is mounted there, read-only %v", secret, ro)
+		}
+		t.Errorf("%s: gossip.credentials_file %q must be the key credentials.yaml of a read-only mount of the Secret %s (%s)", who, path, want, there)
+	}
+	if secrets[want] == "" {
+		t.Fatalf("%s mounts the Secret %s, which keyway keys does not write (it writes %v)", who, want, slices.Sorted(maps.Keys(secrets)))
+	}
+	env[envVar] = secrets[want]
+}
+
 func containerPort(c obj, name string) (int, string) {
 	for _, p := range list(c, "ports") {
 		if str(p, "name") == name {
@@ -259,7 +360,20 @@ func TestDeployManifests(t *testing.T) {
 	}
 	env := fakePodEnv(proxyC, "keyway-proxy-x")
 	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
-	cfg, err := config.LoadBytes("keyway-proxy ConfigMap", m.mountedFile(t, pod, proxyC, args[2]), config.WithEnv(lookup))
+	proxyFile := m.mountedFile(t, pod, proxyC, args[2])
+	// The fleet's signing keys, as keyway keys makes them for the sets the
+	// proxies route (docs/kubernetes.md).
+	var raw obj
+	if err := yaml.Unmarshal(proxyFile, &raw); err != nil {
+		t.Fatalf("keyway-proxy ConfigMap: %v", err)
+	}
+	var sets []string
+	for _, rs := range list(raw, "replica_sets") {
+		sets = append(sets, str(rs, "name"))
+	}
+	secrets := fleetSecrets(t, sets)
+	credentialsFile(t, "the proxy", pod, proxyC, proxyFile, env, "KEYWAY_GOSSIP_CREDENTIALS_FILE", "keyway-proxy-credentials", secrets)
+	cfg, err := config.LoadBytes("keyway-proxy ConfigMap", proxyFile, config.WithEnv(lookup))
 	if err != nil {
 		t.Fatalf("the proxy configuration does not load:\n%v", err)
 	}
@@ -307,6 +421,9 @@ func TestDeployManifests(t *testing.T) {
 	if grace := time.Duration(num(pod, "terminationGracePeriodSeconds")) * time.Second; grace <= preStop+cfg.Server.ShutdownTimeout {
 		t.Errorf("proxy terminationGracePeriodSeconds %s <= preStop %s + server.shutdown_timeout %s: the kubelet would kill in-flight requests", grace, preStop, cfg.Server.ShutdownTimeout)
 	}
+	if cfg.Gossip.Signatures != membership.SignaturesRequired {
+		t.Errorf("proxy gossip.signatures %q: required, but for the time of a rolling upgrade from a version without signatures", cfg.Gossip.Signatures)
+	}
 	checkServices(t, m)
 
 	// Each replica set's StatefulSet.
@@ -319,11 +436,11 @@ func TestDeployManifests(t *testing.T) {
 		if n := num(sts, "spec", "replicas"); n != sc.Replicas {
 			t.Errorf("StatefulSet %s runs %d replicas, the proxies declare %d", sc.Name, n, sc.Replicas)
 		}
-		checkReplicaPod(t, m, sc.Name, mapOf(sts, "spec", "template", "spec"), gossipJoin, cfg.Gossip, proxyKey)
+		checkReplicaPod(t, m, sc.Name, mapOf(sts, "spec", "template", "spec"), gossipJoin, cfg.Gossip, proxyKey, secrets)
 	}
 }
 
-func checkReplicaPod(t *testing.T, m *manifests, set string, pod obj, gossipJoin string, proxyGossip config.Gossip, proxyKey string) {
+func checkReplicaPod(t *testing.T, m *manifests, set string, pod obj, gossipJoin string, proxyGossip config.Gossip, proxyKey string, secrets map[string]string) {
 	t.Helper()
 	cs := containers(pod)
 	ag, rep := cs["keyway-agent"], cs["replica"]
@@ -336,7 +453,10 @@ func checkReplicaPod(t *testing.T, m *manifests, set string, pod obj, gossipJoin
 	}
 	env := fakePodEnv(ag, set+"-0")
 	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
-	acfg, err := config.LoadAgentBytes("agent ConfigMap", m.mountedFile(t, pod, ag, args[2]), config.WithEnv(lookup))
+	agentFile := m.mountedFile(t, pod, ag, args[2])
+	// The set's own Secret: an agent holding the proxies' would sign as a proxy.
+	credentialsFile(t, set+" agent", pod, ag, agentFile, env, "KEYWAY_AGENT_GOSSIP_CREDENTIALS_FILE", "keyway-agent-"+set+"-credentials", secrets)
+	acfg, err := config.LoadAgentBytes("agent ConfigMap", agentFile, config.WithEnv(lookup))
 	if err != nil {
 		t.Fatalf("the %s agent configuration does not load:\n%v", set, err)
 	}
@@ -352,6 +472,14 @@ func checkReplicaPod(t *testing.T, m *manifests, set string, pod obj, gossipJoin
 	}
 	if acfg.Gossip.Profile != proxyGossip.Profile || acfg.Gossip.Label != proxyGossip.Label {
 		t.Errorf("%s agent gossip profile %q, label %q; the proxies use %q, %q: they must agree", set, acfg.Gossip.Profile, acfg.Gossip.Label, proxyGossip.Profile, proxyGossip.Label)
+	}
+	if acfg.Gossip.Signatures != membership.SignaturesRequired {
+		t.Errorf("%s agent gossip.signatures %q: required, but for the time of a rolling upgrade from a version without signatures", set, acfg.Gossip.Signatures)
+	}
+	for name, c := range cs {
+		if mountsSecret(pod, c, "keyway-proxy-credentials") {
+			t.Errorf("StatefulSet %s: container %s mounts the proxies' credentials: only proxies may hold the proxy private key", set, name)
+		}
 	}
 	if key := secretEnv(ag, "KEYWAY_GOSSIP_KEY"); key != proxyKey {
 		t.Errorf("%s agent takes KEYWAY_GOSSIP_KEY from %q, the proxies from %q: they could not talk", set, key, proxyKey)
@@ -393,6 +521,18 @@ func checkAgent(t *testing.T, set string, c agent.Config, gossipJoin string) {
 	if !strings.HasPrefix(c.Listen, ":") {
 		t.Errorf("agent listen %q: the kubelet probes the pod IP", c.Listen)
 	}
+}
+
+// mountsSecret reports whether a container mounts the Secret.
+func mountsSecret(pod, c obj, secret string) bool {
+	for _, vm := range list(c, "volumeMounts") {
+		for _, v := range list(pod, "volumes") {
+			if str(v, "name") == str(vm, "name") && str(v, "secret", "secretName") == secret {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // secretEnv names the Secret and key an env var of a container comes from.

@@ -327,7 +327,7 @@ func TestGrafanaDashboardUsesOnlyKeywayMetrics(t *testing.T) {
 		"keyway_agent_info", "keyway_agent_state", "keyway_agent_probes_total", "keyway_agent_state_changes_total",
 		"keyway_agent_child_starts_total", "keyway_agent_child_exits_total", "keyway_agent_child_restarts_total",
 		"keyway_agent_child_gave_up_total", "keyway_agent_child_running", "keyway_agent_set_commands_total",
-		"keyway_agent_commands_rejected_total",
+		"keyway_gossip_rejected_total",
 	} {
 		if !used[m] {
 			t.Errorf("no panel uses %s", m)

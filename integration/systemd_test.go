@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"keyway/config"
+	"keyway/fleetauth"
 )
 
 // unitFile is a systemd unit: its keys by section, every value kept
@@ -72,6 +73,12 @@ func TestSystemdUnits(t *testing.T) {
 		t.Fatal("deploy/systemd/keyway.yaml names no gossip key file: gossip on 0.0.0.0 needs one")
 	}
 	raw = bytes.ReplaceAll(raw, []byte("/etc/keyway/gossip.key"), []byte(key))
+	// So are the fleet's credentials: the proxies' file.
+	creds := WriteFile(t, t.TempDir(), "credentials.yaml", string(fleetauth.Generate([]string{"orders"}).ForProxy().Marshal("test")))
+	if !bytes.Contains(raw, []byte("credentials_file: /etc/keyway/credentials.yaml")) {
+		t.Fatal("deploy/systemd/keyway.yaml names no credentials file: gossip on 0.0.0.0 needs the proxies' (keyway keys)")
+	}
+	raw = bytes.ReplaceAll(raw, []byte("/etc/keyway/credentials.yaml"), []byte(creds))
 	cfg, err := config.LoadBytes("keyway.yaml", raw, config.WithEnv(func(string) (string, bool) { return "", false }))
 	if err != nil {
 		t.Fatalf("deploy/systemd/keyway.yaml: %v", err)

@@ -77,6 +77,7 @@ Usage:
   keyway runtime [export|clear --set S]  the fleet's run-time state; write it back to the file
   keyway repair --set S         restart a set's replicas that gave up, lift every proxy's holds
   keyway restart --set S        rolling restart: one replica at a time, drained first, no request lost
+  keyway keys --sets S,... --out DIR  make the fleet's signing keys (credentials files, Secrets); --rotate, --add-set
   keyway version                print the version
 
 Run 'keyway COMMAND --help' for a command's flags.
@@ -135,6 +136,8 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return runRepair(rest, stdout, stderr)
 	case "restart":
 		return runRestart(rest, stdout, stderr)
+	case "keys":
+		return runKeys(rest, stdout, stderr)
 	case "version", "--version", "-v":
 		fs := flag.NewFlagSet("version", flag.ContinueOnError)
 		if err := parseArgs(fs, rest, stderr, func() { fmt.Fprint(fs.Output(), versionUsage) }); err != nil {
