@@ -258,7 +258,10 @@ const membersUsage = `Usage: keyway members [--admin ADDR] [--json]
 
 Prints the gossip members one proxy knows, itself included (marked *):
 role, gossip status, the replica set, replica and advertised state of
-replicas, and their addresses.
+replicas, and their addresses. REFUSED says why a member's claim is not
+believed (unsigned, bad_signature, unknown_key, wrong_key: signed with a
+key of another role or set, claim_conflict: a second claim to a live
+replica name); its role is then unknown.
 
 `
 
@@ -284,7 +287,7 @@ func runMembers(args []string, stdout, stderr io.Writer) error {
 		return nil
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tROLE\tSTATUS\tSET\tREPLICA\tSTATE\tADDR\tGOSSIP\tSINCE")
+	fmt.Fprintln(tw, "NODE\tROLE\tSTATUS\tSET\tREPLICA\tSTATE\tADDR\tGOSSIP\tSINCE\tREFUSED")
 	for _, m := range members {
 		node := m.Node
 		if m.Self {
@@ -294,8 +297,8 @@ func runMembers(args []string, stdout, stderr io.Writer) error {
 		if !m.Since.IsZero() {
 			since = m.Since.UTC().Format(time.RFC3339)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", node, m.Role, m.Status,
-			dash(m.Set), dash(m.Replica), dash(m.State), dash(m.Addr), dash(m.Gossip), since)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", node, m.Role, m.Status,
+			dash(m.Set), dash(m.Replica), dash(m.State), dash(m.Addr), dash(m.Gossip), since, dash(m.Refused))
 	}
 	return tw.Flush()
 }

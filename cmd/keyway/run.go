@@ -305,7 +305,8 @@ accepting, answers the requests in flight with Connection: close, gives
 idle keep-alive connections server.drain_idle to send one more request
 (answered with close), and exits as soon as no connection is left.
 SIGHUP re-reads FILE (with the same flags and environment) and applies
-the replica sets, log.level, admin.token_file and the TLS keys and files
+the replica sets, log.level, admin.token_file, the TLS keys and files and
+the fleet credentials (gossip.credentials_file, gossip.signatures)
 without dropping a connection; a file changing any other key is refused whole and logged.
 SIGUSR1 reopens the access log file (log.access.path) after a rotation.
 SIGUSR2 upgrades the binary without losing a request: the executable at
