@@ -207,3 +207,28 @@ func TestSignedMessages(t *testing.T) {
 		t.Fatal("a verify-only keyring signed")
 	}
 }
+
+// The cost of one signed gossip message: signing it (each send) and
+// splitting and verifying it (each receipt).
+func BenchmarkSignMessage(b *testing.B) {
+	k, _ := Generate(nil).Keyring(As{Role: RoleProxy})
+	body := []byte(`{"kind":"set_stop","set":"orders","stop":true,"version":123456789012345678,"by":"proxy-a:8080"}`)
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		k.SignMessage("proxy-a.1", "orders-0.2", int64(i), body)
+	}
+}
+
+func BenchmarkVerifyMessage(b *testing.B) {
+	c := Generate(nil)
+	k, _ := c.Keyring(As{Role: RoleProxy})
+	body := []byte(`{"kind":"set_stop","set":"orders","stop":true,"version":123456789012345678,"by":"proxy-a:8080"}`)
+	msg, _ := k.SignMessage("proxy-a.1", "orders-0.2", 1, body)
+	b.ReportAllocs()
+	for b.Loop() {
+		got, a, _, _ := SplitMessage(msg)
+		if _, err := k.VerifyMessage("proxy-a.1", "orders-0.2", got, a); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
