@@ -3,7 +3,9 @@ package membership
 import (
 	"errors"
 	"reflect"
+	"slices"
 	"testing"
+	"time"
 
 	"keyway/balancer"
 )
@@ -243,6 +245,38 @@ func TestDiscoveryUndrainOrdersReDrains(t *testing.T) {
 		}
 		if !undrained {
 			t.Fatalf("round %d: no undrain reached the agent: %+v to %v", round, got, to)
+		}
+	}
+}
+
+// Claims to one replica name: the first seen alive holds it; a second
+// alive claim at another address is refused, one at the same address is
+// the replica restarting; two first seen together are both refused.
+func TestConflicts(t *testing.T) {
+	t0 := time.Date(2026, 12, 3, 8, 0, 0, 0, time.UTC)
+	claim := func(node, addr string, since time.Duration, status Status) Member {
+		return Member{Node: node, Status: status, Since: t0.Add(since),
+			Meta: Meta{Role: RoleReplica, Set: "orders", Replica: "o-1", Addr: addr, State: balancer.StateReady}}
+	}
+	for _, tc := range []struct {
+		name    string
+		ms      []Member
+		refused []string
+	}{
+		{"one claim", []Member{claim("g", "a:1", 0, StatusAlive)}, nil},
+		{"a second claim at another address", []Member{claim("g", "a:1", 0, StatusAlive), claim("r", "a:9", 10*time.Second, StatusAlive)}, []string{"r"}},
+		{"a restart at the same address", []Member{claim("g", "a:1", 0, StatusAlive), claim("g2", "a:1", 10*time.Second, StatusAlive)}, nil},
+		{"the holder dead", []Member{claim("g", "a:1", 0, StatusDead), claim("r", "a:9", 10*time.Second, StatusAlive)}, nil},
+		{"seen together", []Member{claim("g", "a:1", 0, StatusAlive), claim("r", "a:9", 100*time.Millisecond, StatusAlive)}, []string{"g", "r"}},
+	} {
+		got := conflicts(tc.ms)
+		var names []string
+		for n := range got {
+			names = append(names, n)
+		}
+		slices.Sort(names)
+		if !slices.Equal(names, tc.refused) {
+			t.Errorf("%s: refused %v, want %v", tc.name, names, tc.refused)
 		}
 	}
 }

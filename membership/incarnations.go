@@ -3,6 +3,7 @@ package membership
 import (
 	"slices"
 	"strings"
+	"time"
 
 	"keyway/balancer"
 )
@@ -116,7 +117,10 @@ func (idx incarnations) replicasBySet() map[string][]balancer.Replica {
 // same replica restarting (its newest boot wins, as before), and once the
 // holder is dead or gone the next claim takes the name: a replica that
 // crashed and came back at a new address waits for gossip to find the
-// old incarnation dead.
+// old incarnation dead. Two claims this node first saw alive within
+// claimAmbiguity of each other (it joined and learnt both at once) are
+// both refused until one is gone: which was first is not known here, and
+// guessing could route the name to an impostor.
 
 // conflicts returns the node names of the alive claims refused in ms,
 // with the holder of each name.
@@ -143,7 +147,18 @@ func conflicts(ms []Member) map[string]Member {
 				out = map[string]Member{}
 			}
 			out[m.Node] = h
+			if m.Since.Sub(h.Since) < claimAmbiguity {
+				// Seen together (this node joined, or they came at once):
+				// which came first is not known here, and neither is
+				// believed until one is gone.
+				out[h.Node] = m
+			}
 		}
 	}
 	return out
 }
+
+// claimAmbiguity is how close two claims to one replica name must have
+// been first seen alive for neither to count as the first: a proxy that
+// starts learns every member in one exchange.
+const claimAmbiguity = time.Second
