@@ -242,11 +242,12 @@ func TestLargeRepliesStreamed(t *testing.T) {
 	body := bodyOf(3 << 20)
 	var conns atomic.Int64
 	rep := startReplica(t, "r0")
-	rep.srv.ConnState = func(_ net.Conn, s fasthttp.ConnState) {
+	countNew := func(_ net.Conn, s fasthttp.ConnState) {
 		if s == fasthttp.StateNew {
 			conns.Add(1)
 		}
 	}
+	rep.connState.Store(&countNew)
 	rep.setHandler(func(ctx *fasthttp.RequestCtx) {
 		if string(ctx.QueryArgs().Peek("chunked")) == "1" {
 			ctx.SetBodyStream(bytes.NewReader(body), -1)

@@ -35,6 +35,9 @@ type testReplica struct {
 	uris    []string
 	handler atomic.Pointer[fasthttp.RequestHandler]
 	last    atomic.Pointer[fasthttp.Request]
+	// connState, when set, hears the server's connection states (the
+	// server's ConnState field must not change once it serves).
+	connState atomic.Pointer[func(net.Conn, fasthttp.ConnState)]
 }
 
 func startReplica(t testing.TB, name string) *testReplica {
@@ -53,6 +56,11 @@ func startReplica(t testing.TB, name string) *testReplica {
 			}
 			ctx.SetStatusCode(200)
 			ctx.SetBodyString(name)
+		},
+		ConnState: func(c net.Conn, s fasthttp.ConnState) {
+			if f := r.connState.Load(); f != nil {
+				(*f)(c, s)
+			}
 		},
 		DisableHeaderNamesNormalizing: true,
 		NoDefaultServerHeader:         true,
