@@ -76,6 +76,7 @@ func (s *Server) listSets(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) getSet(w http.ResponseWriter, r *http.Request) {
 	if st, ok := s.lookupSet(w, r.PathValue("set")); ok {
+		setETag(w, st.Version)
 		// "replicas": [] for a set without any: the field's omitempty is
 		// for the list endpoint, which leaves it out.
 		s.reply(w, struct {

@@ -44,7 +44,8 @@ func (f *fakeOperator) change(set, action string, who Actor) SetChange {
 	return SetChange{Set: set, Action: action, Version: f.version, By: who.String(), Via: "proxy-a", Scope: ScopeFleet}
 }
 
-func (f *fakeOperator) CreateSet(spec []byte, who Actor) (SetChange, error) {
+func (f *fakeOperator) CreateSet(spec []byte, w Write) (SetChange, error) {
+	who := w.Who
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if strings.Contains(string(spec), "bad") {
@@ -57,7 +58,8 @@ func (f *fakeOperator) CreateSet(spec []byte, who Actor) (SetChange, error) {
 	return f.change("users", "create", who), nil
 }
 
-func (f *fakeOperator) PatchSet(set string, p SetPatch, who Actor) (SetChange, error) {
+func (f *fakeOperator) PatchSet(set string, p SetPatch, w Write) (SetChange, error) {
+	who := w.Who
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if set != "orders" {
@@ -76,7 +78,8 @@ func (f *fakeOperator) PatchSet(set string, p SetPatch, who Actor) (SetChange, e
 	return c, nil
 }
 
-func (f *fakeOperator) DeleteSet(set string, who Actor) (SetChange, error) {
+func (f *fakeOperator) DeleteSet(set string, w Write) (SetChange, error) {
+	who := w.Who
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	switch {
@@ -88,7 +91,8 @@ func (f *fakeOperator) DeleteSet(set string, who Actor) (SetChange, error) {
 	return f.change(set, "delete", who), nil
 }
 
-func (f *fakeOperator) ClearRuntime(set string, who Actor) (SetChange, error) {
+func (f *fakeOperator) ClearRuntime(set string, w Write) (SetChange, error) {
+	who := w.Who
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if set != "orders" {

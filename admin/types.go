@@ -83,6 +83,11 @@ type SetStatus struct {
 	// Runtime is set when the run-time state changes what the file says
 	// about the set.
 	Runtime *SetRuntime `json:"runtime,omitempty"`
+	// Version is the version of the set's run-time record (0: it has
+	// none), also the ETag of GET /v1/replica_sets/{set}: send it back as
+	// If-Match with a write, which is then refused (409) if another write
+	// came first. A hybrid logical clock above 2^53: read it as an integer.
+	Version uint64 `json:"version"`
 }
 
 // SetTraffic sums the traffic figures of a set's replicas (the rows of

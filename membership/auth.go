@@ -154,12 +154,13 @@ func (n *Node) recheckClaims() {
 	n.mu.Lock()
 	for name, v := range n.claims {
 		v.reason, v.detail = n.claimCheck(name, v.raw, v.meta)
+		v.legacy = v.reason == "" && n.Verifies() && !metaSigned(v.raw)
 		n.claims[name] = v
 		if m, ok := n.members[name]; ok {
 			if m.Status == StatusAlive {
 				m.Meta = v.meta
 			}
-			m.Meta.Role, m.Refused = v.meta.Role, v.reason
+			m.Meta.Role, m.Refused, m.Legacy = v.meta.Role, v.reason, v.legacy
 			if v.reason != "" {
 				m.Meta.Role = RoleUnknown
 				refused = append(refused, refusedClaim{name, v.reason, v.detail})
@@ -294,6 +295,12 @@ func (n *Node) claimCheck(name string, raw []byte, m Meta) (reason, detail strin
 		return "", ""
 	}
 	return RejectWrongKey, fmt.Sprintf("%s claims role %s (set %q) signed with the %s", name, m.Role, m.Set, signer)
+}
+
+// metaSigned reports whether encoded metadata carries a signature.
+func metaSigned(raw []byte) bool {
+	end, err := metaEnd(raw)
+	return err == nil && len(raw)-end >= metaSigLen && raw[end] == metaSigMark
 }
 
 // stamp returns a message stamp: the clock in microseconds, unique for

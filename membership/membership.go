@@ -64,6 +64,11 @@ type Member struct {
 	// is unsigned, or signed by a key that is not its role's. Meta.Role is
 	// then RoleUnknown.
 	Refused string `json:"refused,omitempty"`
+	// Legacy marks a member believed without a signature while this node
+	// checks them (gossip.signatures: optional): a member of a keyway
+	// version before signatures, during a rolling upgrade. Such a proxy
+	// does not acknowledge run-time writes.
+	Legacy bool `json:"legacy,omitempty"`
 }
 
 // ID is the member's stable identity: a proxy's Meta.ID, or the node name
@@ -158,6 +163,7 @@ type claimVerdict struct {
 	raw            []byte
 	meta           Meta // decoded, as claimed
 	reason, detail string
+	legacy         bool // believed unsigned (signatures optional)
 }
 
 type moveRequest struct {
@@ -733,6 +739,7 @@ func (n *Node) update(node *memberlist.Node, leaving bool) {
 	if !seen || !bytes.Equal(v.raw, node.Meta) {
 		v.raw, v.meta = bytes.Clone(node.Meta), meta
 		v.reason, v.detail = n.claimCheck(node.Name, node.Meta, meta)
+		v.legacy = v.reason == "" && n.Verifies() && !metaSigned(node.Meta)
 		n.claims[node.Name] = v
 		if v.reason != "" {
 			defer n.refuse(node.Name, "claim", v.reason, v.detail)
@@ -756,7 +763,7 @@ func (n *Node) update(node *memberlist.Node, leaving bool) {
 			status = StatusLeft
 		}
 	} else {
-		m.Meta, m.Refused = meta, v.reason
+		m.Meta, m.Refused, m.Legacy = meta, v.reason, v.legacy
 	}
 	if !ok || m.Status != status {
 		m.Since = now

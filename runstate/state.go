@@ -36,6 +36,9 @@ type Options struct {
 	// and a peer's record too far ahead of it is refused (see MaxAhead).
 	// nil means time.Now.
 	Now func() time.Time
+	// ConfirmWithin bounds how long Write waits for the fleet to
+	// acknowledge a record (confirm.go). 0 means 2s.
+	ConfirmWithin time.Duration
 }
 
 // State holds and replicates the run-time state. Build it with New,
@@ -47,6 +50,8 @@ type State struct {
 	dir      string
 	onChange func(changed, all []Record)
 	now      func() time.Time
+	// confirmWithin bounds a Write's wait for acknowledgements.
+	confirmWithin time.Duration
 
 	merged   *prometheus.CounterVec // source: local, peer
 	refused  *prometheus.CounterVec // reason: future
@@ -69,6 +74,8 @@ type State struct {
 	sends    sync.WaitGroup
 	sendFn   func(node string, msg []byte, reliable bool) error
 	proxies  func() []string // the other alive proxies' node names
+	fleet    func() Peers    // what a write asks and counts (confirm.go)
+	pending  map[Key][]*pending
 }
 
 // runtimeFile is Dir/runtime.json.
@@ -84,14 +91,16 @@ const runtimeFileName = "runtime.json"
 // starting without the state it holds could bring back deleted sets.
 func New(opts Options) (*State, error) {
 	r := &State{
-		log:      cmp.Or(opts.Logger, zap.NewNop()),
-		interval: cmp.Or(opts.Interval, time.Second),
-		dir:      opts.Dir,
-		onChange: opts.OnChange,
-		now:      opts.Now,
-		recs:     map[Key]Record{},
-		busy:     map[string]bool{},
-		refusals: map[string]refusalNote{},
+		log:           cmp.Or(opts.Logger, zap.NewNop()),
+		interval:      cmp.Or(opts.Interval, time.Second),
+		dir:           opts.Dir,
+		onChange:      opts.OnChange,
+		now:           opts.Now,
+		pending:       map[Key][]*pending{},
+		confirmWithin: cmp.Or(opts.ConfirmWithin, 2*time.Second),
+		recs:          map[Key]Record{},
+		busy:          map[string]bool{},
+		refusals:      map[string]refusalNote{},
 		merged: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "keyway", Subsystem: "runtime", Name: "changes_total",
 			Help: "Run-time replica set changes applied, by source: local (this proxy's admin API) or peer (another proxy).",
@@ -184,6 +193,8 @@ func (r *State) Attach(n *membership.Node) {
 	}
 	n.Handle(runtimeDigestKind, membership.RoleProxy, r.handleDigest)
 	n.Handle(runtimeRecordsKind, membership.RoleProxy, r.handleRecords)
+	n.Handle(runtimeAckKind, membership.RoleProxy, r.handleAck)
+	r.fleet = func() Peers { return fleetPeers(n.Members(), n.ID()) }
 	r.proxies = func() []string {
 		var out []string
 		for _, m := range n.Members() {
@@ -238,7 +249,14 @@ func (r *State) sortedLocked() []Record {
 // (OnChange), written to the state file and sent to every other alive
 // proxy. Update returns it as stored.
 func (r *State) Update(kind Kind, set string, update func(cur Record, ok bool) (Record, error)) (Record, error) {
-	key := Key{Kind: kind, Set: set}
+	return r.update(Key{Kind: kind, Set: set}, update, nil)
+}
+
+// update is Update; stored, when not nil, is called with the record once
+// it is stored and before it leaves (Write registers its wait there), and
+// the record then asks its receivers for an acknowledgement.
+func (r *State) update(key Key, update func(cur Record, ok bool) (Record, error), stored func(Record)) (Record, error) {
+	kind, set := key.Kind, key.Set
 	r.applyMu.Lock()
 	defer r.applyMu.Unlock()
 	r.mu.Lock()
@@ -265,7 +283,10 @@ func (r *State) Update(kind Kind, set string, update func(cur Record, ok bool) (
 	if r.onChange != nil {
 		r.onChange([]Record{rec}, all)
 	}
-	r.push([]Record{rec})
+	if stored != nil {
+		stored(rec)
+	}
+	r.push([]Record{rec}, stored != nil)
 	return rec, nil
 }
 
@@ -292,6 +313,7 @@ func (r *State) merge(from string, in []Record) int {
 			continue
 		}
 		r.recs[rec.Key()] = rec
+		r.lostLocked(rec)
 		changed = append(changed, rec)
 	}
 	r.synced = true

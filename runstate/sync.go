@@ -29,10 +29,13 @@ type runtimeDigest struct {
 }
 
 type runtimeRecords struct {
-	Kind    string   `json:"kind"`
-	Node    string   `json:"node"`
-	Digest  string   `json:"digest"` // the sender's, over all its records
-	Reply   bool     `json:"reply,omitempty"`
+	Kind   string `json:"kind"`
+	Node   string `json:"node"`
+	Digest string `json:"digest"` // the sender's, over all its records
+	Reply  bool   `json:"reply,omitempty"`
+	// Ack asks for an acknowledgement (runtime_ack) of the records: a
+	// write waits for it (confirm.go). Older versions ignore it.
+	Ack     bool     `json:"ack,omitempty"`
 	Records []Record `json:"records"`
 }
 
@@ -73,6 +76,8 @@ func (r *State) handle(from string, msg []byte) {
 		r.handleDigest(membership.Message{From: from, Kind: runtimeDigestKind, Body: msg})
 	case runtimeRecordsKind:
 		r.handleRecords(membership.Message{From: from, Kind: runtimeRecordsKind, Body: msg})
+	case runtimeAckKind:
+		r.handleAck(membership.Message{From: from, Kind: runtimeAckKind, Body: msg})
 	}
 }
 
@@ -100,6 +105,9 @@ func (r *State) handleRecords(m membership.Message) {
 		return
 	}
 	r.merge(m.From, rr.Records)
+	if rr.Ack {
+		r.sendAcks(m.From, rr.Records)
+	}
 	if rr.Reply && r.Digest() != rr.Digest {
 		// The sender lacks something of ours (or holds older records).
 		r.sendAll(m.From, false)
@@ -150,13 +158,14 @@ func (r *State) aliveProxiesLocked() []string {
 	return r.proxies()
 }
 
-// push sends new records to every other alive proxy now.
-func (r *State) push(recs []Record) {
+// push sends new records to every other alive proxy now, asking for
+// acknowledgements when ack is set.
+func (r *State) push(recs []Record, ack bool) {
 	r.mu.Lock()
 	targets := r.aliveProxiesLocked()
 	r.mu.Unlock()
 	for _, name := range targets {
-		r.send(name, recs, false)
+		r.sendRecords(name, recs, false, ack)
 	}
 }
 
@@ -168,7 +177,9 @@ func (r *State) sendAll(to string, reply bool) {
 	r.send(to, all, reply)
 }
 
-func (r *State) send(to string, recs []Record, reply bool) {
+func (r *State) send(to string, recs []Record, reply bool) { r.sendRecords(to, recs, reply, false) }
+
+func (r *State) sendRecords(to string, recs []Record, reply, ack bool) {
 	r.mu.Lock()
 	send, self := r.sendFn, r.selfName()
 	d := r.digestLocked()
@@ -176,7 +187,7 @@ func (r *State) send(to string, recs []Record, reply bool) {
 	if send == nil {
 		return
 	}
-	msg, err := json.Marshal(runtimeRecords{Kind: runtimeRecordsKind, Node: self, Digest: d, Reply: reply, Records: recs})
+	msg, err := json.Marshal(runtimeRecords{Kind: runtimeRecordsKind, Node: self, Digest: d, Reply: reply, Ack: ack, Records: recs})
 	if err != nil {
 		r.log.Error("run-time records not encoded", zap.Error(err))
 		return

@@ -95,9 +95,21 @@ func (n *ProxyNode) restartStatus(set string) (admin.RestartStatus, bool) {
 // updateRestart changes a set's restart record with mutate, under the
 // run-time state's write lock: mutate sees the record as it is now (ok
 // false when there is none) and may refuse with an error.
-func (n *ProxyNode) updateRestart(set, by string, mutate func(st *admin.RestartStatus, ok bool) error) (admin.RestartStatus, error) {
+//
+// A change of who runs the restart (a start, a resume, a takeover) passes
+// confirm: it answers once the fleet holds the record, as an operator's
+// write does (runstate.State.Write), so that of two proxies taking a
+// restart at once the one whose record loses the merge learns it
+// (errHandedOver) and does not run it too. A progress step does not wait.
+func (n *ProxyNode) updateRestart(confirm context.Context, set, by string, mutate func(st *admin.RestartStatus, ok bool) error) (admin.RestartStatus, error) {
 	var out admin.RestartStatus
-	_, err := n.rt.Update(runstate.KindRestart, set, func(cur runstate.Record, ok bool) (runstate.Record, error) {
+	write := n.rt.Update
+	if confirm != nil {
+		write = func(kind runstate.Kind, set string, f func(runstate.Record, bool) (runstate.Record, error)) (runstate.Record, error) {
+			return n.rt.Write(confirm, kind, set, nil, f)
+		}
+	}
+	_, err := write(runstate.KindRestart, set, func(cur runstate.Record, ok bool) (runstate.Record, error) {
 		var st admin.RestartStatus
 		ok = ok && len(cur.Restart) > 0 && json.Unmarshal(cur.Restart, &st) == nil
 		if err := mutate(&st, ok); err != nil {
@@ -183,7 +195,7 @@ func (v *view) StartRestart(set string, stepTimeout time.Duration, who admin.Act
 	if !n.restarts.claim(set) {
 		return admin.RestartStatus{}, fmt.Errorf("%w (run by this proxy)", admin.ErrRestartRunning)
 	}
-	st, err := n.updateRestart(set, who.String(), func(st *admin.RestartStatus, ok bool) error {
+	st, err := n.updateRestart(ctx, set, who.String(), func(st *admin.RestartStatus, ok bool) error {
 		if ok && st.State == "running" && slices.Contains(alive, st.Owner) {
 			return fmt.Errorf("%w (started %s, run by %s)", admin.ErrRestartRunning, st.Started.Format(time.RFC3339), st.Owner)
 		}
@@ -193,7 +205,7 @@ func (v *view) StartRestart(set string, stepTimeout time.Duration, who admin.Act
 	})
 	if err != nil {
 		n.restarts.release(set)
-		return admin.RestartStatus{}, err
+		return admin.RestartStatus{}, writeError(err)
 	}
 	n.audit.Record(eventlog.KindAdminAction, set, "", map[string]any{"action": "restart", "replicas": names, "scope": admin.ScopeFleet, "by": who.String()})
 	n.goRestart(ctx, set, st)
@@ -260,7 +272,7 @@ func (n *ProxyNode) resumeRestart(ctx context.Context, set, node string) {
 		return // running here
 	}
 	var prev string
-	st, err := n.updateRestart(set, "", func(st *admin.RestartStatus, ok bool) error {
+	st, err := n.updateRestart(ctx, set, "", func(st *admin.RestartStatus, ok bool) error {
 		if !ok || st.State != "running" || st.Owner != n.node.ID() {
 			return errHandedOver
 		}
@@ -287,7 +299,7 @@ func (n *ProxyNode) takeOverRestart(ctx context.Context, set, self, node string)
 		return
 	}
 	var prev string
-	st, err := n.updateRestart(set, "", func(st *admin.RestartStatus, ok bool) error {
+	st, err := n.updateRestart(ctx, set, "", func(st *admin.RestartStatus, ok bool) error {
 		if !ok || st.State != "running" || st.Owner == self || slices.Contains(n.aliveProxies(), st.Owner) {
 			return errHandedOver // someone else was quicker, or the owner is back
 		}
@@ -331,7 +343,7 @@ func (n *ProxyNode) rollingRestart(ctx context.Context, set string, st admin.Res
 	}
 	// write records a step, unless another process runs the restart now.
 	write := func(mutate func(st *admin.RestartStatus)) error {
-		_, err := n.updateRestart(set, "", func(st *admin.RestartStatus, ok bool) error {
+		_, err := n.updateRestart(nil, set, "", func(st *admin.RestartStatus, ok bool) error {
 			if !ok || !runs(*st) {
 				return errHandedOver
 			}

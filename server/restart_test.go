@@ -108,7 +108,7 @@ func TestRestartOwnedByIDResumedAfterAnUpgrade(t *testing.T) {
 	if !old.restarts.claim("orders") {
 		t.Fatal("orders' restart already claimed")
 	}
-	if _, err := old.updateRestart("orders", "ops", func(st *admin.RestartStatus, _ bool) error {
+	if _, err := old.updateRestart(nil, "orders", "ops", func(st *admin.RestartStatus, _ bool) error {
 		*st = admin.RestartStatus{Set: "orders", State: "running", Owner: old.node.ID(), OwnerNode: old.node.Name(), By: "ops",
 			Replicas: []string{"orders-0"}, Current: "orders-0", StepTimeout: "1m", Started: time.Now(),
 			Steps: []admin.RestartStep{{Time: time.Now(), Replica: "orders-0", Step: "ready"}}}
@@ -174,7 +174,7 @@ func TestRestartOwnedByIDResumedAfterAnUpgrade(t *testing.T) {
 
 	// Run-time records name the proxy by its ID, whichever process wrote
 	// them.
-	ch, err := setAdmin{upgraded.ProxyNode}.PatchSet("orders", admin.SetPatch{Replicas: new(2)}, admin.Actor{Name: "ops"})
+	ch, err := setAdmin{upgraded.ProxyNode}.PatchSet("orders", admin.SetPatch{Replicas: new(2)}, admin.Write{Ctx: context.Background(), Who: admin.Actor{Name: "ops"}})
 	if err != nil {
 		t.Fatal(err)
 	}

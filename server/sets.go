@@ -59,8 +59,8 @@ func (n *ProxyNode) fileConfig() config.Config {
 	return n.cur
 }
 
-func (s setAdmin) CreateSet(spec []byte, who admin.Actor) (admin.SetChange, error) {
-	n := s.n
+func (s setAdmin) CreateSet(spec []byte, w admin.Write) (admin.SetChange, error) {
+	n, who := s.n, w.Who
 	sc, err := config.DecodeSet("request body", spec)
 	if err != nil {
 		return admin.SetChange{}, specError(err)
@@ -85,7 +85,7 @@ func (s setAdmin) CreateSet(spec []byte, who admin.Actor) (admin.SetChange, erro
 	if err := n.p.CheckReload(eff.Config); err != nil {
 		return admin.SetChange{}, &admin.SpecError{Problems: strings.Split(err.Error(), "\n")}
 	}
-	stored, err := n.rt.Update(runstate.KindSet, sc.Name, func(cur runstate.Record, ok bool) (runstate.Record, error) {
+	stored, err := n.rt.Write(w.Ctx, runstate.KindSet, sc.Name, w.IfMatch, func(cur runstate.Record, ok bool) (runstate.Record, error) {
 		if n.p.Router(sc.Name) != nil {
 			where := "the configuration file defines it"
 			if ok && len(cur.Spec) > 0 {
@@ -99,11 +99,33 @@ func (s setAdmin) CreateSet(spec []byte, who admin.Actor) (admin.SetChange, erro
 		return rec, nil
 	})
 	if err != nil {
-		return admin.SetChange{}, err
+		return admin.SetChange{}, writeError(err)
 	}
 	out := n.change(stored)
 	out.Replicas, out.Stopped = &sc.Replicas, &sc.Stopped
 	return out, nil
+}
+
+// writeError turns the run-time state's refusals of a write into the
+// admin API's (409, 503); other errors pass as they are.
+func writeError(err error) error {
+	var c *runstate.ConflictError
+	var u *runstate.UnconfirmedError
+	switch {
+	case errors.As(err, &c):
+		return &admin.ConflictError{Message: c.Error(), Current: runtimeRecord(c.Current), Lost: c.Lost}
+	case errors.As(err, &u):
+		return &admin.UnconfirmedError{Message: u.Error(), Record: runtimeRecord(u.Record), Missing: u.Missing}
+	}
+	return err
+}
+
+// runtimeRecord is a set's record as the admin API shows it.
+func runtimeRecord(r runstate.Record) admin.RuntimeRecord {
+	return admin.RuntimeRecord{
+		Set: r.Set, Version: r.Version, Origin: r.Origin, Action: r.Action, By: r.By, Via: r.Via, At: r.At,
+		Deleted: r.Deleted, Spec: r.Spec, Stopped: r.Stopped, Replicas: r.Replicas,
+	}
 }
 
 // specError turns a config problem list into an admin.SpecError.
@@ -119,8 +141,8 @@ func specError(err error) error {
 	return &admin.SpecError{Problems: []string{err.Error()}}
 }
 
-func (s setAdmin) PatchSet(set string, p admin.SetPatch, who admin.Actor) (admin.SetChange, error) {
-	n := s.n
+func (s setAdmin) PatchSet(set string, p admin.SetPatch, w admin.Write) (admin.SetChange, error) {
+	n, who := s.n, w.Who
 	if n.p.Router(set) == nil {
 		return admin.SetChange{}, fmt.Errorf("%w %q", admin.ErrUnknownSet, set)
 	}
@@ -137,7 +159,7 @@ func (s setAdmin) PatchSet(set string, p admin.SetPatch, who admin.Actor) (admin
 			prev, wasStopped = sc.Replicas, sc.Stopped
 		}
 	}
-	stored, err := n.rt.Update(runstate.KindSet, set, func(cur runstate.Record, ok bool) (runstate.Record, error) {
+	stored, err := n.rt.Write(w.Ctx, runstate.KindSet, set, w.IfMatch, func(cur runstate.Record, ok bool) (runstate.Record, error) {
 		if ok && cur.Deleted {
 			return cur, fmt.Errorf("%w %q (deleted at run time)", admin.ErrUnknownSet, set)
 		}
@@ -155,7 +177,7 @@ func (s setAdmin) PatchSet(set string, p admin.SetPatch, who admin.Actor) (admin
 		return next, nil
 	})
 	if err != nil {
-		return admin.SetChange{}, err
+		return admin.SetChange{}, writeError(err)
 	}
 	out := n.change(stored)
 	if p.Replicas != nil {
@@ -188,8 +210,8 @@ func inUse(t *balancer.Table[*proxy.Backend], stopped bool) []string {
 	return out
 }
 
-func (s setAdmin) DeleteSet(set string, who admin.Actor) (admin.SetChange, error) {
-	n := s.n
+func (s setAdmin) DeleteSet(set string, w admin.Write) (admin.SetChange, error) {
+	n, who := s.n, w.Who
 	r := n.p.Router(set)
 	if r == nil {
 		return admin.SetChange{}, fmt.Errorf("%w %q", admin.ErrUnknownSet, set)
@@ -203,28 +225,28 @@ func (s setAdmin) DeleteSet(set string, who admin.Actor) (admin.SetChange, error
 	if busy := inUse(r.Table(), stopped); len(busy) > 0 {
 		return admin.SetChange{}, &admin.InUseError{Set: set, Replicas: busy}
 	}
-	stored, err := n.rt.Update(runstate.KindSet, set, func(cur runstate.Record, ok bool) (runstate.Record, error) {
+	stored, err := n.rt.Write(w.Ctx, runstate.KindSet, set, w.IfMatch, func(cur runstate.Record, ok bool) (runstate.Record, error) {
 		return runstate.Record{Deleted: true, Action: "delete", By: who.String(), Via: n.via()}, nil
 	})
 	if err != nil {
-		return admin.SetChange{}, err
+		return admin.SetChange{}, writeError(err)
 	}
 	return n.change(stored), nil
 }
 
-func (s setAdmin) ClearRuntime(set string, who admin.Actor) (admin.SetChange, error) {
-	n := s.n
+func (s setAdmin) ClearRuntime(set string, w admin.Write) (admin.SetChange, error) {
+	n, who := s.n, w.Who
 	if !balancer.ValidSetName(set) {
 		return admin.SetChange{}, fmt.Errorf("%w %q: not a replica set name", admin.ErrNoRuntimeState, set)
 	}
-	stored, err := n.rt.Update(runstate.KindSet, set, func(cur runstate.Record, ok bool) (runstate.Record, error) {
+	stored, err := n.rt.Write(w.Ctx, runstate.KindSet, set, w.IfMatch, func(cur runstate.Record, ok bool) (runstate.Record, error) {
 		if !ok || !cur.Overrides() {
 			return cur, fmt.Errorf("%w %q: the configuration file alone decides about it", admin.ErrNoRuntimeState, set)
 		}
 		return runstate.Record{Action: "clear", By: who.String(), Via: n.via()}, nil
 	})
 	if err != nil {
-		return admin.SetChange{}, err
+		return admin.SetChange{}, writeError(err)
 	}
 	return n.change(stored), nil
 }
@@ -236,10 +258,7 @@ func (s setAdmin) Runtime() admin.RuntimeStatus {
 		if r.Kind != runstate.KindSet {
 			continue // a rolling restart's progress: GET …/restart shows it
 		}
-		st.Records = append(st.Records, admin.RuntimeRecord{
-			Set: r.Set, Version: r.Version, Origin: r.Origin, Action: r.Action, By: r.By, Via: r.Via, At: r.At,
-			Deleted: r.Deleted, Spec: r.Spec, Stopped: r.Stopped, Replicas: r.Replicas,
-		})
+		st.Records = append(st.Records, runtimeRecord(r))
 	}
 	for _, p := range n.runtimeProblems() {
 		st.Problems = append(st.Problems, admin.RuntimeProblem{Set: p.Set, Version: p.Version, Problem: p.Problem})

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"keyway/runstate"
 	"math"
 	"strings"
 	"sync/atomic"
@@ -108,6 +109,9 @@ func (v *view) set(name string, traffic bool) (admin.SetStatus, bool) {
 		}
 	}
 	st.Source, st.Runtime = v.n.setRuntime(name)
+	if rec, ok := v.n.rt.Get(runstate.KindSet, name); ok {
+		st.Version = rec.Version
+	}
 	others, proxies := v.n.p.FleetInflight(name)
 	since, now := v.n.phases.Since(name), time.Now()
 	for _, m := range t.Members() {
