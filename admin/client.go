@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -206,19 +207,29 @@ func (c *Client) Repair(set string) (RepairResult, []byte, error) {
 }
 
 // Scale changes a set's declared replica count, fleet-wide (PATCH
-// /v1/replica_sets/{set} {"replicas": N}).
+// /v1/replica_sets/{set} {"replicas": N}), from the version the set has
+// now (PatchSet).
 func (c *Client) Scale(set string, replicas int) (SetChange, []byte, error) {
 	return c.PatchSet(set, SetPatch{Replicas: &replicas})
 }
 
 // PatchSet changes a set's declared count and/or stops or starts it,
-// fleet-wide (PATCH /v1/replica_sets/{set}).
+// fleet-wide (PATCH /v1/replica_sets/{set}). It reads the set first and
+// writes with its version as If-Match: a write another caller made in
+// between is not overwritten unseen (409).
 func (c *Client) PatchSet(set string, p SetPatch) (SetChange, []byte, error) {
+	st, raw, err := c.Set(set)
+	if err != nil {
+		return SetChange{}, raw, err
+	}
 	var out SetChange
 	body, _ := json.Marshal(p)
-	raw, err := c.call(http.MethodPatch, "/v1/replica_sets/"+url.PathEscape(set), body, http.StatusOK, &out, c.timeout())
+	raw, err = c.call(http.MethodPatch, "/v1/replica_sets/"+url.PathEscape(set), body, http.StatusOK, &out, c.timeout(), "If-Match", etag(st.Version))
 	return out, raw, err
 }
+
+// etag is a version as an ETag and If-Match carry it.
+func etag(v uint64) string { return `"` + strconv.FormatUint(v, 10) + `"` }
 
 // CreateSet creates a set from spec, a JSON object with the keys of a
 // replica_sets entry (POST /v1/replica_sets).
@@ -230,16 +241,30 @@ func (c *Client) CreateSet(spec []byte) (SetChange, []byte, error) {
 
 // DeleteSet deletes a set (DELETE /v1/replica_sets/{set}).
 func (c *Client) DeleteSet(set string) (SetChange, []byte, error) {
+	st, raw, err := c.Set(set)
+	if err != nil {
+		return SetChange{}, raw, err
+	}
 	var out SetChange
-	raw, err := c.call(http.MethodDelete, "/v1/replica_sets/"+url.PathEscape(set), nil, http.StatusOK, &out, c.timeout())
+	raw, err = c.call(http.MethodDelete, "/v1/replica_sets/"+url.PathEscape(set), nil, http.StatusOK, &out, c.timeout(), "If-Match", etag(st.Version))
 	return out, raw, err
 }
 
 // ClearRuntime hands a set back to the configuration file (DELETE
 // /v1/runtime/{set}).
 func (c *Client) ClearRuntime(set string) (SetChange, []byte, error) {
+	rt, raw, err := c.Runtime()
+	if err != nil {
+		return SetChange{}, raw, err
+	}
+	var hdr []string
+	for _, r := range rt.Records {
+		if r.Set == set {
+			hdr = []string{"If-Match", etag(r.Version)}
+		}
+	}
 	var out SetChange
-	raw, err := c.call(http.MethodDelete, "/v1/runtime/"+url.PathEscape(set), nil, http.StatusOK, &out, c.timeout())
+	raw, err = c.call(http.MethodDelete, "/v1/runtime/"+url.PathEscape(set), nil, http.StatusOK, &out, c.timeout(), hdr...)
 	return out, raw, err
 }
 
@@ -287,7 +312,7 @@ func (c *Client) get(path string, v any) ([]byte, error) {
 }
 
 // call sends one request and decodes a `want` answer into v.
-func (c *Client) call(method, path string, body []byte, want int, v any, timeout time.Duration) ([]byte, error) {
+func (c *Client) call(method, path string, body []byte, want int, v any, timeout time.Duration, hdr ...string) ([]byte, error) {
 	base, err := c.BaseURL()
 	if err != nil {
 		return nil, err
@@ -304,6 +329,9 @@ func (c *Client) call(method, path string, body []byte, want int, v any, timeout
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
 	}
 	resp, err := c.httpClient(timeout).Do(req)
 	if err != nil {
