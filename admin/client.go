@@ -385,6 +385,9 @@ func (c *Client) plainToTLS(resp *http.Response, body []byte) error {
 func (c *Client) apiError(method, path string, status int, body []byte) error {
 	var e ReloadRefused // an ErrorBody with problems
 	if json.Unmarshal(body, &e) == nil && e.Error != "" {
+		if status == http.StatusUnauthorized {
+			return c.unauthorized(e.Error)
+		}
 		if (status == http.StatusUnprocessableEntity || status == http.StatusBadRequest) && len(e.Problems) > 0 {
 			return fmt.Errorf("%s:\n  %s", e.Error, strings.Join(e.Problems, "\n  "))
 		}
@@ -394,4 +397,20 @@ func (c *Client) apiError(method, path string, status int, body []byte) error {
 		return fmt.Errorf("admin API at %s: GET %s answered HTTP %d; is %s a keyway admin listener? (--admin, KEYWAY_ADMIN)", c.Addr, path, status, c.Addr)
 	}
 	return fmt.Errorf("admin API at %s: %s %s answered HTTP %d", c.Addr, method, path, status)
+}
+
+// unauthorized explains a 401 to a CLI user: msg is the API's error
+// without its HTTP-level advice, followed by the flag that sends the
+// token.
+func (c *Client) unauthorized(msg string) error {
+	msg, _, _ = strings.Cut(msg, ": send Authorization:")
+	if strings.HasPrefix(msg, "no admin token configured") {
+		return fmt.Errorf("admin API at %s: %s (HTTP 401)", c.Addr, msg)
+	}
+	sent := "no token was sent"
+	if c.Token != "" {
+		sent = "the token sent was refused"
+	}
+	return fmt.Errorf("admin API at %s: %s (HTTP 401)\n(%s: pass the proxy's admin token, the one its admin.token_file holds, with --token-file FILE or set %s)",
+		c.Addr, msg, sent, TokenEnv)
 }
