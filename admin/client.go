@@ -40,6 +40,9 @@ type Client struct {
 
 	mu        sync.Mutex
 	transport *http.Transport // made at the first call, with TLS
+
+	probeMu sync.Mutex
+	probed  bool // the probe (probe.go) found the admin API
 }
 
 // ErrBadAddr is returned (wrapped) for an Addr that is not host:port or a
@@ -257,6 +260,9 @@ func (c *Client) Export() ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := c.probe(); err != nil {
+		return nil, err
+	}
 	resp, err := c.httpClient(c.timeout()).Get(base + "/v1/runtime/export")
 	if err != nil {
 		return nil, c.reachError(err)
@@ -286,10 +292,15 @@ func (c *Client) get(path string, v any) ([]byte, error) {
 	return c.call(http.MethodGet, path, nil, http.StatusOK, v, c.timeout())
 }
 
-// call sends one request and decodes a `want` answer into v.
+// call sends one request and decodes a `want` answer into v. The first
+// call of a client probes the address first (probe.go): nothing else, a
+// token least of all, goes to an address that is not the admin API.
 func (c *Client) call(method, path string, body []byte, want int, v any, timeout time.Duration) ([]byte, error) {
 	base, err := c.BaseURL()
 	if err != nil {
+		return nil, err
+	}
+	if err := c.probe(); err != nil {
 		return nil, err
 	}
 	req, err := http.NewRequest(method, base+path, bytes.NewReader(body))
@@ -339,7 +350,9 @@ func (c *Client) httpClient(timeout time.Duration) *http.Client {
 		}
 		c.transport = t
 	}
-	return &http.Client{Timeout: timeout, Transport: c.transport}
+	// A redirect is answered, not followed: the admin API sends none, and
+	// a token must not follow one elsewhere.
+	return &http.Client{Timeout: timeout, Transport: c.transport, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 }
 
 // reachError explains a call that got no answer, with what to check:
