@@ -20,7 +20,9 @@ import (
 // Client calls one proxy's admin API: the keyway CLI's status, members,
 // route, plan, drain, undrain, reload and scale. Every method returns the decoded
 // answer and the raw JSON body (for --json), or an error that names the
-// address and says what to check. Safe for concurrent use.
+// address and says what to check. Its first call probes the address
+// (ProbePath) and sends nothing else unless the admin API answers. Safe
+// for concurrent use.
 type Client struct {
 	// Addr is the admin API as the user wrote it: host:port or a URL.
 	Addr string
