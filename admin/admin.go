@@ -7,7 +7,10 @@
 // a loopback listener, behind the bearer token on any other: admin.debug).
 // It uses net/http on its own listener (loopback by default), so scrapes
 // never compete with proxied traffic and are never routed or exposed on the
-// ingress port. Every other path answers a JSON error.
+// ingress port. Every other path answers a JSON error. Every answer carries
+// X-Keyway-Admin (AdminHeader), and a request whose Host does not name the
+// listener is refused (host.go); the Client probes for the header before it
+// sends anything else (probe.go).
 package admin
 
 import (
@@ -90,6 +93,9 @@ type Server struct {
 	srv   *http.Server
 	tls   *tlsconfig.Server      // nil: plain HTTP
 	token atomic.Pointer[string] // the bearer token of the mutating endpoints; "" refuses them
+	hosts atomic.Pointer[hostPolicy]
+	// hostname is the machine's name (host.go), read once.
+	hostname string
 
 	mu sync.Mutex
 	ln net.Listener
@@ -107,8 +113,9 @@ func New(cfg Config, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, opts: opts, log: cmp.Or(opts.Logger, zap.NewNop())}
+	s := &Server{cfg: cfg, opts: opts, log: cmp.Or(opts.Logger, zap.NewNop()), hostname: machineName()}
 	s.token.Store(&token)
+	s.SetAllowedHosts(cfg.AllowedHosts)
 	if cfg.Listen != "" && cfg.TLS.Enabled() {
 		s.tls, err = tlsconfig.NewServer(cfg.TLS, tlsconfig.ServerOptions{
 			Listener: "admin", Path: "admin.tls", Logger: s.log.Named("tls"), Registerer: opts.Registerer, OnEvent: opts.TLSEvents,
@@ -150,7 +157,7 @@ func New(cfg Config, opts Options) (*Server, error) {
 	mux.HandleFunc("GET /debug/pprof/trace", s.debugOnly(pprof.Trace))
 	s.routeRest(mux)
 	s.srv = &http.Server{
-		Handler:           mux,
+		Handler:           s.guard(mux),
 		ReadHeaderTimeout: 5 * time.Second,
 		IdleTimeout:       60 * time.Second,
 		ErrorLog:          zap.NewStdLog(s.log),

@@ -25,6 +25,7 @@ const defaultEventLimit = 100
 // apiRoutes are the read endpoints' paths; each also gets a method-less
 // pattern that answers 405 in JSON (ServeMux's own 405 is plain text).
 var apiRoutes = []string{
+	"/v1/{$}",
 	"/v1/replica_sets",
 	"/v1/replica_sets/{set}",
 	"/v1/replica_sets/{set}/replicas",
@@ -36,6 +37,7 @@ var apiRoutes = []string{
 }
 
 func (s *Server) routeAPI(mux *http.ServeMux) {
+	mux.HandleFunc("GET /v1/{$}", s.apiInfo)
 	mux.HandleFunc("GET /v1/replica_sets", s.listSets)
 	mux.HandleFunc("GET /v1/replica_sets/{set}", s.getSet)
 	mux.HandleFunc("GET /v1/replica_sets/{set}/replicas", s.getReplicas)

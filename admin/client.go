@@ -21,7 +21,9 @@ import (
 // Client calls one proxy's admin API: the keyway CLI's status, members,
 // route, plan, drain, undrain, reload and scale. Every method returns the decoded
 // answer and the raw JSON body (for --json), or an error that names the
-// address and says what to check. Safe for concurrent use.
+// address and says what to check. Its first call probes the address
+// (ProbePath) and sends nothing else unless the admin API answers. Safe
+// for concurrent use.
 type Client struct {
 	// Addr is the admin API as the user wrote it: host:port or a URL.
 	Addr string
@@ -41,6 +43,9 @@ type Client struct {
 
 	mu        sync.Mutex
 	transport *http.Transport // made at the first call, with TLS
+
+	probeMu sync.Mutex
+	probed  bool // the probe (probe.go) found the admin API
 }
 
 // ErrBadAddr is returned (wrapped) for an Addr that is not host:port or a
@@ -282,6 +287,9 @@ func (c *Client) Export() ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := c.probe(); err != nil {
+		return nil, err
+	}
 	resp, err := c.httpClient(c.timeout()).Get(base + "/v1/runtime/export")
 	if err != nil {
 		return nil, c.reachError(err)
@@ -311,10 +319,16 @@ func (c *Client) get(path string, v any) ([]byte, error) {
 	return c.call(http.MethodGet, path, nil, http.StatusOK, v, c.timeout())
 }
 
-// call sends one request and decodes a `want` answer into v.
+// call sends one request and decodes a `want` answer into v; hdr are
+// more headers, name and value in turn. The first call of a client probes
+// the address first (probe.go): nothing else, a token least of all, goes
+// to an address that is not the admin API.
 func (c *Client) call(method, path string, body []byte, want int, v any, timeout time.Duration, hdr ...string) ([]byte, error) {
 	base, err := c.BaseURL()
 	if err != nil {
+		return nil, err
+	}
+	if err := c.probe(); err != nil {
 		return nil, err
 	}
 	req, err := http.NewRequest(method, base+path, bytes.NewReader(body))
@@ -367,7 +381,9 @@ func (c *Client) httpClient(timeout time.Duration) *http.Client {
 		}
 		c.transport = t
 	}
-	return &http.Client{Timeout: timeout, Transport: c.transport}
+	// A redirect is answered, not followed: the admin API sends none, and
+	// a token must not follow one elsewhere.
+	return &http.Client{Timeout: timeout, Transport: c.transport, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 }
 
 // reachError explains a call that got no answer, with what to check:
@@ -413,6 +429,9 @@ func (c *Client) plainToTLS(resp *http.Response, body []byte) error {
 func (c *Client) apiError(method, path string, status int, body []byte) error {
 	var e ReloadRefused // an ErrorBody with problems
 	if json.Unmarshal(body, &e) == nil && e.Error != "" {
+		if status == http.StatusUnauthorized {
+			return c.unauthorized(e.Error)
+		}
 		if (status == http.StatusUnprocessableEntity || status == http.StatusBadRequest) && len(e.Problems) > 0 {
 			return fmt.Errorf("%s:\n  %s", e.Error, strings.Join(e.Problems, "\n  "))
 		}
@@ -422,4 +441,20 @@ func (c *Client) apiError(method, path string, status int, body []byte) error {
 		return fmt.Errorf("admin API at %s: GET %s answered HTTP %d; is %s a keyway admin listener? (--admin, KEYWAY_ADMIN)", c.Addr, path, status, c.Addr)
 	}
 	return fmt.Errorf("admin API at %s: %s %s answered HTTP %d", c.Addr, method, path, status)
+}
+
+// unauthorized explains a 401 to a CLI user: msg is the API's error
+// without its HTTP-level advice, followed by the flag that sends the
+// token.
+func (c *Client) unauthorized(msg string) error {
+	msg, _, _ = strings.Cut(msg, ": send Authorization:")
+	if strings.HasPrefix(msg, "no admin token configured") {
+		return fmt.Errorf("admin API at %s: %s (HTTP 401)", c.Addr, msg)
+	}
+	sent := "no token was sent"
+	if c.Token != "" {
+		sent = "the token sent was refused"
+	}
+	return fmt.Errorf("admin API at %s: %s (HTTP 401)\n(%s: pass the proxy's admin token, the one its admin.token_file holds, with --token-file FILE or set %s)",
+		c.Addr, msg, sent, TokenEnv)
 }

@@ -8,11 +8,13 @@ import (
 	"net/http"
 )
 
-// AdminHeader is set ("1") on every answer of the admin API under /v1/,
-// errors included, so that a client can tell the admin API from any other
-// HTTP server at the address it was given: the proxy's own listener (which
+// AdminHeader is set ("1") on every answer of the admin listener, errors
+// included, so that a client can tell the admin API from any other HTTP
+// server at the address it was given: the proxy's own listener (which
 // relays whatever a replica answers, or answers its own JSON errors), a
-// replica, or something else. An answer without it is never decoded.
+// replica, or something else. An answer without it is never decoded, and
+// the Client sends nothing else to an address whose probe (ProbePath)
+// lacks it.
 const AdminHeader = "X-Keyway-Admin"
 
 // ErrNotAdmin is returned (wrapped) when the address answered HTTP, but
@@ -22,6 +24,12 @@ var ErrNotAdmin = errors.New("not the keyway admin API")
 // checkAdmin rejects an answer that does not come from the admin API,
 // saying what answered instead.
 func (c *Client) checkAdmin(method, path string, resp *http.Response, body []byte) error {
+	return c.checkAdminSent(method, path, resp, body, "")
+}
+
+// checkAdminSent is checkAdmin, with a note on what was (not) sent after
+// the answer (", and nothing else was sent to it").
+func (c *Client) checkAdminSent(method, path string, resp *http.Response, body []byte, sent string) error {
 	if resp.Header.Get(AdminHeader) != "" {
 		return nil
 	}
@@ -30,7 +38,7 @@ func (c *Client) checkAdmin(method, path string, resp *http.Response, body []byt
 	}
 	const fix = "pass the admin address (admin.listen, default 127.0.0.1:9901) with --admin or KEYWAY_ADMIN"
 	if proxyAnswer(resp, body) {
-		return notAdminError(fmt.Sprintf("%s answered like a keyway proxy listener, not the admin API: %s", c.Addr, fix))
+		return notAdminError(fmt.Sprintf("%s answered like a keyway proxy listener, not the admin API%s: %s", c.Addr, sent, fix))
 	}
 	what := fmt.Sprintf("HTTP %d", resp.StatusCode)
 	if ct := resp.Header.Get("Content-Type"); ct != "" {
@@ -39,8 +47,8 @@ func (c *Client) checkAdmin(method, path string, resp *http.Response, body []byt
 	if sv := resp.Header.Get("Server"); sv != "" {
 		what += ", server " + sv
 	}
-	return notAdminError(fmt.Sprintf("%s is not a keyway admin API: %s %s answered %s without the %s header: %s",
-		c.Addr, method, path, what, AdminHeader, fix))
+	return notAdminError(fmt.Sprintf("%s is not a keyway admin API: %s %s answered %s without the %s header%s: %s",
+		c.Addr, method, path, what, AdminHeader, sent, fix))
 }
 
 // notAdminError is ErrNotAdmin with what answered instead.

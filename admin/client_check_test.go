@@ -2,9 +2,12 @@ package admin
 
 import (
 	"errors"
+	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -54,14 +57,14 @@ func TestClientRejectsOtherServers(t *testing.T) {
 				w.WriteHeader(404)
 				w.Write([]byte(`{"error":"no replica set matches","replica_set":"","replica":""}` + "\n"))
 			},
-			want: "answered like a keyway proxy listener, not the admin API: pass the admin address (admin.listen, default 127.0.0.1:9901)",
+			want: "answered like a keyway proxy listener, not the admin API, and nothing else was sent to it: pass the admin address (admin.listen, default 127.0.0.1:9901)",
 		},
 		"a replica behind the proxy listener, 200 JSON": {
 			handler: func(w http.ResponseWriter, r *http.Request) {
 				w.Header().Set("Content-Type", "application/json")
 				w.Write([]byte(`{"replica":"orders-0","key":""}`))
 			},
-			want: "is not a keyway admin API: GET /v1/replica_sets answered HTTP 200, application/json without the X-Keyway-Admin header",
+			want: "is not a keyway admin API: GET /v1/ answered HTTP 200, application/json without the X-Keyway-Admin header, and nothing else was sent to it: pass the admin address",
 		},
 		"a web server's 404 page": {
 			handler: func(w http.ResponseWriter, r *http.Request) {
@@ -79,7 +82,15 @@ func TestClientRejectsOtherServers(t *testing.T) {
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
-			srv := httptest.NewServer(tc.handler)
+			var mu sync.Mutex
+			var seen []string
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				b, _ := io.ReadAll(r.Body)
+				mu.Lock()
+				seen = append(seen, fmt.Sprintf("%s %s auth=%q actor=%q body=%q", r.Method, r.URL.Path, r.Header.Get("Authorization"), r.Header.Get(ActorHeader), b))
+				mu.Unlock()
+				tc.handler(w, r)
+			}))
 			defer srv.Close()
 			c := &Client{Addr: strings.TrimPrefix(srv.URL, "http://")}
 			sets, _, err := c.Sets()
@@ -89,8 +100,24 @@ func TestClientRejectsOtherServers(t *testing.T) {
 			if _, err := c.Export(); !errors.Is(err, ErrNotAdmin) {
 				t.Fatalf("Export: %v, want ErrNotAdmin", err)
 			}
+			c.Token, c.Actor = "s3cret", "alice"
 			if _, _, err := c.Scale("orders", 3); !errors.Is(err, ErrNotAdmin) {
 				t.Fatalf("Scale: %v, want ErrNotAdmin", err)
+			}
+			if _, _, err := c.Drain("orders", "orders-0", true); !errors.Is(err, ErrNotAdmin) {
+				t.Fatalf("Drain: %v, want ErrNotAdmin", err)
+			}
+			// The server saw the probe of each call and nothing else: no
+			// token, no actor, no body, no mutation.
+			mu.Lock()
+			defer mu.Unlock()
+			for _, got := range seen {
+				if got != `GET /v1/ auth="" actor="" body=""` {
+					t.Errorf("the server saw %s; want only the probe, GET /v1/ without a token, actor or body", got)
+				}
+			}
+			if len(seen) != 4 {
+				t.Errorf("the server saw %d requests, want 4 probes: %q", len(seen), seen)
 			}
 		})
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"strings"
 
@@ -29,6 +30,14 @@ type Config struct {
 	// DebugToken always requires it, DebugOpen never does, and DebugOff
 	// serves neither.
 	Debug string `yaml:"debug"`
+	// AllowedHosts are names, besides the default ones, that requests may
+	// carry as their Host: "admin.example.com", "*.example.com" (every
+	// name under example.com), or "*" (any Host: no check). By default the
+	// listener answers to IP addresses, localhost and *.localhost, the
+	// machine's host name and the host of Listen, with any port; anything
+	// else is 421 Misdirected Request, so that a web page cannot reach a
+	// loopback listener by DNS rebinding (host.go).
+	AllowedHosts []string `yaml:"allowed_hosts,omitempty"`
 	// TLS makes the admin listener serve HTTPS, with the keys of the
 	// proxy's tls section (certificates, min_version, client_ca_file,
 	// watch_interval). Without certificates (the default) it speaks plain
@@ -70,6 +79,11 @@ func (c Config) Validate() error {
 	case "", DebugAuto, DebugToken, DebugOpen, DebugOff:
 	default:
 		errs = append(errs, fmt.Errorf("debug: %q is not one of auto (open on a loopback listener, the bearer token on any other), token, open, off", c.Debug))
+	}
+	for i, h := range c.AllowedHosts {
+		if err := checkAllowedHost(h); err != nil {
+			errs = append(errs, fmt.Errorf("allowed_hosts[%d]: %q %w", i, h, err))
+		}
 	}
 	for _, err := range leaves(c.TLS.Validate()) {
 		errs = append(errs, fmt.Errorf("tls.%w", err))
@@ -135,4 +149,31 @@ func loopback(listen string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// checkAllowedHost reports what is wrong with an entry of allowed_hosts:
+// a name, *.name or *, without a scheme, port or path.
+func checkAllowedHost(h string) error {
+	const want = `: write a host name ("admin.example.com"), "*.example.com" for every name under example.com, or "*" for any`
+	name := strings.TrimSuffix(h, ".")
+	if _, err := netip.ParseAddr(name); err == nil {
+		return nil // allowed anyway; harmless
+	}
+	switch {
+	case name == "*":
+		return nil
+	case name == "":
+		return errors.New("is empty" + want)
+	case strings.Contains(name, "://") || strings.Contains(name, "/"):
+		return errors.New("is a URL, not a host name" + want)
+	case strings.Contains(name, ":"):
+		return errors.New("has a port: any port is allowed, write the name alone" + want)
+	}
+	name = strings.TrimPrefix(name, "*.")
+	for _, label := range strings.Split(name, ".") {
+		if label == "" || len(label) > 63 || strings.Trim(label, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_") != "" {
+			return errors.New("is not a host name" + want)
+		}
+	}
+	return nil
 }

@@ -25,8 +25,7 @@ func (s *Server) debugOnly(h http.HandlerFunc) http.HandlerFunc {
 		}
 		return func(w http.ResponseWriter, r *http.Request) {
 			if !s.bearerOK(r) {
-				w.Header().Set("WWW-Authenticate", `Bearer realm="keyway admin"`)
-				s.fail(w, http.StatusUnauthorized, fmt.Sprintf("%s needs the admin token here (%s): send Authorization: Bearer TOKEN (admin.token_file or %s)", r.URL.Path, why, TokenEnv))
+				s.unauthorized(w, fmt.Sprintf("%s needs the admin token here (%s): %s", r.URL.Path, why, sendToken))
 				return
 			}
 			h(w, r)

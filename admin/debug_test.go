@@ -15,7 +15,7 @@ import (
 // Content-Type and the body.
 func serveRec(t *testing.T, s *Server, method, path, token string) (int, string, string) {
 	t.Helper()
-	req := httptest.NewRequest(method, path, nil)
+	req := httptest.NewRequest(method, "http://localhost"+path, nil) // a Host the listener answers to
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
@@ -140,7 +140,7 @@ func TestUnknownPathsAnswerJSON(t *testing.T) {
 		}
 	}
 	rec := httptest.NewRecorder()
-	s.srv.Handler.ServeHTTP(rec, httptest.NewRequest("POST", "/metrics", nil))
+	s.srv.Handler.ServeHTTP(rec, httptest.NewRequest("POST", "http://localhost/metrics", nil))
 	if got := rec.Header().Get("Allow"); got != "GET, HEAD" {
 		t.Errorf("POST /metrics Allow = %q, want GET, HEAD", got)
 	}

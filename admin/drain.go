@@ -55,30 +55,40 @@ func (s *Server) routeMutating(mux *http.ServeMux) {
 // authorized answers 401 unless the request carries the admin token.
 func (s *Server) authorized(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		token := *s.token.Load()
-		if token == "" {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="keyway admin"`)
-			s.fail(w, http.StatusUnauthorized, "no admin token configured on this proxy: set admin.token_file or "+TokenEnv+" to enable mutating endpoints")
+		if *s.token.Load() == "" {
+			s.unauthorized(w, "no admin token configured on this proxy: set admin.token_file or "+TokenEnv+" to enable mutating endpoints")
 			return
 		}
 		if !s.bearerOK(r) {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="keyway admin"`)
-			s.fail(w, http.StatusUnauthorized, "missing or wrong bearer token: send Authorization: Bearer TOKEN (admin.token_file or "+TokenEnv+")")
+			s.unauthorized(w, "missing or wrong bearer token: "+sendToken)
 			return
 		}
 		h(w, r)
 	}
 }
 
+// sendToken says how to send the admin token, over HTTP and with the
+// keyway CLI.
+const sendToken = "send Authorization: Bearer TOKEN with the token of admin.token_file or " + TokenEnv +
+	"; with the keyway CLI, pass --token-file FILE or set " + TokenEnv
+
+// unauthorized answers 401 with msg.
+func (s *Server) unauthorized(w http.ResponseWriter, msg string) {
+	w.Header().Set("WWW-Authenticate", `Bearer realm="keyway admin"`)
+	s.fail(w, http.StatusUnauthorized, msg)
+}
+
 // bearerOK reports whether the request carries the admin token; never
-// when no token is configured. The comparison takes the same time whatever
-// the token sent.
+// when no token is configured. The scheme is matched in any case
+// ("bearer", RFC 9110 section 11.1). The comparison takes the same time
+// whatever the token sent.
 func (s *Server) bearerOK(r *http.Request) bool {
 	token := *s.token.Load()
 	if token == "" {
 		return false
 	}
-	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	scheme, got, ok := strings.Cut(strings.TrimSpace(r.Header.Get("Authorization")), " ")
+	ok = ok && strings.EqualFold(scheme, "Bearer")
 	want := sha256.Sum256([]byte(token))
 	have := sha256.Sum256([]byte(strings.TrimSpace(got)))
 	return ok && subtle.ConstantTimeCompare(want[:], have[:]) == 1

@@ -152,7 +152,7 @@ func TestReloadAndSetEndpoints(t *testing.T) {
 		{"PATCH", "/v1/replica_sets/orders", "wrong", `{"replicas": 3}`, 401, []string{"bearer token"}},
 		{"PATCH", "/v1/replica_sets/nope", "s3cret", `{"replicas": 3}`, 404, []string{`unknown replica set \"nope\"`, "known sets: orders"}},
 		{"PATCH", "/v1/replica_sets/orders", "s3cret", `{"replicas": 0}`, 400, []string{"replicas: 0 is out of range"}},
-		{"PATCH", "/v1/replica_sets/orders", "s3cret", `{"replica": 3}`, 400, []string{`unknown field \"replica\"`}},
+		{"PATCH", "/v1/replica_sets/orders", "s3cret", `{"replica": 3}`, 400, []string{`unknown key \"replica\"`}},
 		{"PATCH", "/v1/replica_sets/orders", "s3cret", `{}`, 400, []string{"nothing to change", `{\"stop\": true}`}},
 		{"PATCH", "/v1/replica_sets/orders", "s3cret", `not json`, 400, []string{"body: send"}},
 		{"PATCH", "/v1/replica_sets/orders", "s3cret", `{"replicas": 4}`, 200, []string{`"replicas": 4`, `"previous": 2`, `"scope": "fleet"`, `"by": "anonymous (127.0.0.1:`}},

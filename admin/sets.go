@@ -2,7 +2,6 @@ package admin
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -194,12 +193,10 @@ func (s *Server) patchSet(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	set := r.PathValue("set")
-	dec := json.NewDecoder(io.LimitReader(r.Body, 4<<10))
-	dec.DisallowUnknownFields()
 	var p SetPatch
 	const want = `send {"replicas": N} with 1 <= N <= %d, {"stop": true} or {"stop": false}, or both`
-	if err := dec.Decode(&p); err != nil {
-		s.fail(w, http.StatusBadRequest, fmt.Sprintf("body: "+want+": %v", balancer.MaxReplicas, err))
+	if err := decodeBody(r, 4<<10, &p); err != nil {
+		s.fail(w, http.StatusBadRequest, fmt.Sprintf("body: "+want+": %v; nothing changed", balancer.MaxReplicas, err))
 		return
 	}
 	if p.Replicas == nil && p.Stop == nil {

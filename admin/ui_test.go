@@ -19,7 +19,7 @@ func TestUIPage(t *testing.T) {
 	get := func(path string) (int, string, string) {
 		t.Helper()
 		rec := httptest.NewRecorder()
-		s.srv.Handler.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+		s.srv.Handler.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "http://localhost"+path, nil))
 		b, _ := io.ReadAll(rec.Result().Body)
 		return rec.Code, rec.Header().Get("Content-Type"), string(b)
 	}

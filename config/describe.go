@@ -284,6 +284,7 @@ func fieldDocs() map[string]string {
 		"admin.tls.session_tickets":          "as tls.session_tickets",
 		"admin.token_file":                   "file holding the bearer token of the admin API's mutating endpoints (drain, undrain); the admin token environment variable overrides it (docs/admin.md); a token is required when admin.listen is not loopback",
 		"admin.debug":                        "who may read /debug/pprof/ and /v1/config: auto (anyone on a loopback admin.listen, the bearer token on any other), token (always the token), open (anyone who reaches the listener), off (neither is served)",
+		"admin.allowed_hosts":                "names requests may carry as their Host besides IP addresses, localhost, *.localhost, the machine's host name and admin.listen's host (any port); \"*.example.com\" for every name under example.com, \"*\" for any Host; any other Host is 421, a guard against DNS rebinding (docs/admin.md)",
 		"log.level":                          "debug, info, warn or error",
 		"log.format":                         "json or console",
 		"log.access_log":                     "write the access log: one JSON line per request, to stdout or log.access.path (docs/logging.md)",

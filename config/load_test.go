@@ -338,7 +338,7 @@ func TestLoadProblems(t *testing.T) {
 		},
 		"unknown key, no close match": {
 			yaml: "admin:\n  password: s3cret\n" + okSets,
-			want: []string{`f.yaml:2: admin.password: unknown key "password"; allowed keys: listen, token_file, debug, tls`},
+			want: []string{`f.yaml:2: admin.password: unknown key "password"; allowed keys: listen, token_file, debug, allowed_hosts, tls`},
 		},
 		"unknown key from another section": {
 			yaml: "level: debug\n" + okSets,

@@ -2,11 +2,11 @@ package config
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"reflect"
 	"slices"
 
+	"keyway/internal/strictjson"
 	"keyway/proxy"
 	"keyway/runstate"
 )
@@ -15,13 +15,14 @@ import (
 // of one replica_sets entry of the configuration file, as the admin API's
 // POST /v1/replica_sets receives it. It is decoded and validated exactly
 // as a file's entry is (unknown keys, bad values and invalid settings are
-// problems naming the key); src names the source in problems. Problems
-// are returned as an *Error.
+// problems naming the key); src names the source in problems. Like the
+// admin API's other JSON bodies (strictjson), it must be one object with
+// nothing after it and no key twice. Problems are returned as an *Error.
 func DecodeSet(src string, data []byte) (proxy.SetConfig, error) {
 	trimmed := bytes.TrimSpace(data)
-	if len(trimmed) == 0 || trimmed[0] != '{' || !json.Valid(trimmed) {
+	if err := strictjson.Check(trimmed); err != nil {
 		return proxy.SetConfig{}, &Error{Problems: []Problem{{File: src,
-			Message: `want one JSON object with the keys of a replica_sets entry, e.g. {"name": "orders", "match": {"path_prefix": "/orders"}, "replicas": 3}`}}}
+			Message: err.Error() + `; want one JSON object with the keys of a replica_sets entry, e.g. {"name": "orders", "match": {"path_prefix": "/orders"}, "replicas": 3}`}}}
 	}
 	root, probs := parseOneDocument(src, trimmed, false, "name, match, replicas, key, static, ...")
 	if len(probs) > 0 {

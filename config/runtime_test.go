@@ -30,6 +30,11 @@ func TestDecodeSet(t *testing.T) {
 		"empty":         {``, "want one JSON object"},
 		"wrong type":    {`{"name": "users", "replicas": "three"}`, "replicas"},
 		"stopped wrong": {`{"name": "users", "stopped": "yes please"}`, "stopped"},
+		// encoding/json would stop after the first object, and keep the
+		// last of two values of a key: both are refused, as in PATCH.
+		"trailing data":  {`{"name": "users"}{"name": "evil"} junk`, `unexpected data after the JSON object, at byte 17: "{\"name\": \"evil\"} junk"`},
+		"duplicate key":  {`{"name": "users", "replicas": 2, "replicas": 9}`, `key "replicas" is given twice: write each key once`},
+		"duplicate deep": {`{"name": "users", "match": {"path_prefix": "/a", "path_prefix": "/b"}}`, `key "match.path_prefix" is given twice`},
 	} {
 		_, err := DecodeSet("body", []byte(tc.body))
 		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.HasPrefix(err.Error(), "body") {

@@ -410,6 +410,22 @@ func TestDeployManifests(t *testing.T) {
 	if probePort(proxyC, "livenessProbe") != portOf(t, cfg.Admin.Listen) || str(proxyC, "livenessProbe", "httpGet", "path") != "/healthz" {
 		t.Error("proxy livenessProbe must GET /healthz on the admin port")
 	}
+	// The kubelet sends the pod IP as the Host, which the admin listener
+	// answers; a name (httpGet.host, a Host header) would be 421 unless in
+	// admin.allowed_hosts.
+	for _, probe := range []string{"readinessProbe", "livenessProbe"} {
+		host := str(proxyC, probe, "httpGet", "host")
+		if hs, ok := dig(proxyC, probe, "httpGet", "httpHeaders").([]any); ok {
+			for _, h := range hs {
+				if m, ok := h.(obj); ok && strings.EqualFold(fmt.Sprint(m["name"]), "Host") {
+					host = fmt.Sprint(m["value"])
+				}
+			}
+		}
+		if host != "" && net.ParseIP(host) == nil && !slices.Contains(cfg.Admin.AllowedHosts, host) {
+			t.Errorf("proxy %s sends Host %q: the admin listener answers it 421 unless admin.allowed_hosts lists it", probe, host)
+		}
+	}
 	preStop := time.Duration(num(proxyC, "lifecycle", "preStop", "sleep", "seconds")) * time.Second
 	if cmd := strs(proxyC, "lifecycle", "preStop", "exec", "command"); len(cmd) == 2 && cmd[0] == "sleep" {
 		n, _ := strconv.Atoi(cmd[1])

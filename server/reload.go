@@ -21,6 +21,7 @@ import (
 func reloadable(path string) bool {
 	return path == "replica_sets" || strings.HasPrefix(path, "replica_sets[") ||
 		path == "log.level" || path == "admin.token_file" ||
+		path == "admin.allowed_hosts" || strings.HasPrefix(path, "admin.allowed_hosts[") ||
 		// TLS files, versions and CAs; turning TLS on or off is refused
 		// separately (tlsOnOff).
 		strings.HasPrefix(path, "tls.") || strings.HasPrefix(path, "admin.tls.") ||
@@ -86,8 +87,9 @@ func newReloadMetrics(reg prometheus.Registerer) (*reloadMetrics, error) {
 
 // Reload re-reads the configuration file (SIGHUP, POST /v1/reload) and
 // applies what may change while keyway runs: the replica sets, the log
-// level, the admin token, the listeners' TLS keys (their files are
-// read again even when unchanged; turning TLS on or off needs a restart)
+// level, the admin token and admin.allowed_hosts, the listeners' TLS keys
+// (their files are read again even when unchanged; turning TLS on or off
+// needs a restart)
 // and the fleet credentials (gossip.credentials_file, read again, and
 // gossip.signatures). Any other change, or a file that does not
 // load, refuses the whole reload: the error is an *admin.ReloadError
@@ -184,6 +186,7 @@ func (n *ProxyNode) Reload(source string) (admin.ReloadResult, error) {
 		if err := n.adm.ReloadToken(cfg.Admin.TokenFile); err != nil {
 			n.rlog.Error("admin token not reloaded; the old one stays", zap.Error(err))
 		}
+		n.adm.SetAllowedHosts(cfg.Admin.AllowedHosts)
 	}
 	n.applied(eff, rtProbs, info, 2*time.Second)
 	n.cur = cfg

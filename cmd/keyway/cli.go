@@ -428,7 +428,8 @@ func runDrain(args []string, drain bool, stdout, stderr io.Writer) error {
 	if err := cf.checkAddr(); err != nil {
 		return err
 	}
-	res, body, err := cf.client(token).Drain(set, replica, drain)
+	c := cf.client(token) // one client: one probe (admin.ProbePath)
+	res, body, err := c.Drain(set, replica, drain)
 	if err != nil {
 		return err
 	}
@@ -442,7 +443,7 @@ func runDrain(args []string, drain bool, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "%s %s/%s: accepted, scope %s\n", res.Action, res.Set, res.Replica, scope)
 	if wait > 0 {
-		return waitDrained(cf.client(""), set, replica, wait, stdout)
+		return waitDrained(c, set, replica, wait, stdout)
 	}
 	return nil
 }

@@ -29,11 +29,14 @@ func TestCLIDrainUndrainStatic(t *testing.T) {
 	if _, _, err := keywayCLI(t, "drain", "--admin", st.Admin, "--set", "orders", "--replica", "orders-1"); err == nil || !strings.Contains(err.Error(), "--token-file") {
 		t.Fatalf("drain without a token: %v", err)
 	}
-	// A wrong token is the API's 401.
+	// A wrong token is the API's 401, and the CLI names its flag.
 	bad := filepath.Join(t.TempDir(), "bad")
 	_ = os.WriteFile(bad, []byte("nope\n"), 0o600)
-	if _, _, err := keywayCLI(t, "drain", "--admin", st.Admin, "--set", "orders", "--replica", "orders-1", "--token-file", bad); err == nil || !strings.Contains(err.Error(), "HTTP 401") {
-		t.Fatalf("drain with a wrong token: %v", err)
+	_, _, err := keywayCLI(t, "drain", "--admin", st.Admin, "--set", "orders", "--replica", "orders-1", "--token-file", bad)
+	for _, want := range []string{"missing or wrong bearer token (HTTP 401)", "the token sent was refused", "with --token-file FILE or set " + admin.TokenEnv} {
+		if err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "Authorization:") {
+			t.Fatalf("drain with a wrong token: %v; want an error saying %q, without the HTTP-level advice", err, want)
+		}
 	}
 	// Unknown replica: the API's 404.
 	t.Setenv(admin.TokenEnv, "s3cret")

@@ -1,0 +1,76 @@
+package server_test
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"testing"
+
+	"keyway/config"
+	"keyway/server"
+)
+
+// admin.allowed_hosts changes on a reload: a name refused with 421 is
+// answered once the file lists it.
+func TestReloadAllowedHosts(t *testing.T) {
+	const base = `listen: 127.0.0.1:0
+admin: {listen: 127.0.0.1:0}
+replica_sets:
+  - name: orders
+    static: [{name: orders-0, addr: "127.0.0.1:1"}]
+`
+	var mu sync.Mutex
+	file := base
+	load := func() (config.Config, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return config.LoadBytes("proxy.yaml", []byte(file), config.WithEnv(nil))
+	}
+	cfg, err := load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := server.NewProxy(cfg, server.Options{File: "proxy.yaml", Load: load})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- n.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	status := func() int {
+		t.Helper()
+		req, _ := http.NewRequest("GET", "http://"+n.AdminAddr()+"/v1/replica_sets", nil)
+		req.Host = "keyway-admin.example.test:9901"
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if got := status(); got != http.StatusMisdirectedRequest {
+		t.Fatalf("Host keyway-admin.example.test before the reload: %d, want 421", got)
+	}
+	mu.Lock()
+	file = `listen: 127.0.0.1:0
+admin: {listen: 127.0.0.1:0, allowed_hosts: ["*.example.test"]}
+replica_sets:
+  - name: orders
+    static: [{name: orders-0, addr: "127.0.0.1:1"}]
+`
+	mu.Unlock()
+	if res, err := n.Reload("test"); err != nil {
+		t.Fatalf("reload: %v", err)
+	} else if len(res.Keys) != 1 || res.Keys[0] != "admin.allowed_hosts" {
+		t.Errorf("reload changed %v, want admin.allowed_hosts", res.Keys)
+	}
+	if got := status(); got != http.StatusOK {
+		t.Fatalf("Host keyway-admin.example.test after the reload: %d, want 200", got)
+	}
+}
