@@ -132,5 +132,29 @@ func ApplyRuntime(file Config, recs []runstate.Record) (Config, []RuntimeProblem
 			probs = append(probs, RuntimeProblem{Set: r.Set, Version: r.Version, Problem: err.Error()})
 		}
 	}
+	out.Gone = goneRoutes(file, recs)
 	return out, probs
+}
+
+// goneRoutes are the routes of the sets deleted at run time: the file's
+// match of a set it defines, else the match of the definition the set
+// was created with (a tombstone keeps it). A tombstone without either
+// (written by an older keyway) has no route to keep.
+func goneRoutes(file Config, recs []runstate.Record) []proxy.GoneRoute {
+	var out []proxy.GoneRoute
+	for _, r := range recs {
+		if !r.Deleted {
+			continue
+		}
+		i := slices.IndexFunc(file.ReplicaSets, func(sc proxy.SetConfig) bool { return sc.Name == r.Set })
+		switch {
+		case i >= 0:
+			out = append(out, proxy.GoneRoute{Set: r.Set, Match: file.ReplicaSets[i].Match})
+		case len(r.Spec) > 0:
+			if sc, err := DecodeSet("replica set "+r.Set+" (deleted at run time)", r.Spec); err == nil {
+				out = append(out, proxy.GoneRoute{Set: r.Set, Match: sc.Match})
+			}
+		}
+	}
+	return out
 }

@@ -157,3 +157,48 @@ func setVersion(t *testing.T, adminAddr string) uint64 {
 	}
 	return v
 }
+
+// A set deleted at run time: its requests get 410 Gone, through every
+// proxy, not a broader set's replicas; until its record is cleared.
+func TestDeletedSetIsGoneNotInherited(t *testing.T) {
+	skipShort(t)
+	t.Setenv("KEYWAY_ADMIN_TOKEN", "s3cret")
+	usersSet := `  - name: users
+    replicas: 1
+    match: {path_prefix: /users/}
+    key: [{header: X-Key}]
+`
+	a := StartProxyWith(t, "proxy-a", nil, 1, usersSet)
+	b := StartProxyWith(t, "proxy-b", []string{a.Gossip}, 1, usersSet)
+	StartReplica(t, "orders-0", []string{a.Gossip})
+	for _, p := range []*ProxyProc{a, b} {
+		p.WaitRotation(t, 1, 30*time.Second)
+	}
+	req, _ := http.NewRequest(http.MethodDelete, "http://"+a.Admin+"/v1/replica_sets/users", nil)
+	req.Header.Set("Authorization", "Bearer s3cret")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("delete users: %d %s", resp.StatusCode, body)
+	}
+	for _, p := range []*ProxyProc{a, b} {
+		poll.Until(t, 10*time.Second, p.Name+" to answer /users/ 410", func() bool { return sendPath(t, p.Addr, "/users/1", "k") == http.StatusGone })
+		if code := sendPath(t, p.Addr, "/orders/1", "k"); code != 200 {
+			t.Fatalf("%s: /orders/ answered %d", p.Name, code)
+		}
+	}
+	// Cleared, the file's set is served again.
+	req, _ = http.NewRequest(http.MethodDelete, "http://"+b.Admin+"/v1/runtime/users", nil)
+	req.Header.Set("Authorization", "Bearer s3cret")
+	if resp, err = http.DefaultClient.Do(req); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("clear users: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	for _, p := range []*ProxyProc{a, b} {
+		poll.Until(t, 10*time.Second, p.Name+" to serve users again", func() bool { return sendPath(t, p.Addr, "/users/1", "k") != http.StatusGone })
+	}
+}

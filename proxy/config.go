@@ -28,9 +28,21 @@ type Config struct {
 	// request belongs to the first set whose match it satisfies, most
 	// specific first (see MatchConfig).
 	ReplicaSets []SetConfig `yaml:"replica_sets"`
+	// Gone are the routes of replica sets deleted at run time (the
+	// fleet's tombstones; config.ApplyRuntime fills it in, a file never
+	// does): a request one matches more specifically than any set served
+	// gets 410 Gone naming the deleted set, rather than falling through to
+	// a broader set: one pipeline's data does not land in another's.
+	Gone []GoneRoute `yaml:"-"`
 	// Fleet says how this proxy shares its evidence with the other
 	// proxies and follows theirs (with gossip on).
 	Fleet FleetConfig `yaml:"fleet"`
+}
+
+// GoneRoute is the route of a replica set deleted at run time.
+type GoneRoute struct {
+	Set   string
+	Match MatchConfig
 }
 
 // ServerConfig bounds what one client may cost the proxy.

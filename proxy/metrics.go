@@ -27,6 +27,7 @@ type metrics struct {
 	// Pre-bound series for requests that match no set (set "none"); their
 	// requests_total{replica="none"} series are counters.noSet.
 	noSet        prometheus.Counter // local_responses_total{reason="no_set"}
+	setDeleted   prometheus.Counter // local_responses_total{reason="set_deleted"}
 	malformed    prometheus.Counter // local_responses_total{reason="malformed"}
 	noSetBodyBig prometheus.Counter // local_responses_total{reason="body_too_large"}
 }
@@ -86,6 +87,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	m.fleet = newFleetMetrics()
 	m.noSet = m.rejected.WithLabelValues("none", "no_set")
+	m.setDeleted = m.rejected.WithLabelValues("none", "set_deleted")
 	m.malformed = m.rejected.WithLabelValues("none", "malformed")
 	m.noSetBodyBig = m.rejected.WithLabelValues("none", lrBodyTooLarge.String())
 	if reg != nil {
@@ -144,6 +146,8 @@ func (m *metrics) noSetAnswer(why string) prometheus.Counter {
 	switch why {
 	case "no_set":
 		return m.noSet
+	case "set_deleted":
+		return m.setDeleted
 	case "body_too_large":
 		return m.noSetBodyBig
 	case "internal":

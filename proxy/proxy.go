@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -173,6 +174,7 @@ type Proxy struct {
 // matched for its whole life.
 type routes struct {
 	sets    []*replicaSet // in match order: most specific first
+	gone    []goneRoute   // deleted sets' routes, in match order (Config.Gone)
 	maxBody int           // the largest max_body_bytes of all sets
 	byName  map[string]*replicaSet
 	names   []string // in configuration order
@@ -292,7 +294,7 @@ func New(cfg Config, opts Options) (*Proxy, error) {
 			return nil, err
 		}
 	}
-	rt, _, err := p.buildRoutes(cfg.ReplicaSets, nil)
+	rt, _, err := p.buildRoutes(cfg.ReplicaSets, cfg.Gone, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -347,8 +349,19 @@ func New(cfg Config, opts Options) (*Proxy, error) {
 // state (router, backends, gossip view); other sets get new state, whose
 // routers are not running yet. It changes nothing of old's sets: the
 // caller applies each generation (see Reload).
-func (p *Proxy) buildRoutes(scs []SetConfig, old *routes) (*routes, []*setState, error) {
+func (p *Proxy) buildRoutes(scs []SetConfig, gone []GoneRoute, old *routes) (*routes, []*setState, error) {
 	rt := &routes{byName: map[string]*replicaSet{}}
+	for _, g := range gone {
+		rt.gone = append(rt.gone, goneRoute{host: []byte(strings.ToLower(g.Match.Host)), prefix: []byte(g.Match.PathPrefix),
+			msg: "replica set " + strconv.Quote(g.Set) + " was deleted at run time: its requests are not delivered, nor sent to another set; " +
+				"create the set again, or clear its record (keyway runtime clear --set " + g.Set + ") to let another set take them"})
+	}
+	slices.SortStableFunc(rt.gone, func(a, b goneRoute) int {
+		if c := cmp.Compare(len(b.host), len(a.host)); c != 0 {
+			return c
+		}
+		return cmp.Compare(len(b.prefix), len(a.prefix))
+	})
 	var fresh []*setState
 	for _, sc := range scs {
 		// The TLS files are read for every generation: a reload picks up

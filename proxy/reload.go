@@ -56,7 +56,7 @@ func (p *Proxy) Reload(cfg Config) (ReloadInfo, error) {
 	p.reloadMu.Lock()
 	defer p.reloadMu.Unlock()
 	old := p.routes.Load()
-	rt, fresh, err := p.buildRoutes(cfg.ReplicaSets, old)
+	rt, fresh, err := p.buildRoutes(cfg.ReplicaSets, cfg.Gone, old)
 	if err != nil {
 		return ReloadInfo{}, err
 	}

@@ -31,7 +31,13 @@ func (p *Proxy) route(r *request) {
 	}
 	uri := ctx.URI()
 	path := uri.PathOriginal()
-	if r.rs = p.matchSet(ctx.Host(), path); r.rs == nil {
+	r.rs = p.matchSet(ctx.Host(), path)
+	if g := p.goneMatch(ctx.Host(), path, r.rs); g != nil {
+		r.rs = nil
+		p.reply(r, answer{status: fasthttp.StatusGone, why: "set_deleted", msg: g.msg})
+		return
+	}
+	if r.rs == nil {
 		p.reply(r, answer{status: fasthttp.StatusNotFound, why: "no_set",
 			msg: "no replica set matches host " + strconv.Quote(string(ctx.Host())) + " and path " + strconv.Quote(string(path))})
 		return
@@ -177,6 +183,36 @@ func (p *Proxy) matchSet(host, path []byte) *replicaSet {
 			continue
 		}
 		return rs
+	}
+	return nil
+}
+
+// goneRoute is the route of a set deleted at run time (Config.Gone).
+type goneRoute struct {
+	host, prefix []byte
+	msg          string // the 410's message
+}
+
+// goneMatch returns the deleted set's route a request matches more
+// specifically than rs (the set it matched, nil for none), or nil: its
+// requests are answered 410, not sent to a broader set.
+func (p *Proxy) goneMatch(host, path []byte, rs *replicaSet) *goneRoute {
+	gone := p.routes.Load().gone
+	if len(gone) == 0 {
+		return nil
+	}
+	if i := bytes.LastIndexByte(host, ':'); i >= 0 && bytes.IndexByte(host[i:], ']') < 0 {
+		host = host[:i]
+	}
+	for i := range gone {
+		g := &gone[i]
+		if len(g.host) > 0 && !bytes.EqualFold(g.host, host) || !hasPathPrefix(path, g.prefix) {
+			continue
+		}
+		if rs != nil && (len(rs.host) > len(g.host) || len(rs.host) == len(g.host) && len(rs.prefix) >= len(g.prefix)) {
+			return nil // the set served matches at least as closely
+		}
+		return g
 	}
 	return nil
 }

@@ -226,7 +226,9 @@ func (s setAdmin) DeleteSet(set string, w admin.Write) (admin.SetChange, error) 
 		return admin.SetChange{}, &admin.InUseError{Set: set, Replicas: busy}
 	}
 	stored, err := n.rt.Write(w.Ctx, runstate.KindSet, set, w.IfMatch, func(cur runstate.Record, ok bool) (runstate.Record, error) {
-		return runstate.Record{Deleted: true, Action: "delete", By: who.String(), Via: n.via()}, nil
+		// The tombstone keeps a definition made at run time: its route
+		// answers 410 Gone until the record is cleared (config.ApplyRuntime).
+		return runstate.Record{Deleted: true, Spec: cur.Spec, Action: "delete", By: who.String(), Via: n.via()}, nil
 	})
 	if err != nil {
 		return admin.SetChange{}, writeError(err)
