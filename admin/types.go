@@ -311,6 +311,9 @@ type ReloadResult struct {
 	RingChanged []string `json:"ring_changed"`
 	// Keys lists every key whose value changed, as YAML paths.
 	Keys []string `json:"keys"`
+	// Warnings are what the reload applied that is probably a mistake:
+	// a removed set whose requests now go to another set.
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // SetChange is the answer of a run-time change of a replica set: POST

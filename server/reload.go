@@ -189,12 +189,17 @@ func (n *ProxyNode) Reload(source string) (admin.ReloadResult, error) {
 		n.adm.SetAllowedHosts(cfg.Admin.AllowedHosts)
 	}
 	n.applied(eff, rtProbs, info, 2*time.Second)
+	prev := n.cur
 	n.cur = cfg
 	n.reloads.total.WithLabelValues("success").Inc()
 	n.reloads.lastOK.Set(1)
 	n.reloads.lastTime.Set(float64(time.Now().UnixNano()) / 1e9)
+	falls := config.FallThroughs(prev, cfg)
+	for _, w := range falls {
+		n.rlog.Warn("configuration reloaded: "+w, zap.String("file", n.file))
+	}
 	res := admin.ReloadResult{
-		Result: "success", File: n.file, Keys: keys,
+		Result: "success", File: n.file, Keys: keys, Warnings: falls,
 		Added: nonNil(info.Added), Removed: nonNil(info.Removed), Changed: nonNil(info.Changed), RingChanged: nonNil(info.RingChanged),
 	}
 	n.rlog.Info("configuration reloaded", zap.String("source", source), zap.String("file", n.file),
@@ -206,7 +211,7 @@ func (n *ProxyNode) Reload(source string) (admin.ReloadResult, error) {
 	}
 	n.audit.Record(eventlog.KindConfigReload, "", "", map[string]any{
 		"result": "success", "source": source, "file": n.file, "keys": keys,
-		"added": res.Added, "removed": res.Removed, "changed": res.Changed, "ring_changed": res.RingChanged,
+		"added": res.Added, "removed": res.Removed, "changed": res.Changed, "ring_changed": res.RingChanged, "warnings": falls,
 	})
 	return res, nil
 }

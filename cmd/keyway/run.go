@@ -235,7 +235,8 @@ func loadConfig(cf *config.ProxyFlags, extra ...config.Option) (config.Config, e
 func runValidate(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("validate", flag.ContinueOnError)
 	cf := config.NewProxyFlags(fs)
-	if err := parseFlags(fs, args, stderr, "Usage: keyway validate -c FILE [flags]\n\nChecks a configuration file, prints a one-line summary and exits 0, or\nprints every problem and exits 2. An agent's file (keys replica, probe,\ndrain, supervise) is checked as keyway agent --check -c FILE does.\n\n"); err != nil {
+	previous := fs.String("previous", "", "the configuration `FILE` running now: warn about what the change would do (a removed set whose requests would go to another set)")
+	if err := parseFlags(fs, args, stderr, "Usage: keyway validate -c FILE [--previous FILE] [flags]\n\nChecks a configuration file, prints a one-line summary and exits 0, or\nprints every problem and exits 2. An agent's file (keys replica, probe,\ndrain, supervise) is checked as keyway agent --check -c FILE does.\nWith --previous, the file a proxy runs now, it also warns when a replica\nset the new file removes would have its requests go to another set.\n\n"); err != nil {
 		return err
 	}
 	if cf.File != "" {
@@ -256,6 +257,15 @@ func runValidate(args []string, stdout, stderr io.Writer) error {
 	// Valid but unsafe (tls.insecure_skip_verify) or probably a mistake.
 	for _, w := range cfg.Warnings() {
 		fmt.Fprintln(stderr, "warning:", w)
+	}
+	if *previous != "" {
+		old, err := config.Load(*previous, cf.Options()...)
+		if err != nil {
+			return usageError{fmt.Sprintf("--previous: %v", err)}
+		}
+		for _, w := range config.FallThroughs(old, cfg) {
+			fmt.Fprintln(stderr, "warning:", w)
+		}
 	}
 	fmt.Fprintln(stdout, config.Summary(cfg))
 	return nil

@@ -371,3 +371,28 @@ func TestValidateGossipKey(t *testing.T) {
 		t.Fatalf("validate with a key and the proxy's credentials: %q %v", out, err)
 	}
 }
+
+// keyway validate --previous warns when the new file removes a set whose
+// requests would go to another set.
+func TestValidateWarnsOfFallThrough(t *testing.T) {
+	dir := t.TempDir()
+	old := filepath.Join(dir, "old.yaml")
+	next := filepath.Join(dir, "new.yaml")
+	const sets = "listen: 127.0.0.1:0\nreplica_sets:\n  - {name: orders, replicas: 1}\n"
+	if err := os.WriteFile(old, []byte(sets+"  - {name: users, replicas: 1, match: {path_prefix: /users/}}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(next, []byte(sets), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, err := keywayCLI(t, "validate", "-c", next, "--previous", old)
+	if err != nil || !strings.HasPrefix(out, "ok:") {
+		t.Fatalf("validate: %q %v", out, err)
+	}
+	if !strings.Contains(errOut, `warning: replica set "users" is removed: its requests (path /users/) go to replica set "orders" from now on`) {
+		t.Fatalf("no fall-through warning: %q", errOut)
+	}
+	if _, errOut, _ := keywayCLI(t, "validate", "-c", next); strings.Contains(errOut, "is removed") {
+		t.Fatalf("a warning without --previous: %q", errOut)
+	}
+}
