@@ -210,6 +210,7 @@ keyway_local_responses_total{reason="no_set",set="none"} 0
 keyway_local_responses_total{reason="overloaded",set="orders"} 0
 keyway_local_responses_total{reason="queue_timeout",set="orders"} 0
 keyway_local_responses_total{reason="replica_saturated",set="orders"} 0
+keyway_local_responses_total{reason="set_deleted",set="none"} 0
 keyway_local_responses_total{reason="set_overloaded",set="orders"} 0
 keyway_local_responses_total{reason="set_stopped",set="orders"} 0
 keyway_local_responses_total{reason="unreachable",set="orders"} 0
