@@ -101,10 +101,12 @@ func TestAdversaries(t *testing.T) {
 		"orders-1": orders1.Agent.WaitLine(t, logField("agent started", "http"), 10*time.Second)[1],
 		"users-0":  usersAgent.WaitLine(t, logField("agent started", "http"), 10*time.Second)[1],
 	}
-	for _, r := range []struct {
+	type rogueReason struct {
 		node   *rogueNode
 		reason string
-	}{{outsider, membership.RejectUnsigned}, {neighbour, membership.RejectWrongKey}} {
+	}
+	rogues := []rogueReason{{outsider, membership.RejectUnsigned}, {neighbour, membership.RejectWrongKey}}
+	for _, r := range rogues {
 		base := map[string]float64{}
 		for _, p := range proxies {
 			base[p.Admin] = rejected(p.Admin, r.reason)
@@ -132,10 +134,7 @@ func TestAdversaries(t *testing.T) {
 			return ms[outsider.Name()] == membership.RejectUnsigned && ms[neighbour.Name()] == membership.RejectWrongKey
 		})
 		audited := refusedEvents(t, p.Admin)
-		for _, r := range []struct {
-			node   *rogueNode
-			reason string
-		}{{outsider, membership.RejectUnsigned}, {neighbour, membership.RejectWrongKey}} {
+		for _, r := range rogues {
 			if n := audited[r.node.Name()+" "+r.reason]; n != 1 {
 				t.Errorf("%s: %d gossip_refused events for %s (%s) within the minute, want 1", p.Name, n, r.node.Name(), r.reason)
 			}
@@ -172,28 +171,34 @@ func TestAdversaries(t *testing.T) {
 		t.Fatalf("users-0's agent took %d rogue set commands", n)
 	}
 
-	// The operators' commands still work, through either proxy.
+	// The operators' commands still work, through either proxy: a drain
+	// through one and its undrain through the other, a stop through one
+	// and its start through the other.
 	drain := "/v1/replica_sets/orders/replicas/orders-1/"
-	if code, body := adminPost(t, a.Admin, drain+"drain", "s3cret"); code != 202 {
-		t.Fatalf("drain through A: %d %v", code, body)
+	operate := func(step string, first, second *ProxyProc) {
+		t.Helper()
+		if code, body := adminPost(t, first.Admin, drain+"drain", "s3cret"); code != 202 {
+			t.Fatalf("%s: drain through %s: %d %v", step, first.Name, code, body)
+		}
+		for _, p := range proxies {
+			p.WaitRotation(t, 2, 15*time.Second)
+		}
+		if code, body := adminPost(t, second.Admin, drain+"undrain", "s3cret"); code != 202 {
+			t.Fatalf("%s: undrain through %s: %d %v", step, second.Name, code, body)
+		}
+		for _, p := range proxies {
+			p.WaitRotation(t, 3, 15*time.Second)
+		}
+		patchSet(t, second.Admin, "users", `{"stop":true}`)
+		for _, p := range proxies {
+			poll.Until(t, 15*time.Second, step+": "+p.Name+": users stopped", func() bool { return rotationOf(p.Admin, "users") == 0 })
+		}
+		patchSet(t, first.Admin, "users", `{"stop":false}`)
+		for _, p := range proxies {
+			poll.Until(t, 30*time.Second, step+": "+p.Name+": users started", func() bool { return rotationOf(p.Admin, "users") == 1 })
+		}
 	}
-	for _, p := range proxies {
-		p.WaitRotation(t, 2, 15*time.Second)
-	}
-	if code, body := adminPost(t, b.Admin, drain+"undrain", "s3cret"); code != 202 {
-		t.Fatalf("undrain through B: %d %v", code, body)
-	}
-	for _, p := range proxies {
-		p.WaitRotation(t, 3, 15*time.Second)
-	}
-	patchSet(t, b.Admin, "users", `{"stop":true}`)
-	for _, p := range proxies {
-		poll.Until(t, 15*time.Second, p.Name+": users stopped", func() bool { return rotationOf(p.Admin, "users") == 0 })
-	}
-	patchSet(t, a.Admin, "users", `{"stop":false}`)
-	for _, p := range proxies {
-		poll.Until(t, 30*time.Second, p.Name+": users started", func() bool { return rotationOf(p.Admin, "users") == 1 })
-	}
+	operate("after the attacks", a, b)
 
 	// A genuine command, signed with the proxy key, as an eavesdropper
 	// would have captured it: taken once (it is genuine), refused when
@@ -267,14 +272,7 @@ func TestAdversaries(t *testing.T) {
 			t.Fatalf("%s: a record from the future persisted: %s", p.Name, got)
 		}
 	}
-	patchSet(t, a.Admin, "users", `{"stop":true}`)
-	for _, p := range proxies {
-		poll.Until(t, 15*time.Second, p.Name+": users stopped after the forged records", func() bool { return rotationOf(p.Admin, "users") == 0 })
-	}
-	patchSet(t, b.Admin, "users", `{"stop":false}`)
-	for _, p := range proxies {
-		poll.Until(t, 30*time.Second, p.Name+": users started after the forged records", func() bool { return rotationOf(p.Admin, "users") == 1 })
-	}
+	operate("after the forged records", b, a)
 
 	// The rogues leave; the genuine orders-1 was never locked out.
 	outsider.Leave()

@@ -31,8 +31,9 @@ func (p *Proxy) route(r *request) {
 	}
 	uri := ctx.URI()
 	path := uri.PathOriginal()
-	r.rs = p.matchSet(ctx.Host(), path)
-	if g := p.goneMatch(ctx.Host(), path, r.rs); g != nil {
+	rs, g := p.matchRoute(ctx.Host(), path)
+	r.rs = rs
+	if g != nil {
 		r.rs = nil
 		p.reply(r, answer{status: fasthttp.StatusGone, why: "set_deleted", msg: g.msg})
 		return
@@ -172,19 +173,8 @@ func (rs *replicaSet) key(h *fasthttp.RequestHeader, path []byte, uri *fasthttp.
 
 // matchSet returns the replica set of a request, or nil.
 func (p *Proxy) matchSet(host, path []byte) *replicaSet {
-	if i := bytes.LastIndexByte(host, ':'); i >= 0 && bytes.IndexByte(host[i:], ']') < 0 {
-		host = host[:i]
-	}
-	for _, rs := range p.routes.Load().sets {
-		if len(rs.host) > 0 && !bytes.EqualFold(rs.host, host) {
-			continue
-		}
-		if !hasPathPrefix(path, rs.prefix) {
-			continue
-		}
-		return rs
-	}
-	return nil
+	rs, _ := p.matchRoute(host, path)
+	return rs
 }
 
 // goneRoute is the route of a set deleted at run time (Config.Gone).
@@ -193,28 +183,33 @@ type goneRoute struct {
 	msg          string // the 410's message
 }
 
-// goneMatch returns the deleted set's route a request matches more
-// specifically than rs (the set it matched, nil for none), or nil: its
-// requests are answered 410, not sent to a broader set.
-func (p *Proxy) goneMatch(host, path []byte, rs *replicaSet) *goneRoute {
-	gone := p.routes.Load().gone
-	if len(gone) == 0 {
-		return nil
-	}
+// matchRoute returns the replica set of a request (nil for none) and,
+// when the request matches a deleted set's route more closely than that
+// set, the route (nil otherwise): such a request is answered 410, not
+// sent to a broader set. One load of the routes, one pass over each list.
+func (p *Proxy) matchRoute(host, path []byte) (*replicaSet, *goneRoute) {
 	if i := bytes.LastIndexByte(host, ':'); i >= 0 && bytes.IndexByte(host[i:], ']') < 0 {
 		host = host[:i]
 	}
-	for i := range gone {
-		g := &gone[i]
+	rt := p.routes.Load()
+	var match *replicaSet
+	for _, rs := range rt.sets {
+		if (len(rs.host) == 0 || bytes.EqualFold(rs.host, host)) && hasPathPrefix(path, rs.prefix) {
+			match = rs
+			break
+		}
+	}
+	for i := range rt.gone {
+		g := &rt.gone[i]
 		if len(g.host) > 0 && !bytes.EqualFold(g.host, host) || !hasPathPrefix(path, g.prefix) {
 			continue
 		}
-		if rs != nil && (len(rs.host) > len(g.host) || len(rs.host) == len(g.host) && len(rs.prefix) >= len(g.prefix)) {
-			return nil // the set served matches at least as closely
+		if match != nil && (len(match.host) > len(g.host) || len(match.host) == len(g.host) && len(match.prefix) >= len(g.prefix)) {
+			return match, nil // the set served matches at least as closely
 		}
-		return g
+		return match, g
 	}
-	return nil
+	return match, nil
 }
 
 // hasPathPrefix matches whole segments: "/orders" matches "/orders" and

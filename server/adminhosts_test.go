@@ -1,13 +1,8 @@
 package server_test
 
 import (
-	"context"
 	"net/http"
-	"sync"
 	"testing"
-
-	"keyway/config"
-	"keyway/server"
 )
 
 // admin.allowed_hosts changes on a reload: a name refused with 421 is
@@ -19,30 +14,7 @@ replica_sets:
   - name: orders
     static: [{name: orders-0, addr: "127.0.0.1:1"}]
 `
-	var mu sync.Mutex
-	file := base
-	load := func() (config.Config, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		return config.LoadBytes("proxy.yaml", []byte(file), config.WithEnv(nil))
-	}
-	cfg, err := load()
-	if err != nil {
-		t.Fatal(err)
-	}
-	n, err := server.NewProxy(cfg, server.Options{File: "proxy.yaml", Load: load})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- n.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
+	n := startReloadable(t, base)
 	status := func() int {
 		t.Helper()
 		req, _ := http.NewRequest("GET", "http://"+n.AdminAddr()+"/v1/replica_sets", nil)
@@ -57,14 +29,12 @@ replica_sets:
 	if got := status(); got != http.StatusMisdirectedRequest {
 		t.Fatalf("Host keyway-admin.example.test before the reload: %d, want 421", got)
 	}
-	mu.Lock()
-	file = `listen: 127.0.0.1:0
+	n.SetFile(`listen: 127.0.0.1:0
 admin: {listen: 127.0.0.1:0, allowed_hosts: ["*.example.test"]}
 replica_sets:
   - name: orders
     static: [{name: orders-0, addr: "127.0.0.1:1"}]
-`
-	mu.Unlock()
+`)
 	if res, err := n.Reload("test"); err != nil {
 		t.Fatalf("reload: %v", err)
 	} else if len(res.Keys) != 1 || res.Keys[0] != "admin.allowed_hosts" {

@@ -86,31 +86,13 @@ replica_sets:
 // so: in its answer and in the log.
 func TestReloadWarnsOfFallThrough(t *testing.T) {
 	const orders = "listen: 127.0.0.1:0\nreplica_sets:\n  - name: orders\n    static: [{name: orders-0, addr: \"127.0.0.1:1\"}]\n"
-	file := orders + "  - name: users\n    match: {path_prefix: /users/}\n    static: [{name: users-0, addr: \"127.0.0.1:1\"}]\n"
-	load := func() (config.Config, error) {
-		return config.LoadBytes("proxy.yaml", []byte(file), config.WithEnv(nil))
-	}
-	cfg, err := load()
-	if err != nil {
-		t.Fatal(err)
-	}
-	n, err := server.NewProxy(cfg, server.Options{File: "proxy.yaml", Load: load})
-	if err != nil {
-		t.Fatal(err)
-	}
-	file = orders
+	n := startReloadable(t, orders+"  - name: users\n    match: {path_prefix: /users/}\n    static: [{name: users-0, addr: \"127.0.0.1:1\"}]\n")
+	n.SetFile(orders)
 	res, err := n.Reload("test")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(res.Warnings) != 1 || !strings.Contains(res.Warnings[0], `replica set "users" is removed: its requests (path /users/) go to replica set "orders"`) {
 		t.Fatalf("reload warnings: %v", res.Warnings)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- n.Run(ctx) }()
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatalf("Run: %v", err)
 	}
 }

@@ -1,16 +1,12 @@
 package server_test
 
 import (
-	"context"
 	"crypto/tls"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 
-	"keyway/config"
 	"keyway/internal/testcerts"
-	"keyway/server"
 )
 
 // A reload re-reads both listeners' TLS files and applies them together:
@@ -32,31 +28,8 @@ replica_sets:
     static: [{name: orders-0, addr: "127.0.0.1:1"}]
 `, proxyCert, proxyKey, adminCert, adminKey)
 	}
-	var mu sync.Mutex
-	file := yml(pCert, pKey, aCert, aKey)
-	setFile := func(s string) { mu.Lock(); file = s; mu.Unlock() }
-	load := func() (config.Config, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		return config.LoadBytes("proxy.yaml", []byte(file), config.WithEnv(nil))
-	}
-	cfg, err := load()
-	if err != nil {
-		t.Fatal(err)
-	}
-	n, err := server.NewProxy(cfg, server.Options{File: "proxy.yaml", Load: load})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- n.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
+	n := startReloadable(t, yml(pCert, pKey, aCert, aKey))
+	setFile := n.SetFile
 	served := func(addr, sni string) string {
 		t.Helper()
 		c, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: ca.Pool(), ServerName: sni})
@@ -86,7 +59,7 @@ replica_sets:
 	_, strayKey := ca.Issue(t, dir, "stray", "orders.example")
 	a2Cert, a2Key := ca.Issue(t, dir, "admin-2", "127.0.0.1")
 	setFile(yml(pCert, strayKey, a2Cert, a2Key))
-	_, err = n.Reload("api")
+	_, err := n.Reload("api")
 	if err == nil || !strings.Contains(err.Error(), "proxy.yaml: tls.certificates[0].key_file: "+strayKey+": the private key does not match") {
 		t.Fatalf("a broken proxy pair: %v", err)
 	}
