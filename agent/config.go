@@ -40,6 +40,12 @@ type Config struct {
 	// BindPort defaults to 0 (a free port, advertised to the cluster) so
 	// that several agents and a proxy can share one host.
 	Gossip membership.Config `yaml:"gossip"`
+	// LockFile, when set, is a file the agent holds locked while it runs,
+	// with its PID, set and replica written in it: a second agent for the
+	// same file refuses to start, and the local runner (a set's run
+	// section) finds the agents it started after a restart of its proxy
+	// by their locks. Default "" (none).
+	LockFile string `yaml:"lock_file"`
 	// Command is the replica's command line (`keyway agent … -- CMD
 	// ARGS…`): the program and its arguments. Empty (the default) means the
 	// agent supervises no process, only probes the replica at

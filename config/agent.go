@@ -306,7 +306,8 @@ func agentFieldDocs() map[string]string {
 		"supervise.max_restarts": "with -- CMD: restarts allowed within supervise.window; the next unexpected exit makes the agent give up and advertise failed; 1 to 1000",
 		"supervise.window":       "with -- CMD: sliding period over which unexpected exits count, for max_restarts and the backoff's doubling; at least 1s",
 
-		"listen": "host:port of the agent's HTTP listener (/healthz, /readyz, /metrics); empty disables it. In Kubernetes use :9902 so the kubelet can reach it",
+		"lock_file": "a file the agent holds locked while it runs (its PID, set and replica inside): a second agent for the same file refuses to start, and the local runner finds its agents again after its proxy restarts; empty: none",
+		"listen":    "host:port of the agent's HTTP listener (/healthz, /readyz, /metrics); empty disables it. In Kubernetes use :9902 so the kubelet can reach it",
 
 		"log.level":                  "debug, info, warn or error",
 		"log.format":                 "json or console",

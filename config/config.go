@@ -147,6 +147,17 @@ func (c Config) Validate() error {
 		// (created through any proxy's admin API).
 		errs = append(errs, errors.New("replica_sets: at least one replica set is required, e.g. [{name: orders, static: [{name: orders-0, addr: \"127.0.0.1:9001\"}]}], or enable gossip and create sets at run time (keyway create)"))
 	}
+	for i, s := range c.ReplicaSets {
+		if !s.Run.Enabled() {
+			continue
+		}
+		if !c.Gossip.Enabled {
+			errs = append(errs, fmt.Errorf("replica_sets[%d].run.command: the replicas keyway runs announce themselves by gossip, which is off: set gossip.enabled: true, or remove the run section", i))
+		}
+		if len(s.Static) > 0 {
+			errs = append(errs, fmt.Errorf("replica_sets[%d].static: a set whose replicas keyway runs (run.command) finds them by gossip; remove static, or the run section", i))
+		}
+	}
 	return errors.Join(errs...)
 }
 
@@ -192,6 +203,10 @@ func Summary(c Config) string {
 		for i, s := range c.ReplicaSets {
 			if i > 0 {
 				b.WriteString("; ")
+			}
+			if s.Run.Enabled() {
+				fmt.Fprintf(&b, "%s: %d replica%s run here", s.Name, s.Replicas, plural(s.Replicas))
+				continue
 			}
 			fmt.Fprintf(&b, "%s: %d replica%s declared, %d static", s.Name, s.Replicas, plural(s.Replicas), len(s.Static))
 		}

@@ -138,6 +138,7 @@ func fullConfig() Config {
 		MaxBodyBytes:       1000 * 1000,
 		MaxConnsPerReplica: 64,
 		Limits:             proxy.DefaultSetConfig().Limits,
+		Run:                proxy.DefaultSetConfig().Run,
 		Static: []proxy.StaticReplica{
 			{Name: "orders-0", Addr: "10.0.0.1:9000", Weight: 2, Zone: "a"},
 			{Name: "orders-1", Addr: "10.0.0.2:9000", Weight: 1},

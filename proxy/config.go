@@ -9,6 +9,7 @@ import (
 
 	"keyway/balancer"
 	"keyway/proxy/internal/wire"
+	"keyway/runner"
 	"keyway/tlsconfig"
 )
 
@@ -176,6 +177,12 @@ type SetConfig struct {
 	// Limits bound the requests in flight, and say how keyway sheds the
 	// rest (docs/proxy.md, Overload).
 	Limits LimitsConfig `yaml:"limits"`
+	// Run says how the set's replicas run on this machine: with a
+	// command, the proxy's local runner starts and stops one agent per
+	// replica (package runner), and Replicas is the number of running
+	// jobs. Without one (the default) someone else starts the replicas
+	// and Replicas is only declared. The proxy itself only carries it.
+	Run runner.Spec `yaml:"run"`
 }
 
 // LimitsConfig bounds the requests a set's replicas are given at once.
@@ -321,6 +328,7 @@ func DefaultSetConfig() SetConfig {
 			MaxQueueWait:    100 * time.Millisecond,
 		},
 		MaxResponseBodyBytes: 64 << 20,
+		Run:                  runner.DefaultSpec(),
 	}
 }
 
@@ -450,6 +458,7 @@ func (s SetConfig) Validate() error {
 		errs = append(errs, fmt.Errorf("max_conns_per_replica: must be between 1 and 100000, got %d", s.MaxConnsPerReplica))
 	}
 	errs = append(errs, prefixed("limits.", s.Limits.validate(s.MaxConnsPerReplica)))
+	errs = append(errs, prefixed("run.", s.Run.Validate(s.Replicas)))
 	seen := map[string]int{}
 	addrs := map[string]int{}
 	for i, r := range s.Static {

@@ -2,7 +2,12 @@ package server
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
+	"os"
+	"time"
 
 	"github.com/hashicorp/memberlist"
 	"github.com/prometheus/client_golang/prometheus"
@@ -13,6 +18,7 @@ import (
 	"keyway/agent"
 	"keyway/config"
 	"keyway/internal/buildinfo"
+	"keyway/internal/flock"
 	"keyway/logging"
 	"keyway/membership"
 )
@@ -24,12 +30,23 @@ type AgentNode struct {
 	logs *logging.Loggers
 	log  *zap.Logger
 	a    *agent.Agent
+	lock *flock.Lock // lock_file, held until Run returns; nil without one
 }
 
 // NewAgent builds an agent node from cfg: its logs, its metrics, and the
 // agent (buildAgent). It opens no listener and starts no goroutine; the
 // agent binds its gossip and HTTP listeners in Run.
-func NewAgent(cfg agent.Config, opts Options) (*AgentNode, error) {
+func NewAgent(cfg agent.Config, opts Options) (_ *AgentNode, err error) {
+	// lock_file first: a second agent of the same replica starts nothing.
+	lock, err := lockAgent(cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil && lock != nil {
+			lock.Close()
+		}
+	}()
 	logs, err := logging.New(cfg.Log, orDiscard(opts.Stderr), orDiscard(opts.Stdout))
 	if err != nil {
 		return nil, err
@@ -51,7 +68,44 @@ func NewAgent(cfg agent.Config, opts Options) (*AgentNode, error) {
 		return nil, err
 	}
 	logs.App.Info("keyway agent starting", zap.String("version", opts.Version), zap.String("config", config.AgentSummary(cfg)))
-	return &AgentNode{logs: logs, log: logs.App, a: a}, nil
+	return &AgentNode{logs: logs, log: logs.App, a: a, lock: lock}, nil
+}
+
+// AgentLock is what an agent writes into its lock_file: who holds it.
+type AgentLock struct {
+	Pid     int       `json:"pid"`
+	Set     string    `json:"set"`
+	Replica string    `json:"replica"`
+	Addr    string    `json:"addr"`
+	Started time.Time `json:"started"`
+}
+
+// lockAgent takes cfg's lock_file, when it names one, and writes this
+// process into it.
+func lockAgent(cfg agent.Config) (*flock.Lock, error) {
+	if cfg.LockFile == "" {
+		return nil, nil
+	}
+	l, err := flock.TryLock(cfg.LockFile)
+	if errors.Is(err, flock.ErrLocked) {
+		holder := "another process"
+		if b, rerr := os.ReadFile(cfg.LockFile); rerr == nil {
+			var h AgentLock
+			if json.Unmarshal(b, &h) == nil && h.Pid > 0 {
+				holder = fmt.Sprintf("pid %d (replica %s)", h.Pid, h.Replica)
+			}
+		}
+		return nil, fmt.Errorf("lock_file: %s is held by %s: another agent runs this replica; stop it first, or give this agent another lock_file", cfg.LockFile, holder)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("lock_file: %w", err)
+	}
+	b, _ := json.Marshal(AgentLock{Pid: os.Getpid(), Set: cfg.Replica.Set, Replica: cfg.Replica.Name, Addr: cfg.Replica.Addr, Started: time.Now().UTC()})
+	if err := l.Write(b); err != nil {
+		l.Close()
+		return nil, fmt.Errorf("lock_file: %w", err)
+	}
+	return l, nil
 }
 
 // agentDeps are what buildAgent wires an agent to.
@@ -111,6 +165,9 @@ func buildAgent(cfg agent.Config, d agentDeps) (*agent.Agent, error) {
 // agent.Agent.Run).
 func (n *AgentNode) Run(ctx context.Context) error {
 	defer n.logs.Close()
+	if n.lock != nil {
+		defer n.lock.Close()
+	}
 	if err := n.a.Run(ctx); err != nil {
 		// No stack trace: the error says what failed (a taken port, say).
 		n.log.WithOptions(zap.AddStacktrace(zapcore.FatalLevel)).Error("keyway agent stopped with an error", zap.Error(err))
