@@ -74,6 +74,9 @@ type Options struct {
 	// Restarter serves /v1/replica_sets/{set}/restart (restart.go); nil
 	// makes it answer 501.
 	Restarter Restarter
+	// Jobs lists the jobs of sets whose replicas keyway runs; nil
+	// answers 503.
+	Jobs Jobber
 	// Env looks up KEYWAY_ADMIN_TOKEN; nil means os.LookupEnv.
 	Env func(string) (string, bool)
 	// Registerer receives the listener's TLS metrics (with admin.tls).
@@ -146,6 +149,7 @@ func New(cfg Config, opts Options) (*Server, error) {
 	s.routeOperate(mux)
 	s.routeSets(mux)
 	s.routeRepair(mux)
+	s.routeJobs(mux)
 	s.routeRestart(mux)
 	s.routePlan(mux)
 	s.routeAPI(mux)

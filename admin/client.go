@@ -159,6 +159,13 @@ func (c *Client) RestartStatus(set string) (RestartStatus, []byte, error) {
 	return out, raw, err
 }
 
+// Jobs returns the jobs of a set whose replicas keyway runs.
+func (c *Client) Jobs(set string) (JobsStatus, []byte, error) {
+	var out JobsStatus
+	raw, err := c.get("/v1/replica_sets/"+url.PathEscape(set)+"/jobs", &out)
+	return out, raw, err
+}
+
 // WaitDrained polls the set until the replica is out of rotation and no
 // proxy the asked one hears from has a request in flight to it (true), or
 // d passes (false). progress is called with every reading.

@@ -588,6 +588,11 @@ func (a *Agent) awaitStoppedSeen() {
 	start := a.now()
 	deadline := time.NewTimer(metaTimeout)
 	defer deadline.Stop()
+	// Gossip carries the stopped state to a few random members a few
+	// times: when many replicas leave at once (a scale-in), a proxy may
+	// miss it. A push/pull with each proxy still pending hands it over.
+	push := time.NewTicker(metaTimeout / 5)
+	defer push.Stop()
 	for {
 		pending := pendingStopped(a.node.Members(), a.book.snapshot())
 		if len(pending) == 0 {
@@ -595,6 +600,10 @@ func (a *Agent) awaitStoppedSeen() {
 			return
 		}
 		select {
+		case <-push.C:
+			if _, err := a.node.PushState(pending); err != nil {
+				a.log.Debug("state push to the pending proxies failed", zap.Strings("pending", pending), zap.Error(err))
+			}
 		case <-a.book.changed:
 		case <-a.members:
 		case <-deadline.C:

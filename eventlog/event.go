@@ -42,6 +42,9 @@ const (
 	// A supervising agent's report about its replica's process: started,
 	// exited, restart scheduled, given up, repaired (field "event").
 	KindReplicaProcess = "replica_process"
+	// The local runner (a set's run section) started, adopted, stopped or
+	// restarted a replica's agent (field "event").
+	KindReplicaJob = "replica_job"
 	// The fleet (proxy.FleetEvent).
 	KindGossipRefused     = "gossip_refused"     // a member's message or claim not authenticated for its role was refused (once per sender, reason and minute)
 	KindFleetHold         = "fleet_hold"         // the fleet holds a replica out on another proxy's evidence

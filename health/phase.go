@@ -86,3 +86,30 @@ func ComputePhase(declared int, ms []balancer.Member) Phase {
 		return PhaseDegraded
 	}
 }
+
+// ComputeRunPhase is ComputePhase for a set whose replicas keyway runs (a
+// run section): its declared count is the number of jobs asked for, so a
+// set with jobs asked for and not yet running — no member yet, or one
+// starting for the first time (not on the ring) — is Scheduling, unless a
+// member failed or the set is otherwise Running, Failed or Stopped. A
+// scale-out is Scheduling until the new replicas are ready, where
+// ComputePhase would say Degraded. It is a pure function.
+func ComputeRunPhase(declared int, ms []balancer.Member) Phase {
+	p := ComputePhase(declared, ms)
+	if p != PhaseDegraded && p != PhaseCreated {
+		return p
+	}
+	up := 0
+	for _, m := range ms {
+		if m.State == balancer.StateFailed || m.Excluded&balancer.ReasonFailed != 0 {
+			return p
+		}
+		if m.Slot >= 0 && m.State != balancer.StateStopped && m.State != balancer.StateDraining {
+			up++
+		}
+	}
+	if declared > 0 && up < declared {
+		return PhaseScheduling
+	}
+	return p
+}

@@ -48,6 +48,7 @@ type trackedSet struct {
 	phase    Phase // "" before the first table
 	seen     bool  // the set has had members
 	stopped  bool  // an operator stopped the set (SetStopped)
+	run      bool  // keyway runs its replicas (SetRun)
 	replicas map[string]*trackedReplica
 	// The last table's declared count and members, for SetStopped.
 	declared int
@@ -147,11 +148,42 @@ func (t *PhaseTracker) SetStopped(set string, stopped bool) {
 	t.updateLocked(set, s)
 }
 
+// SetRun names the sets whose replicas keyway runs (a run section): their
+// phase counts jobs asked for and not yet running as Scheduling
+// (ComputeRunPhase). Sets not named compute it from their tables alone.
+func (t *PhaseTracker) SetRun(sets map[string]bool) {
+	t.mu.Lock()
+	var changed []string
+	for name, s := range t.sets {
+		if s.run != sets[name] {
+			s.run = sets[name]
+			changed = append(changed, name)
+		}
+	}
+	for name := range sets {
+		if t.sets[name] == nil {
+			t.sets[name] = &trackedSet{replicas: map[string]*trackedReplica{}, run: true}
+		}
+	}
+	t.mu.Unlock()
+	for _, name := range changed {
+		t.mu.Lock()
+		if s := t.sets[name]; s != nil && s.phase != "" {
+			t.updateLocked(name, s) // unlocks
+			continue
+		}
+		t.mu.Unlock()
+	}
+}
+
 // updateLocked recomputes the set's phase from its last table and stop,
 // and reports a change. It is called with t.mu held and releases it.
 func (t *PhaseTracker) updateLocked(set string, s *trackedSet) {
 	ms, declared := s.members, s.declared
 	p := ComputePhase(declared, ms)
+	if s.run {
+		p = ComputeRunPhase(declared, ms)
+	}
 	inRot := 0
 	for _, m := range ms {
 		if m.InRotation {

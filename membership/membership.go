@@ -350,6 +350,27 @@ func (n *Node) Send(node string, msg []byte) error {
 	return ml.SendToAddress(memberlist.Address{Addr: addr, Name: node}, encodeEnvelope(n.Name(), n.seal(node, msg)))
 }
 
+// PushState exchanges full state (a memberlist push/pull over TCP) with
+// the alive members with these node names: they get this node's current
+// metadata at once, where a gossiped update reaches a few random members
+// only a few times. It returns how many it reached.
+func (n *Node) PushState(nodes []string) (int, error) {
+	ml := n.ml.Load()
+	if ml == nil {
+		return 0, ErrNotRunning
+	}
+	var addrs []string
+	for _, node := range nodes {
+		if _, addr, err := n.liveMember(node); err == nil && addr != "" {
+			addrs = append(addrs, addr)
+		}
+	}
+	if len(addrs) == 0 {
+		return 0, nil
+	}
+	return ml.Join(addrs)
+}
+
 // liveMember returns the running memberlist and the gossip address of the
 // alive member with this node name.
 func (n *Node) liveMember(node string) (*memberlist.Memberlist, string, error) {

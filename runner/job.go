@@ -72,12 +72,14 @@ func (j *job) stopBound() time.Duration {
 // is held.
 func (r *Runner) start(j *job) {
 	j.lockPath = filepath.Join(runnerDir(j.dir), j.replica+".lock")
-	if held, b, err := flock.Held(j.lockPath); err == nil && held {
+	if held, _, err := flock.Held(j.lockPath); err == nil && held {
+		// An agent runs it already (one an earlier process started, which
+		// the next adoptFrom would find): adopt it rather than start a
+		// second, which would refuse to start anyway.
 		r.adoptFrom(j.dir)
 		if nj := r.jobs[j.replica]; nj != j && nj.alive() {
 			return
 		}
-		_ = b
 	}
 	if err := r.spawn(j); err != nil {
 		j.err = err.Error()

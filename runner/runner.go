@@ -80,6 +80,10 @@ type Options struct {
 	StopOnExit bool
 	// Interval is how often the loop looks at the agents. Default 1s.
 	Interval time.Duration
+	// Ready says when the loop may start and stop agents: once this
+	// proxy knows the fleet's run-time state (its scales and run-time
+	// sets). Nil: at once.
+	Ready func() bool
 	// OrphanGrace is how long after Run starts an agent that no set asks
 	// for is left running (a run-time set this proxy has not heard of
 	// yet). Default 30s.
@@ -252,6 +256,9 @@ func runnerDir(stateDir string) string { return filepath.Join(stateDir, ".runner
 
 // reconcile makes the jobs agree with the wants, once.
 func (r *Runner) reconcile() {
+	if r.opts.Ready != nil && !r.opts.Ready() {
+		return // called without r.mu: Ready takes its own locks
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if !r.applied || r.stopped {
@@ -362,7 +369,7 @@ func (r *Runner) adoptFrom(dir string) {
 	locks, _ := filepath.Glob(filepath.Join(runnerDir(dir), "*.lock"))
 	for _, path := range locks {
 		name := strings.TrimSuffix(filepath.Base(path), ".lock")
-		if j := r.jobs[name]; j != nil && (j.alive() || j.child) {
+		if j := r.jobs[name]; j != nil && j.alive() {
 			continue
 		}
 		held, b, err := flock.Held(path)

@@ -4,55 +4,49 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
-	"fmt"
-	"io"
-	"keyway/fleetauth"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"golang.org/x/sync/errgroup"
-
 	"keyway/admin"
-	"keyway/agent"
 	"keyway/config"
-	"keyway/demo"
+	"keyway/fleetauth"
 	"keyway/logging"
 )
 
-// Demo is keyway's first-try setup: a proxy node and, for every replica
-// set, as many built-in demo replicas as the set declares (orders-0,
-// orders-1, ...), each behind its own agent, all on loopback and found by
-// gossip. Build it with NewDemo and run it once with Run.
+// Demo is keyway's first-try setup: a proxy node whose local runner runs,
+// for every replica set, as many built-in demo replicas as the set asks for
+// (orders-0, orders-1, ...: `keyway replica`), each behind its own agent
+// (`keyway agent`), all on loopback and found by gossip, exactly as a
+// set's run section runs them anywhere. Scale, restart, repair, stop and
+// start act on real processes. Build it with NewDemo and run it once with
+// Run; the jobs stop with it.
 type Demo struct {
 	// Proxy is the demo's proxy node; its addresses are known from NewDemo
 	// on.
 	Proxy *ProxyNode
 	// TokenFile holds the admin token NewDemo made for this run, so that
-	// drain, undrain and scale can be tried; "" when the configuration or
-	// the environment names a token, or the admin API is off. Run removes
-	// it when it returns.
+	// the commands that change things can be tried; "" when the
+	// configuration or the environment names a token, or the admin API is
+	// off. Run removes it when it returns.
 	TokenFile string
 	// CredentialsFile holds the fleet credentials NewDemo made for this
 	// run (gossip is signed as off loopback); "" when the configuration
 	// names a file. Run removes it when it returns.
 	CredentialsFile string
+	// StateDir holds the replicas' state directories and the runner's
+	// files (their logs) for the sets whose run section names none. Run
+	// removes it when it returns.
+	StateDir string
 
-	dir      string // the run's private directory ("" before writeFile)
-	cfg      config.Config
-	logs     *logging.Loggers
-	replicas []demoReplica
+	dir  string // the run's private directory ("" before writeFile)
+	logs *logging.Loggers
 }
 
-type demoReplica struct {
-	set string
-	r   *demo.Replica
-}
-
-// NewDemo builds the demo from cfg, which must enable gossip: it opens the
-// demo replicas' listeners (127.0.0.1, any free port) and builds the proxy
-// node (see NewProxy).
+// NewDemo builds the demo from cfg, which must enable gossip: it makes the
+// run's private directory (token, credentials, state) and builds the proxy
+// node (see NewProxy), whose runner starts the replicas once it runs.
 func NewDemo(cfg config.Config, opts Options) (_ *Demo, err error) {
 	if !cfg.Gossip.Enabled {
 		return nil, errors.New("the demo runs its replicas behind agents: gossip.enabled must be true")
@@ -61,12 +55,9 @@ func NewDemo(cfg config.Config, opts Options) (_ *Demo, err error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Demo{cfg: cfg, logs: logs}
+	d := &Demo{logs: logs}
 	defer func() {
 		if err != nil {
-			for _, dr := range d.replicas {
-				_ = dr.r.Close()
-			}
 			d.removeToken()
 			logs.Close()
 		}
@@ -90,23 +81,24 @@ func NewDemo(cfg config.Config, opts Options) (_ *Demo, err error) {
 			return nil, err
 		}
 		cfg.Gossip.CredentialsFile = d.CredentialsFile
-		d.cfg.Gossip.CredentialsFile = d.CredentialsFile
 	}
-	for _, set := range cfg.ReplicaSets {
-		keyHdr := ""
-		for _, k := range set.Key {
-			if k.Header != "" {
-				keyHdr = k.Header
-				break
+	// The replicas' state lives in the run's directory, unless a set says
+	// otherwise: a demo's jobs are its own, and go with it.
+	cfg.ReplicaSets = slices.Clone(cfg.ReplicaSets)
+	for i := range cfg.ReplicaSets {
+		if r := &cfg.ReplicaSets[i].Run; r.Enabled() && r.StateDir == "" {
+			if d.StateDir == "" {
+				if _, err := d.writeFile(".keep", nil); err != nil {
+					return nil, err
+				}
+				d.StateDir = filepath.Join(d.dir, "run")
 			}
+			r.StateDir = d.StateDir
 		}
-		for i := 0; i < set.Replicas; i++ {
-			r, err := demo.Listen(fmt.Sprintf("%s-%d", set.Name, i), "127.0.0.1:0", keyHdr)
-			if err != nil {
-				return nil, err
-			}
-			d.replicas = append(d.replicas, demoReplica{set: set.Name, r: r})
-		}
+	}
+	opts.StopJobsOnExit = true
+	if opts.JobProbeInterval == 0 {
+		opts.JobProbeInterval = 200 * time.Millisecond
 	}
 	if d.Proxy, err = NewProxy(cfg, opts); err != nil {
 		return nil, err
@@ -114,50 +106,12 @@ func NewDemo(cfg config.Config, opts Options) (_ *Demo, err error) {
 	return d, nil
 }
 
-// Run runs the demo replicas and the proxy node, and once the proxy's
-// gossip node is up, one agent per demo replica joined to it; until ctx is
-// done.
+// Run runs the proxy node, whose runner starts the demo replicas once its
+// gossip is up, until ctx is done; then the replicas stop with it.
 func (d *Demo) Run(ctx context.Context) error {
 	defer d.logs.Close()
 	defer d.removeToken()
-	g, gctx := errgroup.WithContext(ctx)
-	for _, dr := range d.replicas {
-		g.Go(func() error { return dr.r.Run(gctx) })
-	}
-	g.Go(func() error { return d.Proxy.Run(gctx) })
-	g.Go(func() error {
-		select {
-		case <-d.Proxy.GossipStarted():
-		case <-gctx.Done():
-			return nil
-		}
-		for _, dr := range d.replicas {
-			a, err := buildAgent(d.agentConfig(dr, d.Proxy.GossipAddr()), agentDeps{
-				log: d.logs.App.Named("agent"), reg: prometheus.NewRegistry(), stdout: io.Discard, stderr: io.Discard,
-			})
-			if err != nil {
-				return err
-			}
-			g.Go(func() error { return a.Run(gctx) })
-		}
-		return nil
-	})
-	return g.Wait()
-}
-
-// agentConfig is the configuration of a demo replica's agent: quick
-// probes, a short drain, no HTTP listener, the proxy's gossip settings.
-func (d *Demo) agentConfig(dr demoReplica, join string) agent.Config {
-	c := agent.DefaultConfig()
-	c.Replica.Set, c.Replica.Name, c.Replica.Addr = dr.set, dr.r.Name(), dr.r.Addr()
-	c.Probe.Interval = 200 * time.Millisecond
-	c.Drain.Timeout = 5 * time.Second
-	c.Listen = ""
-	c.Log = d.cfg.Log
-	c.Gossip = d.cfg.Gossip.Config
-	c.Gossip.BindPort = 0
-	c.Gossip.Join = []string{join}
-	return c
+	return d.Proxy.Run(ctx)
 }
 
 // writeFile writes a file of this run (the admin token, the
@@ -178,8 +132,8 @@ func (d *Demo) writeFile(name string, b []byte) (string, error) {
 	return file, nil
 }
 
-// removeToken removes the demo's private directory (the admin token and
-// the credentials).
+// removeToken removes the demo's private directory (the admin token, the
+// credentials and the replicas' state).
 func (d *Demo) removeToken() {
 	if d.dir != "" {
 		_ = os.RemoveAll(d.dir)

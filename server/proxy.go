@@ -25,6 +25,7 @@ import (
 	"keyway/logging"
 	"keyway/membership"
 	"keyway/proxy"
+	"keyway/runner"
 	"keyway/runstate"
 )
 
@@ -42,6 +43,16 @@ type Options struct {
 	Load func() (config.Config, error)
 	// Version is logged at start.
 	Version string
+	// Executable is the keyway program the local runner starts agents
+	// with (a set's run section); "" means this process's own.
+	Executable string
+	// StopJobsOnExit makes the runner stop the jobs it runs when the node
+	// stops (the demo); by default they outlive it, for the next process
+	// to adopt.
+	StopJobsOnExit bool
+	// JobProbeInterval is the readiness probe interval of the agents the
+	// runner starts; 0: the agent's default (1s).
+	JobProbeInterval time.Duration
 	// GossipTransport, if non-nil, wraps the node's gossip transport
 	// (membership.Options.Transport): a hook for tests that cut a node's
 	// gossip in-process (internal/gossipfault) and for special networks.
@@ -87,7 +98,8 @@ type ProxyNode struct {
 	disc   *membership.Discovery // nil when gossip is off
 	fleet  *membership.Fleet     // nil when gossip is off
 	view   *view
-	adm    *admin.Server // nil when admin.listen is empty
+	adm    *admin.Server  // nil when admin.listen is empty
+	runner *runner.Runner // nil when gossip is off
 
 	// hold delays the proxy's accepting until the node is ready to route
 	// (Options.HoldAccepts); nil: accept at once.
@@ -217,7 +229,7 @@ func NewProxy(cfg config.Config, opts Options) (_ *ProxyNode, err error) {
 		aopts := admin.Options{
 			Gatherer: n.reg, Ready: readiness{n}, Logger: n.log.Named("admin"),
 			Sets: n.view, Members: n.view, Events: n.view, Config: n.view, Drainer: n.view, Fleet: n.view,
-			SetAdmin: setAdmin{n}, Repairer: n.view, Planner: n.view, Restarter: n.view,
+			SetAdmin: setAdmin{n}, Repairer: n.view, Planner: n.view, Restarter: n.view, Jobs: n.view,
 			Registerer: n.reg, TLSEvents: auditTLS(n.audit), Listen: listenAs(opts.Listen, "admin"),
 		}
 		if opts.Load != nil {
@@ -262,8 +274,16 @@ func NewProxy(cfg config.Config, opts Options) (_ *ProxyNode, err error) {
 		n.fleet.Attach(n.node)
 		n.rt.Attach(n.node)
 		n.node.Handle(membership.ProcessEventKind, membership.RoleReplica, procs.handle)
+
+		// 6. The local runner: the replicas of sets with a run section,
+		// one agent each, started once this proxy knows the fleet's
+		// run-time state.
+		if n.runner, err = n.newRunner(cfg, opts); err != nil {
+			return nil, err
+		}
 	}
 	n.applyStops(n.eff)
+	n.applyRunner(n.eff)
 	n.log.Info("keyway starting", zap.String("version", opts.Version), zap.String("config", config.Summary(cfg)))
 	return n, nil
 }
@@ -302,6 +322,7 @@ func (n *ProxyNode) Run(ctx context.Context) error {
 		g.Go(func() error { return n.fleet.Run(back) })
 		g.Go(func() error { return n.rt.Run(back) })
 		n.restarts.wg.Go(func() { n.watchRestarts(front) })
+		g.Go(func() error { return n.runner.Run(back) })
 	}
 	g.Go(func() error {
 		err := n.p.Run(front)

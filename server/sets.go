@@ -364,6 +364,7 @@ func (n *ProxyNode) applied(eff config.Config, probs []config.RuntimeProblem, in
 		}
 	}
 	n.applyStops(eff)
+	n.applyRunner(eff)
 	n.view.setConfig(eff)
 }
 

@@ -69,7 +69,8 @@ Usage:
   keyway drain --set S --replica R    take a replica out of rotation on every proxy (--token-file F)
   keyway undrain --set S --replica R  end that drain
   keyway reload                 make a running proxy re-read its configuration file (like SIGHUP)
-  keyway scale --set S --replicas N   change a set's declared replica count, fleet-wide
+  keyway scale --set S --replicas N   change a set's replica count, fleet-wide (with run: start or stop jobs)
+  keyway jobs --set S           the jobs of a set whose replicas keyway runs (its run section)
   keyway create -f SET.json     create a replica set at run time, fleet-wide
   keyway stop --set S           stop a set: drained on every proxy, 503 for its requests, processes stopped
   keyway start --set S          start a stopped set again
@@ -134,6 +135,8 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return runRuntime(rest, stdout, stderr)
 	case "repair":
 		return runRepair(rest, stdout, stderr)
+	case "jobs":
+		return runJobs(rest, stdout, stderr)
 	case "restart":
 		return runRestart(rest, stdout, stderr)
 	case "keys":
