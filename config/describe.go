@@ -185,6 +185,7 @@ func fieldDocs() map[string]string {
 		"replica_sets[].run.state_dir":        "absolute directory holding STATE_DIR/{replica}, each replica's working directory, kept across restarts and scale-downs, and STATE_DIR/.runner, the runner's lock (one runner per host), the agents' configurations, locks and logs; empty: $STATE_DIRECTORY/run (systemd), else $XDG_STATE_HOME/keyway/run, else ~/.local/state/keyway/run",
 		"replica_sets[].run.credentials_file": "fleet credentials the set's agents sign with (must hold the set's agent private key); empty: gossip.credentials_file",
 		"replica_sets[].run.ready_path":       "the replica's readiness path, probed by its agent (200-399 passes)",
+		"replica_sets[].run.probe_interval":   "time between the agent's readiness probes of a replica (2 passes make it ready); at least 10ms",
 		"replica_sets[].run.drain_probe":      "a path that answers 200 once the replica's own pending work is done: a stopping replica (scale-in, restart) is waited for on it before its process stops; empty: none",
 		"replica_sets[].run.drain_timeout":    "how long a stopping replica waits for every proxy to report nothing in flight to it",
 		"replica_sets[].run.stop_grace":       "how long a replica has to exit after SIGTERM before SIGKILL",

@@ -249,10 +249,7 @@ func (r *Runner) agentFile(j *job, addr string) ([]byte, error) {
 	if j.spec.DrainProbe != "" {
 		drain["probe_path"] = j.spec.DrainProbe
 	}
-	probe := kv{"path": j.spec.ReadyPath}
-	if a.ProbeInterval > 0 {
-		probe["interval"] = a.ProbeInterval.String()
-	}
+	probe := kv{"path": j.spec.ReadyPath, "interval": j.spec.ProbeInterval.String()}
 	gossip := kv{"bind_addr": a.BindAddr, "join": join, "label": a.Label, "insecure": a.Insecure}
 	if a.AdvertiseAddr != "" {
 		gossip["advertise_addr"] = a.AdvertiseAddr

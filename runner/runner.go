@@ -62,7 +62,6 @@ type AgentBase struct {
 	Profile       string
 	LogLevel      string
 	LogFormat     string
-	ProbeInterval time.Duration // the agents' probe.interval; 0: the agent default
 }
 
 // Options are a Runner's dependencies.

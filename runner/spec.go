@@ -48,6 +48,9 @@ type Spec struct {
 	// ReadyPath is the replica's readiness path, probed by its agent.
 	// Default "/readyz".
 	ReadyPath string `yaml:"ready_path"`
+	// ProbeInterval is the time between readiness probes. Default 1s; at
+	// least 10ms. A replica is ready after 2 passing probes.
+	ProbeInterval time.Duration `yaml:"probe_interval"`
 	// DrainProbe is the path that answers 200 once the replica's own
 	// pending work is done; a stopping replica is waited for on it
 	// (agent drain.probe_path). Default "" (none).
@@ -72,6 +75,7 @@ func DefaultSpec() Spec {
 	return Spec{
 		Host:          "127.0.0.1",
 		ReadyPath:     "/readyz",
+		ProbeInterval: time.Second,
 		DrainTimeout:  30 * time.Second,
 		StopGrace:     10 * time.Second,
 		MaxRestarts:   5,
@@ -135,6 +139,9 @@ func (s Spec) Validate(replicas int) error {
 	}
 	if s.ReadyPath == "" || s.ReadyPath[0] != '/' || strings.ContainsAny(s.ReadyPath, " \t\r\n#") {
 		add("ready_path: must start with '/' and contain no spaces or '#', got %q", s.ReadyPath)
+	}
+	if s.ProbeInterval < 10*time.Millisecond {
+		add("probe_interval: must be at least 10ms, got %s", s.ProbeInterval)
 	}
 	if p := s.DrainProbe; p != "" && (p[0] != '/' || strings.ContainsAny(p, " \t\r\n#")) {
 		add("drain_probe: must start with '/' and contain no spaces or '#', got %q (or leave it empty)", p)

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"time"
 
 	"keyway/admin"
 	"keyway/config"
@@ -97,9 +96,6 @@ func NewDemo(cfg config.Config, opts Options) (_ *Demo, err error) {
 		}
 	}
 	opts.StopJobsOnExit = true
-	if opts.JobProbeInterval == 0 {
-		opts.JobProbeInterval = 200 * time.Millisecond
-	}
 	if d.Proxy, err = NewProxy(cfg, opts); err != nil {
 		return nil, err
 	}

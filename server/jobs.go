@@ -43,7 +43,7 @@ func (n *ProxyNode) newRunner(cfg config.Config, opts Options) (*runner.Runner, 
 			},
 			BindAddr: bind, AdvertiseAddr: g.AdvertiseAddr, Label: g.Label, KeyFile: g.KeyFile, Insecure: g.Insecure,
 			Credentials: g.CredentialsFile, Signatures: g.Signatures, Profile: g.Profile,
-			LogLevel: cfg.Log.Level, LogFormat: cfg.Log.Format, ProbeInterval: opts.JobProbeInterval,
+			LogLevel: cfg.Log.Level, LogFormat: cfg.Log.Format,
 		},
 	})
 }

@@ -50,9 +50,6 @@ type Options struct {
 	// stops (the demo); by default they outlive it, for the next process
 	// to adopt.
 	StopJobsOnExit bool
-	// JobProbeInterval is the readiness probe interval of the agents the
-	// runner starts; 0: the agent's default (1s).
-	JobProbeInterval time.Duration
 	// GossipTransport, if non-nil, wraps the node's gossip transport
 	// (membership.Options.Transport): a hook for tests that cut a node's
 	// gossip in-process (internal/gossipfault) and for special networks.
