@@ -106,3 +106,28 @@ func TestComputePhaseSequence(t *testing.T) {
 		t.Fatalf("Phases() = %v", Phases())
 	}
 }
+
+func TestComputeRunPhase(t *testing.T) {
+	t.Parallel()
+	cases := map[string]struct {
+		declared int
+		ms       []balancer.Member
+		want     Phase
+	}{
+		"scheduling: no job up yet":                {3, nil, PhaseScheduling},
+		"scheduling: scale-out, new jobs not seen": {5, []balancer.Member{ready("a"), ready("b"), ready("c")}, PhaseScheduling},
+		"scheduling: scale-out, new ones starting": {4, []balancer.Member{ready("a"), ready("b"), ready("c"), starting("d")}, PhaseScheduling},
+		"running: every job ready":                 {3, []balancer.Member{ready("a"), ready("b"), ready("c")}, PhaseRunning},
+		"running: scale-in, leaving ones draining": {2, []balancer.Member{ready("a"), ready("b"), draining("c")}, PhaseRunning},
+		"degraded: a job up but ejected":           {2, []balancer.Member{ready("a"), ejected("b")}, PhaseDegraded},
+		"degraded: a job restarting on the ring":   {2, []balancer.Member{ready("a"), m("b", balancer.StateStarting, true, false, 1)}, PhaseDegraded},
+		"failed wins over scheduling":              {3, []balancer.Member{failedSt("a"), starting("b")}, PhaseFailed},
+		"degraded, not scheduling, with a failure": {3, []balancer.Member{ready("a"), failedSt("b")}, PhaseDegraded},
+		"stopped stays stopped":                    {2, []balancer.Member{stopped("a"), stopped("b")}, PhaseStopped},
+	}
+	for name, c := range cases {
+		if got := ComputeRunPhase(c.declared, c.ms); got != c.want {
+			t.Errorf("%s: ComputeRunPhase(%d) = %s, want %s", name, c.declared, got, c.want)
+		}
+	}
+}
