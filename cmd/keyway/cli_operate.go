@@ -97,11 +97,16 @@ func plural(n int) string {
 
 const scaleUsage = `Usage: keyway scale --set SET --replicas N [--admin ADDR] [--token-file FILE] [--json]
 
-Changes a replica set's declared replica count (what its phase compares the
-ready replicas with: fewer ready reads Degraded) on every proxy of the
-fleet: ask any one. It is run-time state: it outlives reloads and proxy
-restarts while any proxy runs (and all restarts with runtime.state_dir),
-and wins over the file's replicas key until 'keyway runtime clear'.
+Changes a replica set's replica count on every proxy of the fleet: ask any
+one. For a set with a run section (keyway runs its replicas, docs/runner.md)
+it is the number of running jobs: a scale-out starts the new replicas, a
+scale-in stops the highest ones as removals (drained on every proxy first,
+their keys re-placed at once). For any other set it is the declared count
+its phase compares the ready replicas with (fewer ready reads Degraded):
+start or stop the replicas yourself. It is run-time state: it outlives
+reloads and proxy restarts while any proxy runs (and all restarts with
+runtime.state_dir), and wins over the file's replicas key until 'keyway
+runtime clear'.
 
 `
 

@@ -18,7 +18,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	cf := config.NewProxyFlags(fs)
 	// The demo's file is optional: without -c it runs its embedded one.
 	fs.Lookup("c").Usage = "configuration `FILE` (YAML); optional: without it the demo runs its embedded demo/demo.yaml"
-	if err := parseFlags(fs, args, stderr, "Usage: keyway demo [-c FILE] [flags]\n\nRuns a proxy and, for each replica set, as many built-in demo replicas as it\ndeclares (orders-0..2), each behind its own agent, all on loopback and found\nby gossip, from an embedded configuration (demo/demo.yaml) or from -c FILE.\nEach demo replica answers with its name, the key and how often it saw that key.\nFault switches on each replica's own address (ADDR in keyway status): POST /_mode?v=500|hang|ok, POST /_ready?v=false|true.\n\n"); err != nil {
+	if err := parseFlags(fs, args, stderr, "Usage: keyway demo [-c FILE] [flags]\n\nRuns a proxy whose runner starts, for each replica set with a run section, as\nmany demo replica processes as it asks for (orders-0..2), each behind its own\nagent process, all on loopback and found by gossip, from an embedded\nconfiguration (demo/demo.yaml) or from -c FILE. keyway scale, restart and\nrepair act on those processes; they stop with the demo.\nEach demo replica answers with its name, the key and how often it saw that key.\nFault switches on each replica's own address (ADDR in keyway status): POST /_mode?v=500|hang|ok, POST /_ready?v=false|true.\n\n"); err != nil {
 		return err
 	}
 	var cfg config.Config
@@ -68,7 +68,7 @@ func printDemoHelp(w io.Writer, cfg config.Config, proxyAddr, adminAddr, tokenFi
 	if adminAddr != "" {
 		fmt.Fprintf(w, "admin on http://%s (/ui, /v1/, /metrics, /healthz, /readyz)\n", adminAddr)
 		if tokenFile != "" {
-			fmt.Fprintf(w, "admin token for this run (drain, undrain, scale): %s\n", tokenFile)
+			fmt.Fprintf(w, "admin token for this run (every command that changes something: drain, scale, restart, repair, stop, ...): %s\n", tokenFile)
 		}
 	}
 	fmt.Fprintf(w, `
@@ -88,7 +88,9 @@ Try:
 		}
 		fmt.Fprintf(w, "  go run ./cmd/keyway status%s   # sets, phases, replicas, request rates\n", flags)
 		fmt.Fprintf(w, "  go run ./cmd/keyway route%s --set %s --key order-42   # who owns a key, and why\n", flags, set.Name)
+		fmt.Fprintf(w, "  go run ./cmd/keyway jobs%s --set %s   # the replica processes this proxy runs\n", flags, set.Name)
 		if tokenFile != "" {
+			fmt.Fprintf(w, "  go run ./cmd/keyway scale%s --set %s --replicas %d --token-file %s   # starts %s-%d; scale back to %d stops it\n", flags, set.Name, set.Replicas+1, tokenFile, set.Name, set.Replicas, set.Replicas)
 			fmt.Fprintf(w, "  go run ./cmd/keyway drain%s --set %s --replica %s --token-file %s\n", flags, set.Name, names[len(names)-1], tokenFile)
 			fmt.Fprintf(w, "  go run ./cmd/keyway undrain%s --set %s --replica %s --token-file %s\n", flags, set.Name, names[len(names)-1], tokenFile)
 		}

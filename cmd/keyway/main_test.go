@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"strings"
 	"testing"
 )
 
@@ -11,7 +12,10 @@ import (
 const asKeyway = "KEYWAYTEST_AS_KEYWAY"
 
 func TestMain(m *testing.M) {
-	if os.Getenv(asKeyway) == "1" {
+	// A proxy started in-process re-executes the test binary with its own
+	// arguments (keepSysmonAwake): that is the test binary again, not a
+	// keyway command.
+	if os.Getenv(asKeyway) == "1" && len(os.Args) > 1 && !strings.HasPrefix(os.Args[1], "-test.") {
 		main()
 		os.Exit(0)
 	}

@@ -100,7 +100,7 @@ func TestValidateReportsEveryProblem(t *testing.T) {
 var (
 	proxyLine = regexp.MustCompile(`proxy on http://(\S+),`)
 	adminLine = regexp.MustCompile(`admin on http://(\S+) `)
-	tokenLine = regexp.MustCompile(`admin token for this run \(drain, undrain, scale\): (\S+)`)
+	tokenLine = regexp.MustCompile(`admin token for this run \([^)]*\): (\S+)`)
 )
 
 // scanDemoBanner reads the demo's banner up to its token line and returns
