@@ -268,6 +268,11 @@ type MemberInfo struct {
 	State       string `json:"state,omitempty"`
 	Zone        string `json:"zone,omitempty"`
 	Fingerprint string `json:"fingerprint,omitempty"`
+	// Supervised says whether a replica's agent runs the replica's
+	// process (started with -- CMD): only then can a rolling restart or a
+	// repair restart it. Absent for proxies, and for agents too old to
+	// say.
+	Supervised *bool `json:"supervised,omitempty"`
 	// Refused, when not empty, says why the member's claim (its role,
 	// and a replica's name) is not believed: unsigned, bad_signature,
 	// unknown_key, wrong_key (signed with a key of another role or set)

@@ -132,7 +132,7 @@ func TestFailedRestartMarkAndAck(t *testing.T) {
 		state      string
 		sinceShown bool
 	}{
-		"running since before":     {health.PhaseRunning, failedAt.Add(-time.Minute), false, true, "", "failed", false},
+		"running since before":      {health.PhaseRunning, failedAt.Add(-time.Minute), false, true, "", "failed", false},
 		"running since after":       {health.PhaseRunning, failedAt.Add(time.Second), false, false, admin.ClearedRunning, "failed", true},
 		"running between":           {health.PhaseRunning, failedAt.Add(time.Microsecond), false, false, admin.ClearedRunning, "failed", true},
 		"degraded since after":      {health.PhaseDegraded, failedAt.Add(time.Second), false, true, "", "failed", false},
