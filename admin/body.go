@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"net/http"
@@ -14,12 +15,23 @@ import (
 // alone would apply {"replicas":5} of `{"replicas":5}{"stop":true}` and
 // drop the rest unseen.
 func decodeBody(r *http.Request, limit int64, v any) error {
+	_, err := decodeOptionalBody(r, limit, v, false)
+	return err
+}
+
+// decodeOptionalBody is decodeBody for a body that may be left out:
+// with optional, no body (or only white space) leaves v as it is and
+// present false.
+func decodeOptionalBody(r *http.Request, limit int64, v any, optional bool) (present bool, err error) {
 	b, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
 	if err != nil {
-		return fmt.Errorf("reading it: %w", err)
+		return false, fmt.Errorf("reading it: %w", err)
 	}
 	if int64(len(b)) > limit {
-		return fmt.Errorf("longer than %d bytes", limit)
+		return false, fmt.Errorf("longer than %d bytes", limit)
 	}
-	return strictjson.Decode(b, v)
+	if optional && len(bytes.TrimSpace(b)) == 0 {
+		return false, nil
+	}
+	return true, strictjson.Decode(b, v)
 }

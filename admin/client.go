@@ -143,12 +143,31 @@ func (c *Client) Reload() (ReloadResult, []byte, error) {
 // /v1/replica_sets/{set}/restart); stepTimeout 0 means the server's
 // default.
 func (c *Client) Restart(set string, stepTimeout time.Duration) (RestartStatus, []byte, error) {
+	return c.RestartWith(set, RestartOptions{StepTimeout: stepTimeout})
+}
+
+// RestartWith is Restart with every option; Force is sent as the body
+// {"force": true}. A proxy too old to know it ignores the body: the
+// answer's Force is then false.
+func (c *Client) RestartWith(set string, opts RestartOptions) (RestartStatus, []byte, error) {
 	path := "/v1/replica_sets/" + url.PathEscape(set) + "/restart"
-	if stepTimeout > 0 {
-		path += "?step_timeout=" + url.QueryEscape(stepTimeout.String())
+	if opts.StepTimeout > 0 {
+		path += "?step_timeout=" + url.QueryEscape(opts.StepTimeout.String())
+	}
+	var body []byte
+	if opts.Force {
+		body, _ = json.Marshal(RestartRequest{Force: true})
 	}
 	var out RestartStatus
-	raw, err := c.call(http.MethodPost, path, nil, http.StatusAccepted, &out, c.timeout())
+	raw, err := c.call(http.MethodPost, path, body, http.StatusAccepted, &out, c.timeout())
+	return out, raw, err
+}
+
+// AckRestart acknowledges a set's failed rolling restart (POST
+// /v1/replica_sets/{set}/restart/ack): the dashboard no longer marks it.
+func (c *Client) AckRestart(set string) (RestartStatus, []byte, error) {
+	var out RestartStatus
+	raw, err := c.call(http.MethodPost, "/v1/replica_sets/"+url.PathEscape(set)+"/restart/ack", nil, http.StatusOK, &out, c.timeout())
 	return out, raw, err
 }
 

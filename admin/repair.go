@@ -13,7 +13,9 @@ import (
 type Repairer interface {
 	// Repair tells the set's agents to restart replicas that gave up and
 	// lifts every proxy's supervision holds on the set. Errors wrap
-	// ErrUnknownSet.
+	// ErrUnknownSet, or are a *RefusedError: nothing to repair (no
+	// replica failed, no hold to lift), or no failed replica it could
+	// restart (their agents supervise no process).
 	Repair(set string) (RepairResult, error)
 }
 
@@ -33,11 +35,15 @@ func (s *Server) repair(w http.ResponseWriter, r *http.Request) {
 	}
 	set := r.PathValue("set")
 	res, err := s.opts.Repairer.Repair(set)
+	var refused *RefusedError
 	switch {
 	case errors.Is(err, ErrUnknownSet) && s.opts.Sets != nil:
 		s.unknownSet(w, set)
 	case errors.Is(err, ErrUnknownSet):
 		s.fail(w, http.StatusNotFound, fmt.Sprintf("unknown replica set %q", set))
+	case errors.As(err, &refused):
+		s.log.Info("admin repair refused", zap.String("set", set), zap.Strings("replicas", refused.Replicas), zap.String("reason", refused.Reason), zap.String("remote", r.RemoteAddr))
+		s.refused(w, refused)
 	case err != nil:
 		s.fail(w, http.StatusInternalServerError, fmt.Sprintf("repair %s: %v", set, err))
 	default:

@@ -268,6 +268,11 @@ type MemberInfo struct {
 	State       string `json:"state,omitempty"`
 	Zone        string `json:"zone,omitempty"`
 	Fingerprint string `json:"fingerprint,omitempty"`
+	// Supervised says whether a replica's agent runs the replica's
+	// process (started with -- CMD): only then can a rolling restart or a
+	// repair restart it. Absent for proxies, and for agents too old to
+	// say.
+	Supervised *bool `json:"supervised,omitempty"`
 	// Refused, when not empty, says why the member's claim (its role,
 	// and a replica's name) is not believed: unsigned, bad_signature,
 	// unknown_key, wrong_key (signed with a key of another role or set)
@@ -595,11 +600,65 @@ type RestartStatus struct {
 	Current  string   `json:"current,omitempty"`
 	// StepTimeout bounds each step (drained, process started, back in
 	// rotation).
-	StepTimeout string        `json:"step_timeout"`
-	Started     time.Time     `json:"started"`
-	Finished    time.Time     `json:"finished,omitzero"`
-	Steps       []RestartStep `json:"steps"`
-	Error       string        `json:"error,omitempty"`
+	StepTimeout string `json:"step_timeout"`
+	// Force restarts each replica's process as soon as it is out of
+	// rotation on the proxy running the restart, without waiting for its
+	// requests in flight to finish ("force": true in the POST body): for
+	// replicas that hang in their drain. Their requests in flight fail.
+	Force    bool          `json:"force,omitempty"`
+	Started  time.Time     `json:"started"`
+	Finished time.Time     `json:"finished,omitzero"`
+	Steps    []RestartStep `json:"steps"`
+	Error    string        `json:"error,omitempty"`
+	// Acknowledged and AcknowledgedBy say when and by whom an operator
+	// acknowledged a failed or interrupted restart (POST
+	// /v1/replica_sets/{set}/restart/ack): its mark is no longer shown.
+	// Zero until then; a new restart starts without.
+	Acknowledged   time.Time `json:"acknowledged,omitzero"`
+	AcknowledgedBy string    `json:"acknowledged_by,omitempty"`
+	// Mark says the dashboard shows this restart as failed: it failed or
+	// was interrupted, and neither has the set been Running since then
+	// (on the proxy answering) nor has an operator acknowledged it.
+	// Cleared says why a failed restart is no longer marked: "running"
+	// (the set's phase turned Running after the failure, at
+	// RunningSince) or "acknowledged". Both are worked out by the proxy
+	// answering the GET; the fleet's record does not hold them.
+	Mark         bool      `json:"mark,omitempty"`
+	Cleared      string    `json:"cleared,omitempty"`
+	RunningSince time.Time `json:"running_since,omitzero"`
+}
+
+// Values of RestartStatus.Cleared.
+const (
+	ClearedRunning      = "running"
+	ClearedAcknowledged = "acknowledged"
+)
+
+// RestartRequest is the optional JSON body of POST
+// /v1/replica_sets/{set}/restart; no body means every field's zero.
+type RestartRequest struct {
+	// Force: see RestartStatus.Force. Also ?force=true.
+	Force bool `json:"force,omitempty"`
+}
+
+// RestartOptions are a rolling restart's parameters.
+type RestartOptions struct {
+	// StepTimeout bounds each step; the API's default is 2m.
+	StepTimeout time.Duration
+	// Force: see RestartStatus.Force.
+	Force bool
+}
+
+// RefusedBody is the 409 answer of a restart or repair refused at once
+// because it cannot do what it is asked: ErrorBody's error, and its parts.
+type RefusedBody struct {
+	Error string `json:"error"`
+	Set   string `json:"set"`
+	// Replicas are the replicas the refusal is about (may be empty: none
+	// is failed).
+	Replicas []string `json:"replicas"`
+	Reason   string   `json:"reason"`
+	Fix      string   `json:"fix"`
 }
 
 // RestartStep is one step of a rolling restart.

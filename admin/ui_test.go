@@ -44,7 +44,10 @@ func TestUIPage(t *testing.T) {
 	for _, want := range []string{`"set-card`, `"data-set"`, `"phase"`, `"replica-row"`, `"data-replica"`, "/v1/replica_sets", "/v1/route?", "/v1/events", "no replicas yet — start agents or add static replicas", "setInterval(refresh, REFRESH_MS)", "REFRESH_MS = 2000",
 		`"num rate"`, `"num errors"`, `"set-rate`, "requests_per_second", "errors_per_second", "requests_total", "errors_total", "rate: measuring",
 		`"num latency"`, "mean_latency_seconds", "p99_latency_seconds", `"num share"`, "(stand-ins serve it)", `"data-out"`,
-		"state_seconds", "rotation_seconds", `"state-since"`, `"rotation-since"`, `"data-seconds"`} {
+		"state_seconds", "rotation_seconds", `"state-since"`, `"rotation-since"`, `"data-seconds"`,
+		// A failed restart's mark: shown while the API marks it, with its
+		// time and error, and a button that acknowledges it.
+		"if (!r.mark) return null", "restart-mark", "fmtDateTime(r.finished)", "r.error", `"restart-ack"`, `"/restart/ack"`, "Bearer "} {
 		if !strings.Contains(js, want) {
 			t.Errorf("app.js lacks %s", want)
 		}

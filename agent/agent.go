@@ -228,7 +228,8 @@ func (a *Agent) Name() string { return a.node.Name() }
 
 // Meta returns the metadata the agent advertises; before Attach, the
 // metadata its gossip member starts with: role replica, the replica's
-// set, name, address, weight, zone and boot time, state starting.
+// set, name, address, weight, zone and boot time, state starting, and
+// whether it supervises the replica's process (Supervise was called).
 func (a *Agent) Meta() membership.Meta {
 	if a.node != nil {
 		return a.node.Meta()
@@ -242,6 +243,10 @@ func (a *Agent) Meta() membership.Meta {
 		Weight:  uint16(a.cfg.Replica.Weight),
 		Zone:    a.cfg.Replica.Zone,
 		Boot:    a.book.boot,
+		// Proxies refuse a rolling restart or a repair that could not
+		// restart this replica, instead of waiting for a process start.
+		Supervised:       a.sup != nil,
+		SupervisionKnown: true,
 	}
 }
 

@@ -391,6 +391,32 @@ func TestNoCommandNoSupervision(t *testing.T) {
 	}
 }
 
+// A proxy learns from the gossip metadata whether an agent supervises its
+// replica's process: a rolling restart or a repair refuses at once when
+// it cannot restart a replica.
+func TestAgentAdvertisesSupervision(t *testing.T) {
+	p := startFakeProxy(t, "p1")
+	sup := startSupervising(t, superviseConfig(startReplica(t, "ok").addr, p.GossipAddr()), &children{exitOnTerm: true})
+	plain := startAgent(t, testConfig(startReplica(t, "ok").addr, p.GossipAddr()))
+	for _, tc := range []struct {
+		a          *running
+		supervised bool
+	}{{sup, true}, {plain, false}} {
+		if m := tc.a.Meta(); m.Supervised != tc.supervised || !m.SupervisionKnown {
+			t.Fatalf("%s advertises supervised=%v known=%v, want %v and known", tc.a.Name(), m.Supervised, m.SupervisionKnown, tc.supervised)
+		}
+		poll.Until(t, 10*time.Second, "the proxy to see "+tc.a.Name()+"'s supervision", func() bool {
+			m, ok := p.member(tc.a.Name())
+			return ok && m.Meta.SupervisionKnown && m.Meta.Supervised == tc.supervised
+		})
+	}
+	// State changes keep the flags.
+	poll.Until(t, 10*time.Second, "the supervised agent ready, still supervised", func() bool {
+		m, ok := p.member(sup.Name())
+		return ok && m.Meta.State == balancer.StateReady && m.Meta.Supervised
+	})
+}
+
 // A process that exits while the replica drains is not restarted: the
 // replica is going away.
 func TestSupervisedNoRestartWhileDraining(t *testing.T) {

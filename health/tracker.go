@@ -45,10 +45,11 @@ type PhaseTracker struct {
 
 // trackedSet is what the tracker remembers of one set.
 type trackedSet struct {
-	phase    Phase // "" before the first table
-	seen     bool  // the set has had members
-	stopped  bool  // an operator stopped the set (SetStopped)
-	run      bool  // keyway runs its replicas (SetRun)
+	phase    Phase     // "" before the first table
+	since    time.Time // when phase was entered
+	seen     bool      // the set has had members
+	stopped  bool      // an operator stopped the set (SetStopped)
+	run      bool      // keyway runs its replicas (SetRun)
 	replicas map[string]*trackedReplica
 	// The last table's declared count and members, for SetStopped.
 	declared int
@@ -204,7 +205,7 @@ func (t *PhaseTracker) updateLocked(set string, s *trackedSet) {
 		t.mu.Unlock()
 		return
 	}
-	s.phase = p
+	s.phase, s.since = p, t.now()
 	for _, ph := range allPhases {
 		v := 0.0
 		if ph == p {
@@ -288,6 +289,17 @@ func (t *PhaseTracker) Phase(set string) Phase {
 		return s.phase
 	}
 	return ""
+}
+
+// PhaseSince returns the set's phase and when this tracker saw it enter
+// it ("" and the zero time for an unknown set).
+func (t *PhaseTracker) PhaseSince(set string) (Phase, time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if s := t.sets[set]; s != nil {
+		return s.phase, s.since
+	}
+	return "", time.Time{}
 }
 
 // Since returns, for each replica of a set's last table, since when it has

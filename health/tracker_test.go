@@ -273,4 +273,16 @@ func TestPhaseTrackerSince(t *testing.T) {
 	if got := tr.Since("nope"); got != nil {
 		t.Errorf("unknown set: %v", got)
 	}
+	// The set's phase: Degraded since 1 s (one of two replicas in
+	// rotation at every step since), then Running.
+	if p, since := tr.PhaseSince("orders"); p != PhaseDegraded || !since.Equal(at(time.Second)) {
+		t.Errorf("PhaseSince = %s since %v, want Degraded since 1s", p, since.Sub(t0))
+	}
+	step(13*time.Second, member("a", balancer.StateReady, 0, true), member("b", balancer.StateReady, 1, true))
+	if p, since := tr.PhaseSince("orders"); p != PhaseRunning || !since.Equal(at(13*time.Second)) {
+		t.Errorf("PhaseSince = %s since %v, want Running since 13s", p, since.Sub(t0))
+	}
+	if p, since := tr.PhaseSince("nope"); p != "" || !since.IsZero() {
+		t.Errorf("unknown set: %s since %v", p, since)
+	}
 }

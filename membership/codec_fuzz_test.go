@@ -16,7 +16,7 @@ func FuzzDecodeMeta(f *testing.F) {
 	for _, m := range []Meta{
 		{Role: RoleProxy, Addr: "127.0.0.1:8080", Boot: 1, Fingerprint: "orders=abc,events=def", ID: "host-a:8080"},
 		{Role: RoleProxy, Addr: "127.0.0.1:8080", Boot: 1, Fingerprint: "orders=abc"}, // an older proxy: no id
-		{Role: RoleReplica, Set: "orders", Replica: "o-0", Addr: "10.0.0.1:9000", State: balancer.StateDraining, Weight: 3, Zone: "a", Boot: -5, Remove: true, Held: true, SetStopped: true},
+		{Role: RoleReplica, Set: "orders", Replica: "o-0", Addr: "10.0.0.1:9000", State: balancer.StateDraining, Weight: 3, Zone: "a", Boot: -5, Remove: true, Held: true, SetStopped: true, Supervised: true, SupervisionKnown: true},
 	} {
 		b, err := m.Encode()
 		if err != nil {
@@ -56,12 +56,12 @@ func FuzzDecodeMeta(f *testing.F) {
 func FuzzMetaRoundTrip(f *testing.F) {
 	f.Add(uint8(1), uint8(0), uint16(0), int64(0), "", "", "127.0.0.1:1", "", "", "", uint8(0))
 	f.Add(uint8(1), uint8(0), uint16(0), int64(1), "", "", "127.0.0.1:1", "", "orders:0123abcd", "host-a:8080", uint8(0))
-	f.Add(uint8(2), uint8(2), uint16(7), int64(-1), "orders", "o-0", "10.0.0.1:9000", "zone-a", "orders=ff", "", uint8(7))
+	f.Add(uint8(2), uint8(2), uint16(7), int64(-1), "orders", "o-0", "10.0.0.1:9000", "zone-a", "orders=ff", "", uint8(31))
 	f.Fuzz(func(t *testing.T, role, state uint8, weight uint16, boot int64, set, replica, addr, zone, fp, id string, flags uint8) {
 		m := Meta{
 			Role: RoleProxy + Role(role%2), State: balancer.State(state % (uint8(balancer.StateFailed) + 1)),
 			Weight: weight, Boot: boot, Set: set, Replica: replica, Addr: addr, Zone: zone, Fingerprint: fp, ID: id,
-			Remove: flags&1 != 0, Held: flags&2 != 0, SetStopped: flags&4 != 0,
+			Remove: flags&1 != 0, Held: flags&2 != 0, SetStopped: flags&4 != 0, Supervised: flags&8 != 0, SupervisionKnown: flags&16 != 0,
 		}
 		enc, err := m.Encode()
 		if err != nil {

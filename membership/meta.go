@@ -66,6 +66,14 @@ type Meta struct {
 	// advertises stopped while it stays in the cluster. Proxies compare it
 	// with the set's run-time state and tell agents that differ.
 	SetStopped bool `json:"set_stopped,omitempty"`
+	// Supervised is set by an agent that runs its replica's process
+	// (started with `-- CMD`): a rolling restart or a repair can restart
+	// it. SupervisionKnown is set by every agent that advertises
+	// Supervised at all: without it (an agent of an older version) a
+	// false Supervised says nothing, and proxies treat the replica as one
+	// that may be supervised.
+	Supervised       bool `json:"supervised,omitempty"`
+	SupervisionKnown bool `json:"supervision_known,omitempty"`
 	// ID is a proxy's stable identity (fleet.id, proxies only): the other
 	// proxies key its views, votes, run-time records and rolling restarts
 	// by it, not by the per-boot node name, so that the old and the new
@@ -86,6 +94,8 @@ const (
 	flagRemove = 1 << iota
 	flagHeld
 	flagSetStopped
+	flagSupervised
+	flagSupervisionKnown
 )
 
 // Errors returned by DecodeMeta.
@@ -95,7 +105,8 @@ var (
 	ErrMetaSize    = errors.New("membership: metadata larger than 512 bytes")
 )
 
-// Encode returns the compact binary form: version, role, state, flags,
+// Encode returns the compact binary form: version, role, state, flags
+// (a bit each: remove, held, set stopped, supervised, supervision known),
 // weight, boot, then length-prefixed strings set, replica, addr, zone,
 // fingerprint, then the id when there is one (appended to version 1
 // later: older decoders ignore it, and a member without one encodes as
@@ -115,6 +126,12 @@ func (m Meta) encode(withID bool) ([]byte, error) {
 	}
 	if m.SetStopped {
 		flags |= flagSetStopped
+	}
+	if m.Supervised {
+		flags |= flagSupervised
+	}
+	if m.SupervisionKnown {
+		flags |= flagSupervisionKnown
 	}
 	b = append(b, metaVersion, byte(m.Role), byte(m.State), flags)
 	b = binary.BigEndian.AppendUint16(b, m.Weight)
@@ -179,6 +196,10 @@ func decodeMetaFields(b []byte) (Meta, []byte, error) {
 	m.Remove = b[3]&flagRemove != 0
 	m.Held = b[3]&flagHeld != 0
 	m.SetStopped = b[3]&flagSetStopped != 0
+	m.Supervised = b[3]&flagSupervised != 0
+	m.SupervisionKnown = b[3]&flagSupervisionKnown != 0
+	// Other bits of the flags byte are flags of a later revision: ignored,
+	// as older decoders ignore the supervision bits.
 	m.Weight = binary.BigEndian.Uint16(b[4:6])
 	rest := b[6:]
 	boot, n := binary.Varint(rest)

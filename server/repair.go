@@ -3,9 +3,11 @@ package server
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"keyway/admin"
+	"keyway/balancer"
 	"keyway/eventlog"
 	"keyway/membership"
 )
@@ -18,9 +20,16 @@ var _ admin.Repairer = (*view)(nil)
 // agents to restart replicas that gave up and the other proxies to lift
 // their holds too (membership.Discovery.Repair). Audited as an
 // admin_action.
+//
+// It refuses at once (*admin.RefusedError), changing nothing, when it
+// could do nothing (repairRefusal).
 func (v *view) Repair(set string) (admin.RepairResult, error) {
-	if v.n.p.Router(set) == nil {
+	r := v.n.p.Router(set)
+	if r == nil {
 		return admin.RepairResult{}, fmt.Errorf("%w %q", admin.ErrUnknownSet, set)
+	}
+	if err := v.n.repairRefusal(set, r.Table().Members()); err != nil {
+		return admin.RepairResult{}, err
 	}
 	res := admin.RepairResult{Set: set, Reset: v.n.liftHolds(set)}
 	if v.n.disc != nil {
@@ -61,4 +70,49 @@ func (n *ProxyNode) repairedElsewhere(set, by string) {
 	}
 	reset := n.liftHolds(set)
 	n.audit.Record(eventlog.KindAdminAction, set, "", map[string]any{"action": "repair", "by": by, "reset": reset, "scope": admin.ScopeGossip})
+}
+
+// repairRefusal returns why a repair of set could do nothing, or nil. A
+// repair restarts failed replicas whose agents supervise their process,
+// and lifts health holds (this proxy's and, through gossip, the other
+// proxies'). With ms the set's members on this proxy, it refuses when
+//
+//   - no replica is failed and every one is in rotation here: nothing to
+//     repair (a hold elsewhere only is not seen: repair through that
+//     proxy);
+//   - the failed replicas' agents all supervise no process (or none is
+//     alive), and every other replica is in rotation here.
+func (n *ProxyNode) repairRefusal(set string, ms []balancer.Member) error {
+	var failed, stuck, out []string
+	var metas map[string]membership.Meta
+	if n.node != nil {
+		metas = n.agentMetas(set)
+	}
+	for _, m := range ms {
+		switch {
+		case m.State == balancer.StateFailed:
+			failed = append(failed, m.Name)
+			if meta, ok := metas[m.Name]; m.Source != "gossip" || !ok || unsupervised(meta) {
+				stuck = append(stuck, m.Name)
+			}
+		case !m.InRotation:
+			out = append(out, m.Name)
+		}
+	}
+	if len(out) > 0 || len(stuck) < len(failed) {
+		return nil
+	}
+	if len(failed) == 0 {
+		reason := fmt.Sprintf("nothing to repair: no replica of %s is failed, and all %d are in rotation on this proxy", set, len(ms))
+		if len(ms) == 0 {
+			reason = fmt.Sprintf("nothing to repair: %s has no replicas on this proxy", set)
+		}
+		return &admin.RefusedError{Action: "repair", Set: set, Reason: reason,
+			Fix: fmt.Sprintf("a repair restarts replicas that gave up (state failed) and lifts health holds; to restart running replicas, use keyway restart --set %s", set)}
+	}
+	slices.Sort(stuck)
+	return &admin.RefusedError{Action: "repair", Set: set, Replicas: stuck,
+		Reason: plural(stuck, strings.Join(stuck, ", ")+" failed, and its agent supervises no process (run without -- CMD) or is gone, so keyway cannot restart it",
+			strings.Join(stuck, ", ")+" failed, and their agents supervise no process (run without -- CMD) or are gone, so keyway cannot restart them"),
+		Fix: plural(stuck, "restart the replica yourself, or run its agent with -- CMD", "restart the replicas yourself, or run the agents with -- CMD")}
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"keyway/admin"
 	"keyway/balancer"
 	"keyway/eventlog"
+	"keyway/health"
 	"keyway/membership"
 	"keyway/runstate"
 )
@@ -164,11 +166,15 @@ func (n *ProxyNode) processes() (others, twins int, newest bool) {
 // StartRestart begins a rolling restart of a set: its gossip replicas, one
 // at a time in name order, are drained on every proxy (an operator drain
 // through the agent), restarted by their agents once nothing is in flight
-// to them, and undrained once their new process has started; the next one
-// starts when the previous one is back in rotation. It stops at the first
-// step that does not complete within stepTimeout, undraining that replica.
-// One restart of a set runs at a time in the whole fleet.
-func (v *view) StartRestart(set string, stepTimeout time.Duration, who admin.Actor) (admin.RestartStatus, error) {
+// to them (with opts.Force, once out of rotation on this proxy), and
+// undrained once their new process has started; the next one starts when
+// the previous one is back in rotation. It stops at the first step that
+// does not complete within opts.StepTimeout, undraining that replica. One
+// restart of a set runs at a time in the whole fleet.
+//
+// It refuses at once (*admin.RefusedError) when a replica's agent could
+// not restart it: it supervises no process, or no agent of it is alive.
+func (v *view) StartRestart(set string, opts admin.RestartOptions, who admin.Actor) (admin.RestartStatus, error) {
 	n := v.n
 	r := n.p.Router(set)
 	if r == nil {
@@ -190,6 +196,9 @@ func (v *view) StartRestart(set string, stepTimeout time.Duration, who admin.Act
 	if len(names) == 0 {
 		return admin.RestartStatus{}, fmt.Errorf("%w: no replica of %s is advertised by an agent", admin.ErrUnreachable, set)
 	}
+	if err := n.restartRefusal(set, names); err != nil {
+		return admin.RestartStatus{}, err
+	}
 	self, node := n.node.ID(), n.node.Name()
 	alive := n.aliveProxies()
 	if !n.restarts.claim(set) {
@@ -200,22 +209,165 @@ func (v *view) StartRestart(set string, stepTimeout time.Duration, who admin.Act
 			return fmt.Errorf("%w (started %s, run by %s)", admin.ErrRestartRunning, st.Started.Format(time.RFC3339), st.Owner)
 		}
 		*st = admin.RestartStatus{Set: set, State: "running", Owner: self, OwnerNode: node, By: who.String(), Replicas: names,
-			StepTimeout: stepTimeout.String(), Started: time.Now(), Steps: []admin.RestartStep{}}
+			StepTimeout: opts.StepTimeout.String(), Force: opts.Force, Started: time.Now(), Steps: []admin.RestartStep{}}
 		return nil
 	})
 	if err != nil {
 		n.restarts.release(set)
 		return admin.RestartStatus{}, writeError(err)
 	}
-	n.audit.Record(eventlog.KindAdminAction, set, "", map[string]any{"action": "restart", "replicas": names, "scope": admin.ScopeFleet, "by": who.String()})
+	fields := map[string]any{"action": "restart", "replicas": names, "scope": admin.ScopeFleet, "by": who.String()}
+	if opts.Force {
+		fields["force"] = true
+	}
+	n.audit.Record(eventlog.KindAdminAction, set, "", fields)
 	n.goRestart(ctx, set, st)
 	return st, nil
 }
 
+// agentMetas returns the metadata of the newest alive agent of each
+// replica of set that has one, by replica name.
+func (n *ProxyNode) agentMetas(set string) map[string]membership.Meta {
+	out := map[string]membership.Meta{}
+	for _, m := range n.node.Members() {
+		if m.Meta.Role != membership.RoleReplica || m.Meta.Set != set || m.Status != membership.StatusAlive {
+			continue
+		}
+		if cur, ok := out[m.Meta.Replica]; !ok || m.Meta.Boot > cur.Boot {
+			out[m.Meta.Replica] = m.Meta
+		}
+	}
+	return out
+}
+
+// unsupervised reports whether an agent says that it supervises no
+// process (an agent too old to say is given the benefit of the doubt).
+func unsupervised(m membership.Meta) bool { return m.SupervisionKnown && !m.Supervised }
+
+// restartRefusal returns why the agents of names could not restart them,
+// or nil: agents that supervise no process (run without `-- CMD`), and
+// replicas no alive agent advertises.
+func (n *ProxyNode) restartRefusal(set string, names []string) error {
+	metas := n.agentMetas(set)
+	var bare, gone []string
+	for _, name := range names {
+		m, ok := metas[name]
+		switch {
+		case !ok:
+			gone = append(gone, name)
+		case unsupervised(m):
+			bare = append(bare, name)
+		}
+	}
+	if len(bare) == 0 && len(gone) == 0 {
+		return nil
+	}
+	var reasons, fixes []string
+	if len(bare) > 0 {
+		reasons = append(reasons, withoutCommand(bare))
+		fixes = append(fixes, plural(bare, "restart the replica yourself, or run its agent with -- CMD", "restart the replicas yourself, or run the agents with -- CMD"))
+	}
+	if len(gone) > 0 {
+		reasons = append(reasons, plural(gone, strings.Join(gone, ", ")+" has no live agent in gossip, so keyway cannot restart it",
+			strings.Join(gone, ", ")+" have no live agent in gossip, so keyway cannot restart them"))
+		fixes = append(fixes, plural(gone, "start its agent and wait until it is ready", "start their agents and wait until they are ready"))
+	}
+	return &admin.RefusedError{Action: "restart", Set: set, Replicas: slices.Sorted(slices.Values(append(bare, gone...))),
+		Reason: strings.Join(reasons, "; "), Fix: strings.Join(fixes, "; ")}
+}
+
+// withoutCommand says that the replicas' agents supervise no process.
+func withoutCommand(names []string) string {
+	return plural(names,
+		strings.Join(names, ", ")+" runs without -- CMD: its agent supervises no process, so keyway cannot restart it",
+		strings.Join(names, ", ")+" run without -- CMD: their agents supervise no process, so keyway cannot restart them")
+}
+
+// plural returns one when names has one element, else many.
+func plural(names []string, one, many string) string {
+	if len(names) == 1 {
+		return one
+	}
+	return many
+}
+
 // RestartStatus returns the set's last rolling restart, from the fleet's
-// run-time state.
+// run-time state, with its mark as this proxy sees it (markRestart).
 func (v *view) RestartStatus(set string) (admin.RestartStatus, bool) {
-	return v.n.restartStatus(set)
+	st, ok := v.n.restartStatus(set)
+	if !ok {
+		return st, false
+	}
+	phase, since := v.n.phases.PhaseSince(set)
+	markRestart(&st, phase, since)
+	return st, true
+}
+
+// markRestart works out whether a failed or interrupted restart is still
+// marked: until an operator acknowledges it, or until the set enters the
+// phase Running after the failure (phase, since when).
+func markRestart(st *admin.RestartStatus, phase health.Phase, since time.Time) {
+	if st.State != "failed" && st.State != "interrupted" {
+		return
+	}
+	// The failure is its "failed" step: the replica is undrained after it,
+	// and Finished is written last.
+	failed := st.Finished
+	for _, s := range st.Steps {
+		if s.Step == "failed" && (failed.IsZero() || s.Time.Before(failed)) {
+			failed = s.Time
+		}
+	}
+	switch {
+	case !st.Acknowledged.IsZero():
+		st.Cleared = admin.ClearedAcknowledged
+	case phase == health.PhaseRunning && since.After(failed):
+		st.Cleared, st.RunningSince = admin.ClearedRunning, since
+	default:
+		st.Mark = true
+	}
+}
+
+// errAcked ends an acknowledgement that changes nothing: the restart was
+// acknowledged already.
+var errAcked = errors.New("acknowledged already")
+
+// AckRestart acknowledges the set's failed or interrupted last restart:
+// it writes who and when into the restart's record (which stays), so that
+// no proxy marks it any more. Acknowledging it again changes nothing.
+func (v *view) AckRestart(set string, who admin.Actor) (admin.RestartStatus, error) {
+	n := v.n
+	if n.p.Router(set) == nil {
+		return admin.RestartStatus{}, fmt.Errorf("%w %q", admin.ErrUnknownSet, set)
+	}
+	var cur admin.RestartStatus
+	st, err := n.updateRestart(nil, set, who.String(), func(st *admin.RestartStatus, ok bool) error {
+		cur = *st
+		switch {
+		case !ok:
+			return fmt.Errorf("%w: no rolling restart of %s has run", admin.ErrNoRestart, set)
+		case st.State == "running":
+			return fmt.Errorf("%w (started %s)", admin.ErrRestartRunning, st.Started.Format(time.RFC3339))
+		case st.State == "done":
+			return fmt.Errorf("%w: the last rolling restart of %s (finished %s) succeeded", admin.ErrNoRestart, set, st.Finished.Format(time.RFC3339))
+		case !st.Acknowledged.IsZero():
+			return errAcked
+		}
+		st.Acknowledged, st.AcknowledgedBy = time.Now(), who.String()
+		return nil
+	})
+	switch {
+	case errors.Is(err, errAcked):
+		st = cur
+	case err != nil:
+		return cur, writeError(err)
+	default:
+		n.audit.Record(eventlog.KindAdminAction, set, "", map[string]any{"action": "restart_ack", "state": st.State, "error": st.Error,
+			"by": who.String(), "scope": admin.ScopeFleet})
+	}
+	phase, since := n.phases.PhaseSince(set)
+	markRestart(&st, phase, since)
+	return st, nil
 }
 
 // watchRestarts runs checkRestarts every second until ctx is done.
@@ -367,6 +519,9 @@ func (n *ProxyNode) rollingRestart(ctx context.Context, set string, st admin.Res
 			return
 		}
 		fields := map[string]any{"action": "restart", "result": state, "scope": admin.ScopeFleet}
+		if st.Force {
+			fields["force"] = true
+		}
 		if errText != "" {
 			fields["error"] = errText
 			log.Error("rolling restart stopped", zap.String("state", state), zap.String("error", errText))
@@ -448,38 +603,57 @@ func (n *ProxyNode) rollingRestart(ctx context.Context, set string, st admin.Res
 			fail("drain", err)
 			return
 		}
-		// Drained: out of rotation here, every other proxy has said since
-		// then that it routes the set like this one (so it has the replica
-		// out too) and that it has nothing in flight to it, and neither
-		// has this one.
-		var outSince time.Time
-		if err := wait(func() bool {
-			inflight, out, ok := n.p.ReplicaLoad(set, name)
-			if !ok || !out {
-				return false
-			}
-			if outSince.IsZero() {
-				outSince = time.Now()
-			}
-			for _, p := range n.fleet.Peers() {
-				if p.Heard.Before(outSince) {
+		// Forced: out of rotation here is enough; the requests in flight
+		// to it fail when its process stops.
+		drained := "out of rotation and nothing in flight on every proxy"
+		var (
+			outSince time.Time
+			err      error
+		)
+		if st.Force {
+			err = wait(func() bool {
+				inflight, out, ok := n.p.ReplicaLoad(set, name)
+				if !ok || !out {
 					return false
 				}
-			}
-			for _, fs := range n.p.FleetStatus() {
-				for _, p := range fs.Peers {
-					if fs.Set == set && !p.Agrees {
+				others, _ := n.p.FleetInflight(set)
+				drained = fmt.Sprintf("forced: out of rotation here; not waiting for %d requests in flight here and %d on other proxies", inflight, others[name])
+				return true
+			})
+		} else {
+			// Drained: out of rotation here, every other proxy has said
+			// since then that it routes the set like this one (so it has
+			// the replica out too) and that it has nothing in flight to
+			// it, and neither has this one.
+			err = wait(func() bool {
+				inflight, out, ok := n.p.ReplicaLoad(set, name)
+				if !ok || !out {
+					return false
+				}
+				if outSince.IsZero() {
+					outSince = time.Now()
+				}
+				for _, p := range n.fleet.Peers() {
+					if p.Heard.Before(outSince) {
 						return false
 					}
 				}
-			}
-			others, _ := n.p.FleetInflight(set)
-			return inflight == 0 && others[name] == 0
-		}); err != nil {
+				for _, fs := range n.p.FleetStatus() {
+					for _, p := range fs.Peers {
+						if fs.Set == set && !p.Agrees {
+							return false
+						}
+					}
+				}
+				others, _ := n.p.FleetInflight(set)
+				return inflight == 0 && others[name] == 0
+			})
+		}
+		if err != nil {
 			fail("drained", err)
 			return
 		}
-		if err := step(name, "drained", "out of rotation and nothing in flight on every proxy"); err != nil {
+		if err := step(name, "drained", drained); err != nil {
 			fail("drained", err)
 			return
 		}

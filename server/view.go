@@ -178,6 +178,9 @@ func (v *view) Members() []admin.MemberInfo {
 		}
 		if m.Meta.Role != membership.RoleProxy {
 			mi.State = m.Meta.State.String()
+			if m.Meta.Role == membership.RoleReplica && m.Meta.SupervisionKnown {
+				mi.Supervised = new(m.Meta.Supervised)
+			}
 		} else {
 			mi.ID = m.ID()
 		}

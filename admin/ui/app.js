@@ -210,20 +210,62 @@ function setRate(tr) {
 }
 
 // restartLine shows a set's rolling restart (GET …/restart): its progress
-// while it runs, its result afterwards.
-function restartLine(r) {
+// while it runs, its result afterwards. A failed or interrupted one is
+// shown while the API marks it (r.mark: until the set is Running again
+// after the failure, or an operator acknowledges it), with when it failed,
+// the error and an Acknowledge button; then it is not shown.
+function restartLine(set, r) {
   const steps = r.steps || [];
   const last = steps.length ? steps[steps.length - 1] : null;
   const total = 6 * (r.replicas || []).length;
   if (r.state === "running") {
     return h("div", { class: "meta restart", "data-state": r.state },
-      h("span", { class: "pill warn" }, "rolling restart"), " step " + steps.length + " of " + total +
+      h("span", { class: "pill warn" }, r.force ? "rolling restart (forced)" : "rolling restart"), " step " + steps.length + " of " + total +
       (last ? ": " + last.replica + " " + last.step : ""));
   }
-  const cls = r.state === "done" ? "ok" : "bad";
-  return h("div", { class: "meta restart", "data-state": r.state },
-    h("span", { class: "pill " + cls }, "rolling restart " + r.state), " " + fmtTime(r.finished) + (r.error ? " · " + r.error : "") +
-    (r.owner ? " · run by " + r.owner : ""));
+  if (r.state === "done") {
+    return h("div", { class: "meta restart", "data-state": r.state },
+      h("span", { class: "pill ok" }, "rolling restart done"), " " + fmtTime(r.finished) + (r.force ? " · forced" : "") +
+      (r.owner ? " · run by " + r.owner : ""));
+  }
+  if (!r.mark) return null;
+  return h("div", { class: "meta restart restart-mark", "data-state": r.state, "data-finished": r.finished || "" },
+    h("span", { class: "pill bad" }, "rolling restart " + r.state), " at " + fmtDateTime(r.finished) +
+    (r.error ? " · " + r.error : "") + (r.owner ? " · run by " + r.owner : "") + " ",
+    h("button", { type: "button", class: "restart-ack", "data-set": set,
+      title: "hide this mark (POST /v1/replica_sets/" + set + "/restart/ack); the restart's record stays" }, "Acknowledge"));
+}
+
+// adminToken asks once per browser tab for the admin bearer token that
+// changes need (acknowledging a restart); null when the user cancels.
+function adminToken() {
+  let tok = sessionStorage.getItem("keyway-admin-token");
+  if (!tok) {
+    tok = window.prompt("Admin bearer token (KEYWAY_ADMIN_TOKEN), kept for this tab only:");
+    if (tok) sessionStorage.setItem("keyway-admin-token", tok);
+  }
+  return tok;
+}
+
+// ackRestart acknowledges a set's failed restart, then refreshes.
+async function ackRestart(set) {
+  const tok = adminToken();
+  if (!tok) return;
+  let resp, body;
+  try {
+    resp = await fetch("/v1/replica_sets/" + encodeURIComponent(set) + "/restart/ack",
+      { method: "POST", headers: { Authorization: "Bearer " + tok }, cache: "no-store" });
+    body = await resp.json().catch(() => null);
+  } catch (e) {
+    showError("acknowledging the restart of " + set + ": " + e.message);
+    return;
+  }
+  if (resp.status === 401) sessionStorage.removeItem("keyway-admin-token");
+  if (!resp.ok) {
+    showError("acknowledging the restart of " + set + ": " + ((body && body.error) || "HTTP " + resp.status));
+    return;
+  }
+  refresh();
 }
 
 // runtimeLine says that a set is stopped, or that the fleet's run-time
@@ -252,7 +294,8 @@ function setCard(s) {
     h("div", { class: "meta" }, "ring " + s.ring_size + " members, " + s.partitions + " partitions · fingerprint " + s.fingerprint + " · generation " + s.generation));
   const rt = runtimeLine(s);
   if (rt) card.append(rt);
-  if (s.restart) card.append(restartLine(s.restart));
+  const rl = s.restart ? restartLine(s.name, s.restart) : null;
+  if (rl) card.append(rl);
   const reps = s.replicas || [];
   if (reps.length === 0) {
     card.append(h("div", { class: "empty" }, "no replicas yet — start agents or add static replicas"));
@@ -276,6 +319,12 @@ function eventDetails(ev) {
 function fmtTime(ts) {
   const d = new Date(ts);
   return isNaN(d) ? String(ts || "") : d.toLocaleTimeString([], { hour12: false }) + "." + String(d.getMilliseconds()).padStart(3, "0");
+}
+
+// fmtDateTime prints a time with its date, in the browser's time zone.
+function fmtDateTime(ts) {
+  const d = new Date(ts);
+  return isNaN(d) ? String(ts || "") : d.toLocaleString([], { hour12: false });
 }
 
 function renderEvents(evs) {
@@ -402,5 +451,9 @@ async function lookup(ev) {
 }
 
 document.getElementById("route-form").addEventListener("submit", lookup);
+document.getElementById("sets").addEventListener("click", (ev) => {
+  const b = ev.target.closest("button.restart-ack");
+  if (b) ackRestart(b.dataset.set);
+});
 refresh();
 setInterval(refresh, REFRESH_MS);

@@ -156,6 +156,11 @@ proxy lifts its health holds (ejections, supervision holds) on the set's
 replicas, so that a repaired replica comes back into rotation. Ask any proxy:
 it tells the agents and the other proxies by gossip.
 
+Refused at once (exit 1, HTTP 409) when it could do nothing: no replica is
+failed and every one is in rotation on the asked proxy, or the failed
+replicas' agents supervise no process (run without -- CMD). The message
+names the replicas, the reason and the fix.
+
 `
 
 func runRepair(args []string, stdout, stderr io.Writer) error {
@@ -190,7 +195,8 @@ func runRepair(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-const restartUsage = `Usage: keyway restart --set SET [--step-timeout D] [--admin ADDR] [--token-file FILE]
+const restartUsage = `Usage: keyway restart --set SET [--force] [--step-timeout D] [--admin ADDR] [--token-file FILE]
+       keyway restart --set SET --ack [--admin ADDR] [--token-file FILE]
 
 Rolling restart of a replica set whose agents supervise their replica's
 process (keyway agent ... -- CMD): one replica at a time, drained on every
@@ -199,6 +205,20 @@ once the new process has started, and the next one once it is back in
 rotation. Prints each step as it happens; stops, undrains that replica and
 exits 1 when a step does not complete within --step-timeout.
 
+Refused at once (exit 1, HTTP 409), before anything is drained, when an
+agent of the set could not restart its replica: it supervises no process
+(run without -- CMD), or no agent of the replica is alive. The message
+names the replicas, the reason and the fix.
+
+--force restarts each replica's process as soon as it is out of rotation,
+without waiting for its requests in flight: for replicas that hang in
+their drain. Those requests fail. The restart is recorded and audited as
+forced.
+
+--ack acknowledges the set's failed or interrupted last restart: the
+dashboard no longer marks it (it also stops once the set is Running again).
+The restart's record stays; GET /v1/replica_sets/SET/restart shows it.
+
 `
 
 func runRestart(args []string, stdout, stderr io.Writer) error {
@@ -206,14 +226,20 @@ func runRestart(args []string, stdout, stderr io.Writer) error {
 	cf := newCLIFlags(fs)
 	var set, tokenFile string
 	var step time.Duration
+	var force, ack bool
 	fs.StringVar(&set, "set", "", "replica `SET`; required")
 	fs.DurationVar(&step, "step-timeout", 0, "bound on each step (`DURATION`); default 2m")
+	fs.BoolVar(&force, "force", false, "restart each replica once out of rotation, without waiting for its requests in flight")
+	fs.BoolVar(&ack, "ack", false, "acknowledge the set's failed last restart (no restart)")
 	fs.StringVar(&tokenFile, "token-file", "", "`FILE` holding the admin bearer token; default env "+admin.TokenEnv)
 	if err := parseCLIFlags(fs, args, stderr, restartUsage); err != nil {
 		return err
 	}
 	if set == "" {
 		return usageError{"keyway restart needs --set"}
+	}
+	if ack && (force || step != 0) {
+		return usageError{"keyway restart --ack starts no restart: leave out --force and --step-timeout"}
 	}
 	token, err := cliToken(tokenFile, "restart")
 	if err != nil {
@@ -223,11 +249,27 @@ func runRestart(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	c := cf.client(token)
-	st, _, err := c.Restart(set, step)
+	if ack {
+		st, _, err := c.AckRestart(set)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "rolling restart of %s (%s at %s: %s) acknowledged by %s; the dashboard no longer marks it\n",
+			set, st.State, st.Finished.Local().Format(time.DateTime), st.Error, st.AcknowledgedBy)
+		return nil
+	}
+	st, _, err := c.RestartWith(set, admin.RestartOptions{StepTimeout: step, Force: force})
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "rolling restart of %s: %s (each step within %s)\n", st.Set, strings.Join(st.Replicas, ", "), st.StepTimeout)
+	mode := ""
+	switch {
+	case st.Force:
+		mode = ", forced: no wait for requests in flight"
+	case force:
+		fmt.Fprintf(stderr, "keyway: the proxy at %s does not know --force (an older version): this restart waits for each replica's drain\n", cf.admin)
+	}
+	fmt.Fprintf(stdout, "rolling restart of %s: %s (each step within %s%s)\n", st.Set, strings.Join(st.Replicas, ", "), st.StepTimeout, mode)
 	st, err = c.FollowRestart(set, st, 0, func(s admin.RestartStep) {
 		fmt.Fprintf(stdout, "%6.1fs  %-12s %-8s %s\n", s.Time.Sub(st.Started).Seconds(), s.Replica, s.Step, s.Detail)
 	})

@@ -189,7 +189,7 @@ func TestCLIDrainWait(t *testing.T) {
 }
 
 // keyway repair: the token is required; an unknown set is a 404; a set of
-// static replicas is repaired on the asked proxy (its holds lifted).
+// static replicas all in rotation has nothing to repair: refused at once.
 func TestCLIRepair(t *testing.T) {
 	t.Setenv(admin.TokenEnv, "s3cret")
 	st := stacktest.StartOrders(t)
@@ -202,7 +202,25 @@ func TestCLIRepair(t *testing.T) {
 		t.Fatalf("repair of an unknown set: %v", err)
 	}
 	out, _, err := keywayCLI(t, "repair", "--admin", st.Admin, "--set", "orders")
-	if err != nil || !strings.Contains(out, "repair orders: accepted; told 0 agents") {
-		t.Fatalf("repair: %q %v", out, err)
+	if err == nil || exitCode(err) != exitRuntime || out != "" || !strings.Contains(err.Error(), "repair orders refused: nothing to repair: no replica of orders is failed") ||
+		!strings.Contains(err.Error(), "use keyway restart --set orders") || !strings.Contains(err.Error(), "HTTP 409") {
+		t.Fatalf("repair with nothing to repair: %q %v", out, err)
+	}
+}
+
+// keyway restart --ack: not with --force or --step-timeout (a usage
+// error); with no failed restart to acknowledge, the API's 404 says so.
+func TestCLIRestartAck(t *testing.T) {
+	t.Setenv(admin.TokenEnv, "s3cret")
+	st := stacktest.StartOrders(t)
+	for _, args := range [][]string{{"--ack", "--force"}, {"--ack", "--step-timeout", "5s"}} {
+		args = append([]string{"restart", "--admin", st.Admin, "--set", "orders"}, args...)
+		if _, _, err := keywayCLI(t, args...); err == nil || exitCode(err) != exitConfig || !strings.Contains(err.Error(), "--ack starts no restart") {
+			t.Errorf("%v: %v, want a usage error", args, err)
+		}
+	}
+	_, _, err := keywayCLI(t, "restart", "--admin", st.Admin, "--set", "orders", "--ack")
+	if err == nil || !strings.Contains(err.Error(), "no rolling restart of orders has run") || !strings.Contains(err.Error(), "HTTP 404") {
+		t.Fatalf("restart --ack without a restart: %v", err)
 	}
 }

@@ -78,6 +78,7 @@ Usage:
   keyway runtime [export|clear --set S]  the fleet's run-time state; write it back to the file
   keyway repair --set S         restart a set's replicas that gave up, lift every proxy's holds
   keyway restart --set S        rolling restart: one replica at a time, drained first, no request lost
+                                (--force: no wait for requests in flight; --ack: clear a failed restart's mark)
   keyway keys --sets S,... --out DIR  make the fleet's signing keys (credentials files, Secrets); --rotate, --add-set
   keyway version                print the version
 
