@@ -46,6 +46,11 @@ type Config struct {
 	// section) finds the agents it started after a restart of its proxy
 	// by their locks. Default "" (none).
 	LockFile string `yaml:"lock_file"`
+	// ExitWithParent makes the agent drain and exit, as on SIGTERM, once
+	// the process that started it has exited (the demo's agents go with
+	// the demo, even when it is killed). Default false: an agent outlives
+	// whatever started it (the local runner's agents outlive their proxy).
+	ExitWithParent bool `yaml:"exit_with_parent"`
 	// Command is the replica's command line (`keyway agent … -- CMD
 	// ARGS…`): the program and its arguments. Empty (the default) means the
 	// agent supervises no process, only probes the replica at

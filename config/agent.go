@@ -306,8 +306,9 @@ func agentFieldDocs() map[string]string {
 		"supervise.max_restarts": "with -- CMD: restarts allowed within supervise.window; the next unexpected exit makes the agent give up and advertise failed; 1 to 1000",
 		"supervise.window":       "with -- CMD: sliding period over which unexpected exits count, for max_restarts and the backoff's doubling; at least 1s",
 
-		"lock_file": "a file the agent holds locked while it runs (its PID, set and replica inside): a second agent for the same file refuses to start, and the local runner finds its agents again after its proxy restarts; empty: none",
-		"listen":    "host:port of the agent's HTTP listener (/healthz, /readyz, /metrics); empty disables it. In Kubernetes use :9902 so the kubelet can reach it",
+		"exit_with_parent": "drain and exit, as on SIGTERM, once the process that started the agent has exited (the demo's agents go with the demo); false: the agent outlives it",
+		"lock_file":        "a file the agent holds locked while it runs (its PID, set and replica inside): a second agent for the same file refuses to start, and the local runner finds its agents again after its proxy restarts; empty: none",
+		"listen":           "host:port of the agent's HTTP listener (/healthz, /readyz, /metrics); empty disables it. In Kubernetes use :9902 so the kubelet can reach it",
 
 		"log.level":                  "debug, info, warn or error",
 		"log.format":                 "json or console",

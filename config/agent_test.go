@@ -143,8 +143,8 @@ func TestLoadAgentProblems(t *testing.T) {
 			want: []string{
 				`agent.yaml:1: replica.nmae: unknown key "nmae"; did you mean "name"?`,
 				`agent.yaml:1: replica.static: unknown key "static"; allowed keys: set, name, addr, weight, zone`,
-				`agent.yaml:2: level: unknown key "level" here (log.level is a key of another section); allowed keys here: replica, probe, drain, supervise, listen, log, gossip, lock_file`,
-				`agent.yaml:3: replica_sets: unknown key "replica_sets"; allowed keys: replica, probe, drain, supervise, listen, log, gossip, lock_file`,
+				`agent.yaml:2: level: unknown key "level" here (log.level is a key of another section); allowed keys here: replica, probe, drain, supervise, listen, log, gossip, lock_file, exit_with_parent`,
+				`agent.yaml:3: replica_sets: unknown key "replica_sets"; allowed keys: replica, probe, drain, supervise, listen, log, gossip, lock_file, exit_with_parent`,
 			},
 		},
 		"values": {

@@ -19,7 +19,7 @@ func TestDetectKind(t *testing.T) {
 		kind             FileKind
 		agent, proxyKeys []string
 	}{
-		"examples/agent.yaml":   {read("agent.yaml"), KindAgent, []string{"replica", "probe", "drain", "supervise", "lock_file"}, nil},
+		"examples/agent.yaml":   {read("agent.yaml"), KindAgent, []string{"replica", "probe", "drain", "supervise", "lock_file", "exit_with_parent"}, nil},
 		"examples/minimal.yaml": {read("minimal.yaml"), KindProxy, nil, []string{"replica_sets"}},
 		"both":                  {"listen: :1\nreplica: {set: a}\nreplica_sets: []\n", KindMixed, []string{"replica"}, []string{"replica_sets"}},
 		"only shared keys":      {"listen: :1\nlog: {level: info}\ngossip: {}\n", KindUnknown, nil, nil},

@@ -181,8 +181,9 @@ func (r *Runner) reaped(j *job, pid int, err error, logFile string) {
 	r.event(j, map[string]any{"event": "exit", "agent_pid": pid, "exit": how, "restarts": j.restarts})
 }
 
-// lastErrorLine returns the last line of a log file's tail that mentions
-// an error, shortened.
+// lastErrorLine returns the line of a log file's tail that says why its
+// agent exited: the last that mentions an error or is keyway's own
+// ("keyway: ..."), else the last one; shortened.
 func lastErrorLine(file string) string {
 	f, err := os.Open(file)
 	if err != nil {
@@ -199,16 +200,20 @@ func lastErrorLine(file string) string {
 		return ""
 	}
 	lines := bytes.Split(bytes.TrimSpace(b), []byte("\n"))
-	for i := len(lines) - 1; i >= 0; i-- {
+	pick := ""
+	for i := len(lines) - 1; i >= 0 && pick == ""; i-- {
 		l := strings.TrimSpace(string(lines[i]))
-		if strings.Contains(strings.ToLower(l), "error") {
-			if len(l) > 300 {
-				l = l[:300] + "…"
-			}
-			return l
+		if strings.HasPrefix(l, "keyway: ") || strings.Contains(strings.ToLower(l), "error") {
+			pick = l
 		}
 	}
-	return ""
+	if pick == "" && len(lines) > 0 {
+		pick = strings.TrimSpace(string(lines[len(lines)-1]))
+	}
+	if len(pick) > 300 {
+		pick = pick[:300] + "…"
+	}
+	return pick
 }
 
 // jobEnv is the environment of a job's agent, which passes it to the
@@ -274,14 +279,15 @@ func (r *Runner) agentFile(j *job, addr string) ([]byte, error) {
 		logc["format"] = a.LogFormat
 	}
 	doc := kv{
-		"replica":   kv{"set": j.set, "name": j.replica, "addr": addr},
-		"probe":     probe,
-		"drain":     drain,
-		"supervise": kv{"stop_grace": j.spec.StopGrace.String(), "max_restarts": j.spec.MaxRestarts, "window": j.spec.RestartWindow.String()},
-		"listen":    "",
-		"lock_file": filepath.Join(runnerDir(j.dir), j.replica+".lock"),
-		"log":       logc,
-		"gossip":    gossip,
+		"replica":          kv{"set": j.set, "name": j.replica, "addr": addr},
+		"probe":            probe,
+		"drain":            drain,
+		"supervise":        kv{"stop_grace": j.spec.StopGrace.String(), "max_restarts": j.spec.MaxRestarts, "window": j.spec.RestartWindow.String()},
+		"listen":           "",
+		"lock_file":        filepath.Join(runnerDir(j.dir), j.replica+".lock"),
+		"exit_with_parent": a.ExitWithParent,
+		"log":              logc,
+		"gossip":           gossip,
 	}
 	b, err := yaml.Marshal(doc)
 	if err != nil {

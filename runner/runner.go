@@ -62,6 +62,9 @@ type AgentBase struct {
 	Profile       string
 	LogLevel      string
 	LogFormat     string
+	// ExitWithParent makes every agent exit once its proxy has (the
+	// demo): agent exit_with_parent.
+	ExitWithParent bool
 }
 
 // Options are a Runner's dependencies.
@@ -77,6 +80,9 @@ type Options struct {
 	// StopOnExit makes Run stop every job it runs before it returns (the
 	// demo). Default false: the agents outlive the proxy.
 	StopOnExit bool
+	// StateDir is the state directory of sets whose run section names
+	// none; "" means the default (StateDir).
+	StateDir string
 	// Interval is how often the loop looks at the agents. Default 1s.
 	Interval time.Duration
 	// Ready says when the loop may start and stop agents: once this
@@ -140,6 +146,9 @@ func (r *Runner) Apply(wants []Want) {
 	r.wants = make(map[string]Want, len(wants))
 	for _, w := range wants {
 		if w.Spec.Enabled() {
+			if w.Spec.StateDir == "" {
+				w.Spec.StateDir = r.opts.StateDir
+			}
 			w.Spec.StateDir = StateDir(w.Spec)
 			r.wants[w.Set] = w
 			for i := range w.Replicas {

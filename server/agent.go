@@ -31,6 +31,29 @@ type AgentNode struct {
 	log  *zap.Logger
 	a    *agent.Agent
 	lock *flock.Lock // lock_file, held until Run returns; nil without one
+
+	exitWithParent bool
+}
+
+// watchParent cancels the agent's context (it drains and exits) once the
+// process that started it has exited: the agent's parent process changes
+// (it is adopted by init or a subreaper).
+func watchParent(ctx context.Context, cancel context.CancelFunc, log *zap.Logger) {
+	parent := os.Getppid()
+	t := time.NewTicker(500 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if p := os.Getppid(); p != parent {
+				log.Info("the process that started this agent has exited; draining and leaving (exit_with_parent)", zap.Int("parent", parent))
+				cancel()
+				return
+			}
+		}
+	}
 }
 
 // NewAgent builds an agent node from cfg: its logs, its metrics, and the
@@ -68,7 +91,7 @@ func NewAgent(cfg agent.Config, opts Options) (_ *AgentNode, err error) {
 		return nil, err
 	}
 	logs.App.Info("keyway agent starting", zap.String("version", opts.Version), zap.String("config", config.AgentSummary(cfg)))
-	return &AgentNode{logs: logs, log: logs.App, a: a, lock: lock}, nil
+	return &AgentNode{logs: logs, log: logs.App, a: a, lock: lock, exitWithParent: cfg.ExitWithParent}, nil
 }
 
 // AgentLock is what an agent writes into its lock_file: who holds it.
@@ -167,6 +190,12 @@ func (n *AgentNode) Run(ctx context.Context) error {
 	defer n.logs.Close()
 	if n.lock != nil {
 		defer n.lock.Close()
+	}
+	if n.exitWithParent {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		go watchParent(ctx, cancel, n.log)
 	}
 	if err := n.a.Run(ctx); err != nil {
 		// No stack trace: the error says what failed (a taken port, say).

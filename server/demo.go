@@ -6,7 +6,6 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"slices"
 
 	"keyway/admin"
 	"keyway/config"
@@ -82,20 +81,13 @@ func NewDemo(cfg config.Config, opts Options) (_ *Demo, err error) {
 		cfg.Gossip.CredentialsFile = d.CredentialsFile
 	}
 	// The replicas' state lives in the run's directory, unless a set says
-	// otherwise: a demo's jobs are its own, and go with it.
-	cfg.ReplicaSets = slices.Clone(cfg.ReplicaSets)
-	for i := range cfg.ReplicaSets {
-		if r := &cfg.ReplicaSets[i].Run; r.Enabled() && r.StateDir == "" {
-			if d.StateDir == "" {
-				if _, err := d.writeFile(".keep", nil); err != nil {
-					return nil, err
-				}
-				d.StateDir = filepath.Join(d.dir, "run")
-			}
-			r.StateDir = d.StateDir
-		}
+	// otherwise (sets created at run time too): a demo's jobs are its
+	// own, and go with it, even when it is killed (exit_with_parent).
+	if _, err := d.writeFile(".keep", nil); err != nil {
+		return nil, err
 	}
-	opts.StopJobsOnExit = true
+	d.StateDir = filepath.Join(d.dir, "run")
+	opts.StopJobsOnExit, opts.JobsStateDir = true, d.StateDir
 	if d.Proxy, err = NewProxy(cfg, opts); err != nil {
 		return nil, err
 	}

@@ -28,6 +28,7 @@ func (n *ProxyNode) newRunner(cfg config.Config, opts Options) (*runner.Runner, 
 		Executable: opts.Executable,
 		Logger:     n.log.Named("runner"),
 		StopOnExit: opts.StopJobsOnExit,
+		StateDir:   opts.JobsStateDir,
 		Ready:      func() bool { return started(n.node.Started()) && n.rt.Synced() },
 		Event: func(set, replica string, fields map[string]any) {
 			n.audit.Record(eventlog.KindReplicaJob, set, replica, fields)
@@ -43,7 +44,7 @@ func (n *ProxyNode) newRunner(cfg config.Config, opts Options) (*runner.Runner, 
 			},
 			BindAddr: bind, AdvertiseAddr: g.AdvertiseAddr, Label: g.Label, KeyFile: g.KeyFile, Insecure: g.Insecure,
 			Credentials: g.CredentialsFile, Signatures: g.Signatures, Profile: g.Profile,
-			LogLevel: cfg.Log.Level, LogFormat: cfg.Log.Format,
+			LogLevel: cfg.Log.Level, LogFormat: cfg.Log.Format, ExitWithParent: opts.StopJobsOnExit,
 		},
 	})
 }
@@ -158,18 +159,28 @@ func intField(v any) int {
 }
 
 // exitText says how a replica process ended, from a replica_process exit
-// event's fields.
+// event's fields: "stopped (code 0)", "exit code 3", "killed by SIGKILL",
+// "not started: ...".
 func exitText(f map[string]any) string {
 	reason, _ := f["reason"].(string)
+	how := ""
 	switch {
 	case f["signal"] != nil:
-		return reason + " (" + toString(f["signal"]) + ")"
+		how = "killed by " + toString(f["signal"])
 	case f["error"] != nil:
-		return reason + ": " + toString(f["error"])
+		how = toString(f["error"])
 	case f["code"] != nil:
-		return reason + " " + strconv.Itoa(intField(f["code"]))
+		how = "code " + strconv.Itoa(intField(f["code"]))
 	}
-	return reason
+	switch reason {
+	case "stop":
+		return "stopped by its agent (" + how + ")"
+	case "exit_code":
+		return "exit " + how
+	case "start_error":
+		return "not started: " + how
+	}
+	return how
 }
 
 func toString(v any) string {

@@ -50,6 +50,10 @@ type Options struct {
 	// stops (the demo); by default they outlive it, for the next process
 	// to adopt.
 	StopJobsOnExit bool
+	// JobsStateDir is the state directory of the jobs of sets whose run
+	// section names none (the demo's private directory); "" means the
+	// runner's default.
+	JobsStateDir string
 	// GossipTransport, if non-nil, wraps the node's gossip transport
 	// (membership.Options.Transport): a hook for tests that cut a node's
 	// gossip in-process (internal/gossipfault) and for special networks.

@@ -103,13 +103,13 @@ func TestFileKinds(t *testing.T) {
 		has   string
 	}{
 		{[]string{"proxy", "-c", agentFile},
-			agentFile + " is an agent's configuration (keys replica, probe, drain, supervise, lock_file): run it with keyway agent -c " + agentFile + ", check it with keyway validate -c " + agentFile + "; read as a proxy's configuration:",
+			agentFile + " is an agent's configuration (keys replica, probe, drain, supervise, lock_file, exit_with_parent): run it with keyway agent -c " + agentFile + ", check it with keyway validate -c " + agentFile + "; read as a proxy's configuration:",
 			`unknown key "replica"`},
 		{[]string{"agent", "-c", proxyFile},
 			proxyFile + " is a proxy's configuration (keys replica_sets): run it with keyway proxy -c " + proxyFile + ", check it with keyway validate -c " + proxyFile + "; read as an agent's configuration:",
 			`unknown key "replica_sets"`},
 		{[]string{"validate", "-c", agentFile, "--listen", ":9000"},
-			agentFile + " is an agent's configuration (keys replica, probe, drain, supervise, lock_file), and the flags given are the proxy's: check it with keyway agent --check -c " + agentFile + " and the agent's flags (keyway agent --help)",
+			agentFile + " is an agent's configuration (keys replica, probe, drain, supervise, lock_file, exit_with_parent), and the flags given are the proxy's: check it with keyway agent --check -c " + agentFile + " and the agent's flags (keyway agent --help)",
 			""},
 		{[]string{"validate", "-c", mixed}, mixed + `:1: replica: unknown key "replica"; did you mean "replica_sets"?`,
 			mixed + " mixes keys of the agent's configuration (replica) with the proxy's (replica_sets): the proxy and the agent read separate files; check an agent's file with keyway agent --check -c FILE"},
