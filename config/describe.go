@@ -248,7 +248,7 @@ func fieldDocs() map[string]string {
 		"replica_sets[].name":                            "required, unique; 1 to 63 of a-z, 0-9, '-', '_' (used in metrics, logs and gossip)",
 		"replica_sets[].match.host":                      "exact Host header, port ignored, case-insensitive; empty matches any host",
 		"replica_sets[].match.path_prefix":               "start of the raw request path; must start with '/'. No two sets may have the same host and path_prefix",
-		"replica_sets[].replicas":                        "declared replica count, which decides the set's phase; 1 to 1000",
+		"replica_sets[].replicas":                        "declared replica count, which decides the set's phase; with a run section, the number of jobs keyway runs; 1 to 1000",
 		"replica_sets[].key":                             "where a request's key is looked for, in order; the first source present wins. Each entry sets exactly one of header, path_segment, query",
 		"replica_sets[].key[].header":                    "a request header, matched case-insensitively, e.g. X-Key",
 		"replica_sets[].key[].path_segment":              "1-based path segment, 1 to 64: 2 takes abc from /ingest/abc/more",
