@@ -722,9 +722,16 @@ func (p *Proxy) Run(ctx context.Context) error {
 	// Serve returns once its listener is closed; then fasthttp's shutdown
 	// closes the idle connections and waits for requests in flight (it
 	// checks every 100ms: with none left it returns at once).
-	// The grace is over: connections no request is arriving on close now
-	// (fasthttp's shutdown would keep one that never carried a request
-	// until 5 seconds after it opened).
+	// The grace is over and nothing is accepted any more. A connection
+	// accepted at its very end whose first request has not arrived yet is
+	// given a moment for it (its client dialed to send one): closing it
+	// would fail a request the next process would have served.
+	for i := 0; i < pendingPolls && p.front.FreshWaiting() > 0; i++ {
+		time.Sleep(drainPoll / 5)
+	}
+	// Connections no request is arriving on close now (fasthttp's
+	// shutdown would keep one that never carried a request until 5
+	// seconds after it opened).
 	waiting := p.front.CloseWaiting()
 	// A request that arrived at the last moment on a connection just
 	// left open is read before fasthttp's shutdown would close the

@@ -77,6 +77,20 @@ func (f *Front) PendingInput() int {
 	return n
 }
 
+// FreshWaiting is the number of connections no byte has arrived on since
+// they opened, and none waits unread: their clients have just dialed, and
+// their first request is on its way. A stopping server that no longer
+// accepts waits a moment for them before CloseWaiting closes the rest.
+func (f *Front) FreshWaiting() int {
+	n := 0
+	for _, c := range f.open.list() {
+		if c.fresh.Load() && c.waiting.Load() && !c.hasInput() {
+			n++
+		}
+	}
+	return n
+}
+
 // Open is the number of connections the front end's listeners accepted
 // that are not closed yet: served, parked, woken from parking or waiting
 // for their first request. A draining server waits for it to reach zero.
@@ -242,6 +256,10 @@ type ClientConn struct {
 	// waiting: no byte of a request has arrived since the connection
 	// opened or its last answer (CloseWaiting closes such connections).
 	waiting atomic.Bool
+	// fresh: no byte has arrived since the connection opened. Its client
+	// dialed to send a request: a stopping server waits a moment for it
+	// (FreshWaiting) rather than closing the connection under it.
+	fresh   atomic.Bool
 	tracked bool // in front.open
 }
 
@@ -250,6 +268,7 @@ func NewClientConn(c net.Conn, f *Front, scan bool) *ClientConn {
 	tc, _ := c.(*net.TCPConn)
 	cc := &ClientConn{Conn: c, tcp: tc, front: f, scan: scan}
 	cc.waiting.Store(true)
+	cc.fresh.Store(true)
 	return cc
 }
 
@@ -258,6 +277,7 @@ func (c *ClientConn) Read(b []byte) (int, error) {
 		n, err := c.Conn.Read(b)
 		if n > 0 && c.waiting.Load() {
 			c.waiting.Store(false)
+			c.fresh.Store(false)
 		}
 		return n, err
 	}
@@ -269,6 +289,7 @@ func (c *ClientConn) Read(b []byte) (int, error) {
 		c.ps.parkAt = false
 		if c.waiting.Load() {
 			c.waiting.Store(false)
+			c.fresh.Store(false)
 		}
 	} else if err != nil && c.parkDue(err) {
 		c.ps.parking.Store(true)

@@ -132,6 +132,34 @@ func TestCloseWaitingLeavesConnectionsWithUnreadInput(t *testing.T) {
 	_ = quiet
 }
 
+// A connection no byte has arrived on yet is fresh: its client has just
+// dialed. Once a request arrives on it, it is not, even when it waits for
+// its next one.
+func TestFreshWaitingCountsConnectionsBeforeTheirFirstRequest(t *testing.T) {
+	var f Front
+	_, quiet := acceptPair(t, &f)
+	usedClient, used := acceptPair(t, &f)
+	if n := f.FreshWaiting(); n != 2 {
+		t.Fatalf("FreshWaiting() = %d with two new connections, want 2", n)
+	}
+	if _, err := usedClient.Write([]byte("hi")); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, 5*time.Second, "the request to arrive", used.hasInput)
+	if n := f.FreshWaiting(); n != 1 {
+		t.Fatalf("FreshWaiting() = %d with input waiting on one, want 1", n)
+	}
+	b := make([]byte, 2)
+	if _, err := io.ReadFull(used, b); err != nil {
+		t.Fatal(err)
+	}
+	used.waiting.Store(true) // answered: waiting for its next request
+	if n := f.FreshWaiting(); n != 1 {
+		t.Fatalf("FreshWaiting() = %d after a request was read, want 1 (the quiet one)", n)
+	}
+	_ = quiet
+}
+
 // Stopping the parker serves a parked connection whose request has
 // arrived but that its loop has not woken, rather than closing it; it
 // closes the quiet ones. The parker's loop does not run here, so that
