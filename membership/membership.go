@@ -93,6 +93,11 @@ type Options struct {
 	// verify with instead of Config.CredentialsFile's (the demo and tests
 	// make their own).
 	Credentials *fleetauth.Credentials
+	// FirstJoin lists seeds joined once, first, beside Config.Join and
+	// not re-joined later: an upgrade's new process joins its old one,
+	// which may be the only other member (a proxy that joins nobody),
+	// and which the new process replaces at that address.
+	FirstJoin []string
 	// OnReject, when not nil, hears of refused messages and claims, at
 	// most once per sender and reason per minute (for the audit trail).
 	// It is called from memberlist's callbacks or the message worker:
@@ -619,18 +624,25 @@ func (n *Node) memberlistConfig(name string, port int) (*memberlist.Config, *mlD
 	return c, d
 }
 
+// firstJoinAttempts bounds the joins of Options.FirstJoin alone.
+const firstJoinAttempts = 5
+
 // joinLoop joins the seeds with backoff, then re-joins them periodically.
 func (n *Node) joinLoop(ctx context.Context) {
-	if len(n.cfg.Join) == 0 {
+	seeds := append(slices.Clone(n.opts.FirstJoin), n.cfg.Join...)
+	if len(seeds) == 0 {
 		n.joining.Store(true)
 		n.signal()
 		return
 	}
 	backoff := 200 * time.Millisecond
-	for {
-		k, err := n.ml.Load().Join(n.cfg.Join)
-		if err == nil || k > 0 {
-			n.log.Info("gossip joined", zap.Strings("seeds", n.cfg.Join), zap.Int("contacted", k))
+	for attempt := 1; ; attempt++ {
+		k, err := n.ml.Load().Join(seeds)
+		if err == nil || k > 0 || (len(n.cfg.Join) == 0 && attempt >= firstJoinAttempts) {
+			// With only first seeds, a few failed attempts end the join:
+			// the old process of an upgrade that is gone leaves this one
+			// alone, as a proxy that joins nobody is.
+			n.log.Info("gossip joined", zap.Strings("seeds", seeds), zap.Int("contacted", k), zap.Error(err))
 			// memberlist merged the seeds' state before Join returned: the
 			// next snapshot holds it.
 			n.joining.Store(true)
@@ -638,7 +650,7 @@ func (n *Node) joinLoop(ctx context.Context) {
 			break
 		}
 		n.metrics.joinFailures.Inc()
-		n.log.Warn("gossip join failed; retrying", zap.Strings("seeds", n.cfg.Join), zap.Error(err), zap.Duration("in", backoff))
+		n.log.Warn("gossip join failed; retrying", zap.Strings("seeds", seeds), zap.Error(err), zap.Duration("in", backoff))
 		select {
 		case <-ctx.Done():
 			return
@@ -646,7 +658,7 @@ func (n *Node) joinLoop(ctx context.Context) {
 		}
 		backoff = min(backoff*2, 10*time.Second)
 	}
-	if n.cfg.RejoinInterval <= 0 {
+	if n.cfg.RejoinInterval <= 0 || len(n.cfg.Join) == 0 {
 		return
 	}
 	t := time.NewTicker(n.cfg.RejoinInterval)

@@ -46,6 +46,9 @@ type Options struct {
 	// Executable is the keyway program the local runner starts agents
 	// with (a set's run section); "" means this process's own.
 	Executable string
+	// GossipFirstJoin lists gossip addresses joined once, first (an
+	// upgrade's new process joins its old one): membership.Options.
+	GossipFirstJoin []string
 	// StopJobsOnExit makes the runner stop the jobs it runs when the node
 	// stops (the demo); by default they outlive it, for the next process
 	// to adopt.
@@ -267,7 +270,7 @@ func NewProxy(cfg config.Config, opts Options) (_ *ProxyNode, err error) {
 			Addr:        adminAddr,
 			Fingerprint: membership.FingerprintMeta(n.p.Fingerprints()),
 		}, membership.Options{Logger: n.log.Named("gossip"), Registerer: n.reg, Sink: n.disc,
-			OnReject: auditRefused(n.audit), Transport: opts.GossipTransport})
+			OnReject: auditRefused(n.audit), Transport: opts.GossipTransport, FirstJoin: opts.GossipFirstJoin})
 		if err != nil {
 			return nil, err
 		}

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"keyway/membership"
 )
 
 // A proxy's listening sockets may come from before this process started:
@@ -191,3 +193,21 @@ func sameAddr(addr string, bound net.Addr) bool {
 // errNoUpgrades is the answer to an upgrade request where upgrades are
 // off (off Unix).
 var errNoUpgrades = errors.New("binary upgrades need Unix")
+
+// oldGossipAddr is the gossip address of an upgrade's old process: the
+// configured one, which this process takes over once the old one has
+// left (its advertised address and port when set; a dialable host for an
+// all-interfaces bind).
+func oldGossipAddr(g membership.Config, port, advertisePort int) string {
+	host := g.AdvertiseAddr
+	if host == "" {
+		host = g.BindAddr
+		if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
+			host = "127.0.0.1"
+		}
+	}
+	if advertisePort != 0 {
+		port = advertisePort
+	}
+	return net.JoinHostPort(host, strconv.Itoa(port))
+}

@@ -369,8 +369,12 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	// one once the old process has exited.
 	gossipPort, gossipAdvertise := cfg.Gossip.BindPort, cfg.Gossip.AdvertisePort
 	movePort := h.Upgrading() && cfg.Gossip.Enabled && gossipPort != 0
+	var firstJoin []string
 	if movePort {
 		cfg.Gossip.BindPort, cfg.Gossip.AdvertisePort = 0, 0
+		// It joins the old process first: that may be the only other
+		// member (a proxy that joins nobody, its agents joined to it).
+		firstJoin = []string{oldGossipAddr(cfg.Gossip.Config, gossipPort, gossipAdvertise)}
 	}
 	// A plain stop of a process whose socket systemd holds keeps accepting
 	// through the drain grace: the next process gets the socket only once
@@ -380,7 +384,7 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	node, err := server.NewProxy(cfg, server.Options{
 		Stdout: stdout, Stderr: stderr, Version: versionString(),
 		File: cf.File, Load: func() (config.Config, error) { return loadConfig(cf) },
-		Listen: h.Listen, HoldAccepts: h.Upgrading() || h.HasActivated(),
+		Listen: h.Listen, HoldAccepts: h.Upgrading() || h.HasActivated(), GossipFirstJoin: firstJoin,
 		AcceptWhileDraining: func() bool { return !upgraded.Load() && h.SystemdHolds("proxy") },
 	})
 	if err != nil {
