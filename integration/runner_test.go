@@ -576,3 +576,82 @@ func TestRunnerScaleUnderLoad(t *testing.T) {
 	}
 	t.Logf("%d requests through two proxies, none failed", total)
 }
+
+// setPhase returns the phase of "orders" on a proxy.
+func setPhase(adminAddr string) string {
+	resp, err := http.Get("http://" + adminAddr + "/v1/replica_sets/orders")
+	if err != nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	var st struct {
+		Phase string `json:"phase"`
+	}
+	_ = json.NewDecoder(resp.Body).Decode(&st)
+	return st.Phase
+}
+
+// A replica whose command exits at once is restarted by its agent
+// (run.max_restarts) and then given up: its lifecycle state is failed, in
+// the jobs answer and the set's replicas, while its agent stays. Once the
+// cause is gone, `keyway repair` starts it again, under the same agent.
+func TestRunnerCrashLoopFailsAndRepairRevives(t *testing.T) {
+	skipShort(t)
+	t.Setenv("KEYWAY_ADMIN_TOKEN", "s3cret")
+	dir := t.TempDir()
+	stateDir := filepath.Join(dir, "run")
+	r := newReaper(t, stateDir)
+	crash := filepath.Join(stateDir, "orders-1", "crash")
+	if err := os.MkdirAll(filepath.Dir(crash), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	WriteFile(t, filepath.Dir(crash), "crash", "")
+	a := StartProxyFile(t, "proxy", WriteFile(t, dir, "proxy.yaml",
+		runProxyYAML(nil, 0, 2, runSection(stateDir, "max_restarts: 1, restart_window: 1m"))))
+
+	var st admin.JobsStatus
+	var j1 admin.Job
+	poll.Until(t, 30*time.Second, "orders-1 failed and orders-0 ready", func() bool {
+		st, _ = jobsOf(a.Admin)
+		r.saw(st)
+		j0, ok0 := job(st, "orders-0")
+		var ok1 bool
+		j1, ok1 = job(st, "orders-1")
+		return ok0 && ok1 && j0.ReplicaState == "ready" && j1.ReplicaState == "failed"
+	})
+	if j1.State != "running" || j1.AgentPid == 0 || j1.Pid != 0 || j1.Restarts != 1 || !strings.Contains(j1.LastExit, "3") {
+		t.Fatalf("orders-1 given up: job %+v; want its agent running, no replica process, 1 restart, last exit code 3", j1)
+	}
+	if state, _, in, _ := setReplica(t, a.Admin, "orders-1"); state != "failed" || in {
+		t.Fatalf("the set shows orders-1 %s, in rotation %v; want failed, out", state, in)
+	}
+	if p := setPhase(a.Admin); p != "Degraded" {
+		t.Errorf("phase with one of two replicas failed: %s, want Degraded", p)
+	}
+	if got := boots(stateDir, "orders-1"); len(got) != 0 {
+		t.Fatalf("orders-1 started as a replica while it crashed: %v", got)
+	}
+	out := cli(t, "jobs", "--admin", a.Admin, "--set", "orders")
+	if !strings.Contains(out, "failed") {
+		t.Errorf("keyway jobs does not show orders-1 failed:\n%s", out)
+	}
+
+	if err := os.Remove(crash); err != nil {
+		t.Fatal(err)
+	}
+	out = cli(t, "repair", "--admin", a.Admin, "--set", "orders")
+	if !strings.Contains(out, "orders-1") {
+		t.Errorf("keyway repair does not name the failed orders-1: %s", out)
+	}
+	start := time.Now()
+	st = waitJobs(t, r, a.Admin, 2, 20*time.Second)
+	t.Logf("repair: orders-1 ready %s after keyway repair", time.Since(start).Round(time.Millisecond))
+	again, _ := job(st, "orders-1")
+	if again.AgentPid != j1.AgentPid || again.AgentRestarts != 0 {
+		t.Errorf("repair replaced orders-1's agent: %d (restarted %d times), was %d", again.AgentPid, again.AgentRestarts, j1.AgentPid)
+	}
+	if got := boots(stateDir, "orders-1"); !slices.Equal(got, []int{again.Pid}) {
+		t.Errorf("orders-1 after the repair runs process %d; its state directory notes starts %v", again.Pid, got)
+	}
+	poll.Until(t, 10*time.Second, "phase Running after the repair", func() bool { return setPhase(a.Admin) == "Running" })
+}
