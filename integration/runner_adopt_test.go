@@ -172,3 +172,45 @@ func upgradeAndRestart(t *testing.T, join []string) {
 		t.Fatal("the restarted proxy routes keys to other replicas")
 	}
 }
+
+// Two proxies on one machine with the same run section and state
+// directory: the first runs the jobs, the second routes the set and runs
+// nothing (its jobs answer names the holder), and there is one agent per
+// replica. When the first dies (SIGKILL) the second takes the state
+// directory over and adopts the agents: the same processes.
+func TestRunnerOneRunnerPerStateDir(t *testing.T) {
+	skipShort(t)
+	dir := t.TempDir()
+	stateDir := filepath.Join(dir, "run")
+	r := newReaper(t, stateDir)
+	run := runSection(stateDir, "")
+	a := StartProxyFile(t, "proxy-a", WriteFile(t, dir, "a.yaml", runProxyYAML(nil, 0, 3, run)))
+	before := waitJobs(t, r, a.Admin, 3, 30*time.Second)
+	b := StartProxyFile(t, "proxy-b", WriteFile(t, dir, "b.yaml", runProxyYAML([]string{a.Gossip}, 0, 3, run)))
+	b.WaitLine(t, logField("another process runs the jobs of this state directory; this proxy routes only, and takes over when it stops", "holder"), 20*time.Second)
+	b.WaitRotation(t, 3, 20*time.Second)
+	st, ok := jobsOf(b.Admin)
+	if !ok || !st.Runs || st.Here || st.Holder != fmt.Sprintf("pid %d", a.Pid()) || len(st.Jobs) != 0 || st.StateDir != stateDir {
+		t.Fatalf("the second proxy's jobs answer: %+v; want runs, not here, holder pid %d, no jobs", st, a.Pid())
+	}
+	if out := cli(t, "jobs", "--admin", b.Admin, "--set", "orders"); !strings.Contains(out, fmt.Sprintf("run by another process on this host (pid %d)", a.Pid())) {
+		t.Errorf("keyway jobs on the second proxy:\n%s", out)
+	}
+	if st, _ := jobsOf(a.Admin); len(st.Jobs) != 3 || !st.Here {
+		t.Fatalf("the first proxy's jobs after the second started: %+v", st)
+	}
+	checkSameJobs(t, stateDir, "with two proxies", before, before)
+
+	a.Kill(t)
+	start := time.Now()
+	after := waitAdopted(t, r, b.Admin, 3, 30*time.Second)
+	t.Logf("the second proxy adopted the 3 jobs %s after the first was killed", time.Since(start).Round(time.Millisecond))
+	checkSameJobs(t, stateDir, "after the takeover", before, after)
+	if st, _ := jobsOf(b.Admin); st.Holder != "" {
+		t.Errorf("the second proxy still names a holder after the takeover: %+v", st)
+	}
+	keys := Keys(100)
+	if _, why := routesAgree(t, NewClient(), keys, 3, b); why != "" {
+		t.Fatalf("after the takeover: %s", why)
+	}
+}
