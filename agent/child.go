@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"strconv"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -151,12 +152,20 @@ const maxPendingReports = 16
 // new process of an upgrade are two, a proxy's gossip move to another
 // port is one.
 type reportLog struct {
-	msgs      [][]byte       // the last events; msgs[i] is event base+i
-	base      int            // the number of events dropped from msgs
-	lastStart int            // the number of the last start event, -1 before one
-	sent      map[string]int // events sent to each proxy process (all before that number)
-	reached   bool           // a proxy was sent events
+	msgs      [][]byte             // the last events; msgs[i] is event base+i
+	base      int                  // the number of events dropped from msgs
+	lastStart int                  // the number of the last start event, -1 before one
+	sent      map[string]int       // events sent to each proxy process (all before that number)
+	seenAt    map[string]time.Time // when a proxy process not sent to yet was first seen
+	reached   bool                 // a proxy was sent events
+	retry     bool                 // a later pass is scheduled (reportJoinDelay)
 }
+
+// reportJoinDelay is how long a proxy is known before the agent sends it
+// its first events. A proxy drops a report from a member it has not
+// merged yet, and gossip lets the agent learn of a proxy (its join's
+// push/pull answer) before the proxy has merged the agent.
+const reportJoinDelay = 250 * time.Millisecond
 
 // reportKey names a proxy process.
 func reportKey(m membership.Member) string { return m.ID() + "/" + strconv.FormatInt(m.Meta.Boot, 10) }
@@ -168,7 +177,8 @@ func reportKey(m membership.Member) string { return m.ID() + "/" + strconv.Forma
 // it learns of. A proxy that appears later (another proxy, or a new
 // process of one: an upgrade, a restart) gets the current process's
 // events, from its last start on, so that it knows the replica's process
-// (its PID, restarts and last exit) without having seen them happen. The
+// (its PID, restarts and last exit) without having seen them happen. A
+// proxy's first events wait until it has been known reportJoinDelay. The
 // run loop calls it on membership changes. Safe for concurrent use.
 func (a *Agent) sendReports(msg []byte) { a.report(msg, false) }
 
@@ -178,7 +188,7 @@ func (a *Agent) report(msg []byte, start bool) {
 	defer a.reportMu.Unlock()
 	l := &a.reports
 	if l.sent == nil {
-		l.sent, l.lastStart = map[string]int{}, -1
+		l.sent, l.seenAt, l.lastStart = map[string]int{}, map[string]time.Time{}, -1
 	}
 	if msg != nil {
 		if start {
@@ -194,6 +204,7 @@ func (a *Agent) report(msg []byte, start bool) {
 	total := l.base + len(l.msgs)
 	members := a.node.Members()
 	known := make(map[string]bool, len(members))
+	now, later := time.Now(), false // not a.now: the retry is a real timer
 	for _, m := range members {
 		if m.Self || m.Meta.Role != membership.RoleProxy {
 			continue
@@ -204,8 +215,19 @@ func (a *Agent) report(msg []byte, start bool) {
 			continue
 		}
 		from, ok := l.sent[key]
-		if !ok && l.reached {
-			from = max(l.lastStart, 0) // a later proxy: the current process's story
+		if !ok {
+			at, seen := l.seenAt[key]
+			if !seen {
+				l.seenAt[key], at = now, now
+			}
+			if now.Sub(at) < reportJoinDelay {
+				later = true
+				continue
+			}
+			delete(l.seenAt, key)
+			if l.reached {
+				from = max(l.lastStart, 0) // a later proxy: the current process's story
+			}
 		}
 		from = max(from, l.base)
 		for i := from; i < total; i++ {
@@ -220,7 +242,21 @@ func (a *Agent) report(msg []byte, start bool) {
 			delete(l.sent, key) // gone from the member list: a later return is a new proxy process
 		}
 	}
+	for key := range l.seenAt {
+		if !known[key] {
+			delete(l.seenAt, key)
+		}
+	}
 	if len(l.sent) > 0 {
 		l.reached = true
+	}
+	if later && !l.retry {
+		l.retry = true
+		time.AfterFunc(reportJoinDelay, func() {
+			a.reportMu.Lock()
+			a.reports.retry = false
+			a.reportMu.Unlock()
+			a.sendReports(nil)
+		})
 	}
 }
