@@ -43,7 +43,7 @@ func TestReadmeDemoExamples(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := stacktest.StartDemo(t, cfg, Binary, "orders", 3)
+	d := stacktest.StartDemo(t, cfg, "orders", 3)
 
 	send := func(body string) (int, string) {
 		t.Helper()

@@ -40,7 +40,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := stacktest.StartDemo(t, cfg, Binary, "orders", 3)
+	d := stacktest.StartDemo(t, cfg, "orders", 3)
 	proxy, adminAddr := d.Proxy, d.Admin
 
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],

@@ -151,12 +151,11 @@ type Demo struct {
 }
 
 // StartDemo runs the demo of cfg and returns once every replica of set is
-// in rotation (within 30 s). Its runner starts the replicas and their
-// agents with the keyway program exe (a test binary is not one).
-func StartDemo(t testing.TB, cfg config.Config, exe, set string, replicas int) *Demo {
+// in rotation (within 30 s).
+func StartDemo(t testing.TB, cfg config.Config, set string, replicas int) *Demo {
 	t.Helper()
 	d := &Demo{Stderr: &SyncBuffer{}}
-	dm, err := server.NewDemo(cfg, server.Options{Stderr: d.Stderr, Version: "test", Executable: exe})
+	dm, err := server.NewDemo(cfg, server.Options{Stderr: d.Stderr, Version: "test"})
 	if err != nil {
 		t.Fatalf("server.NewDemo: %v", err)
 	}
