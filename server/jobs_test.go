@@ -31,12 +31,14 @@ func TestProcessFactsInAgentOrder(t *testing.T) {
 	since := time.Now()
 	send(membership.ProcessEvent{Seq: 1, Event: "start", Pid: 41})
 	send(membership.ProcessEvent{Seq: 3, Event: "start", Pid: 42}) // overtook the exit
-	send(membership.ProcessEvent{Seq: 2, Event: "exit", Pid: 41, Reason: "stop"})
+	exit := membership.ProcessEvent{Seq: 2, Event: "exit", Pid: 41, Reason: "stop"}
+	send(exit)
+	exit.Set, exit.Replica, exit.Boot = "orders", "orders-0", 7
 
 	n := &ProxyNode{audit: l}
 	var aj admin.Job
 	n.processFacts(&aj, runner.Job{Set: "orders", Replica: "orders-0", Since: since})
-	if aj.Pid != 42 || aj.LastExit != "stop 0" {
-		t.Fatalf("process facts: pid %d, last exit %q; want 42, \"stop 0\"", aj.Pid, aj.LastExit)
+	if want := exitText(processFields("orders-0.abc", exit)); aj.Pid != 42 || aj.LastExit != want {
+		t.Fatalf("process facts: pid %d, last exit %q; want 42, %q", aj.Pid, aj.LastExit, want)
 	}
 }
