@@ -100,8 +100,8 @@ type Agent struct {
 	childSig chan struct{}      // capacity 1: childQ is not empty
 	childSeq uint64             // the last ProcessEvent.Seq; the supervisor's goroutine
 
-	reportMu      sync.Mutex // guards reportPending
-	reportPending [][]byte   // process events not sent yet: no proxy known
+	reportMu sync.Mutex // guards reports
+	reports  reportLog  // process events, and which proxy processes have them
 
 	mu sync.Mutex // guards ln
 	ln net.Listener

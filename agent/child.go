@@ -2,6 +2,8 @@ package agent
 
 import (
 	"context"
+	"strconv"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -137,45 +139,124 @@ func (a *Agent) reportChild(ev childEvent) {
 			msg.Error = ev.Err.Error()
 		}
 	}
-	a.sendReports(msg.Encode())
+	a.report(msg.Encode(), ev.Kind == childStart)
 }
 
-// maxPendingReports bounds the process events kept for the first proxy:
-// the oldest go first.
+// maxPendingReports bounds the process events an agent keeps (for the
+// first proxy, and a later one's catch-up): the oldest go first.
 const maxPendingReports = 16
 
-// sendReports sends msg (nil for none) and the messages held before to
-// every alive proxy. While the agent knows no proxy yet (the process
-// starts as gossip joins) it holds them, at most maxPendingReports, for
-// the first proxies it learns of (the run loop calls it on membership
-// changes). Safe for concurrent use.
-func (a *Agent) sendReports(msg []byte) {
+// reportLog keeps an agent's last process events (at most
+// maxPendingReports) and how many of them each proxy process was sent. A
+// proxy process is named by its ID and boot (reportKey): the old and the
+// new process of an upgrade are two, a proxy's gossip move to another
+// port is one.
+type reportLog struct {
+	msgs      [][]byte             // the last events; msgs[i] is event base+i
+	base      int                  // the number of events dropped from msgs
+	lastStart int                  // the number of the last start event, -1 before one
+	sent      map[string]int       // events sent to each proxy process (all before that number)
+	seenAt    map[string]time.Time // when a proxy process not sent to yet was first seen
+	reached   bool                 // a proxy was sent events
+	retry     bool                 // a later pass is scheduled (reportJoinDelay)
+}
+
+// reportJoinDelay is how long a proxy is known before the agent sends it
+// its first events. A proxy drops a report from a member it has not
+// merged yet, and gossip lets the agent learn of a proxy (its join's
+// push/pull answer) before the proxy has merged the agent.
+const reportJoinDelay = 250 * time.Millisecond
+
+// reportKey names a proxy process.
+func reportKey(m membership.Member) string { return m.ID() + "/" + strconv.FormatInt(m.Meta.Boot, 10) }
+
+// sendReports sends msg (nil for none) and the events each alive proxy
+// has not had to it: a proxy the agent reports to gets every event once.
+// While the agent knows no proxy yet (the process starts as gossip
+// joins) it holds them, at most maxPendingReports, for the first proxies
+// it learns of. A proxy that appears later (another proxy, or a new
+// process of one: an upgrade, a restart) gets the current process's
+// events, from its last start on, so that it knows the replica's process
+// (its PID, restarts and last exit) without having seen them happen. A
+// proxy's first events wait until it has been known reportJoinDelay. The
+// run loop calls it on membership changes. Safe for concurrent use.
+func (a *Agent) sendReports(msg []byte) { a.report(msg, false) }
+
+// report is sendReports; start says msg is a start event.
+func (a *Agent) report(msg []byte, start bool) {
 	a.reportMu.Lock()
 	defer a.reportMu.Unlock()
+	l := &a.reports
+	if l.sent == nil {
+		l.sent, l.seenAt, l.lastStart = map[string]int{}, map[string]time.Time{}, -1
+	}
 	if msg != nil {
-		a.reportPending = append(a.reportPending, msg)
-		if n := len(a.reportPending); n > maxPendingReports {
-			a.reportPending = append(a.reportPending[:0], a.reportPending[n-maxPendingReports:]...)
+		if start {
+			l.lastStart = l.base + len(l.msgs)
+		}
+		l.msgs = append(l.msgs, msg)
+		if n := len(l.msgs); n > maxPendingReports {
+			drop := n - maxPendingReports
+			l.msgs = append(l.msgs[:0], l.msgs[drop:]...)
+			l.base += drop
 		}
 	}
-	if len(a.reportPending) == 0 {
-		return
-	}
-	var proxies []string
-	for _, m := range a.node.Members() {
-		if !m.Self && m.Meta.Role == membership.RoleProxy && m.Status == membership.StatusAlive {
-			proxies = append(proxies, m.Node)
+	total := l.base + len(l.msgs)
+	members := a.node.Members()
+	known := make(map[string]bool, len(members))
+	now, later := time.Now(), false // not a.now: the retry is a real timer
+	for _, m := range members {
+		if m.Self || m.Meta.Role != membership.RoleProxy {
+			continue
 		}
-	}
-	if len(proxies) == 0 {
-		return
-	}
-	for _, b := range a.reportPending {
-		for _, p := range proxies {
-			if err := a.node.Send(p, b); err != nil {
-				a.log.Debug("replica process event not sent", zap.String("proxy", p), zap.Error(err))
+		key := reportKey(m)
+		known[key] = true
+		if m.Status != membership.StatusAlive {
+			continue
+		}
+		from, ok := l.sent[key]
+		if !ok {
+			at, seen := l.seenAt[key]
+			if !seen {
+				l.seenAt[key], at = now, now
+			}
+			if now.Sub(at) < reportJoinDelay {
+				later = true
+				continue
+			}
+			delete(l.seenAt, key)
+			if l.reached {
+				from = max(l.lastStart, 0) // a later proxy: the current process's story
 			}
 		}
+		from = max(from, l.base)
+		for i := from; i < total; i++ {
+			if err := a.node.Send(m.Node, l.msgs[i-l.base]); err != nil {
+				a.log.Debug("replica process event not sent", zap.String("proxy", m.Node), zap.Error(err))
+			}
+		}
+		l.sent[key] = total
 	}
-	a.reportPending = a.reportPending[:0]
+	for key := range l.sent {
+		if !known[key] {
+			delete(l.sent, key) // gone from the member list: a later return is a new proxy process
+		}
+	}
+	for key := range l.seenAt {
+		if !known[key] {
+			delete(l.seenAt, key)
+		}
+	}
+	if len(l.sent) > 0 {
+		l.reached = true
+	}
+	if later && !l.retry {
+		l.retry = true
+		time.AfterFunc(reportJoinDelay, func() {
+			a.reportMu.Lock()
+			a.reports.retry = false
+			a.reportMu.Unlock()
+			a.sendReports(nil)
+		})
+	}
 }

@@ -467,3 +467,31 @@ func TestProcessEventsHeldForTheFirstProxy(t *testing.T) {
 	px := startAuditProxy(t, seed.GossipAddr())
 	poll.Until(t, 10*time.Second, "the proxy to receive the first start", func() bool { return slices.Equal(px.seen(), []string{"start"}) })
 }
+
+// A proxy that joins later (another proxy, or a new process of one after
+// an upgrade or a restart) gets the current process's events, from its
+// last start on, and the proxies that had them get none again.
+func TestProcessEventsCatchUpALaterProxy(t *testing.T) {
+	first := startAuditProxy(t)
+	rep := startReplica(t, "ok")
+	cs := &children{exitOnTerm: true}
+	cfg := superviseConfig(rep.addr, first.GossipAddr())
+	cfg.Drain.Timeout = 100 * time.Millisecond
+	a := startSupervising(t, cfg, cs)
+	poll.Until(t, 10*time.Second, "the first proxy to see the agent ready", func() bool { return stateAt(first.Node, a.Name()) == "ready" })
+	cs.last().exit(agent.Exit{Code: -1, Signal: "SIGKILL"})
+	want := []string{"start", "exit:signal", "restart", "start"}
+	poll.Until(t, 10*time.Second, "the first proxy to see the restart", func() bool { return slices.Equal(first.seen(), want) })
+
+	later := startAuditProxy(t, first.GossipAddr())
+	poll.Until(t, 10*time.Second, "the later proxy to receive the current start", func() bool { return len(later.seen()) > 0 })
+	later.mu.Lock()
+	got := slices.Clone(later.events)
+	later.mu.Unlock()
+	if len(got) != 1 || got[0].Event != "start" || got[0].Seq != 4 || got[0].Pid != cs.last().Pid() {
+		t.Fatalf("the later proxy got %+v, want the one start of process %d (seq 4)", got, cs.last().Pid())
+	}
+	if seen := first.seen(); !slices.Equal(seen, want) {
+		t.Fatalf("the first proxy got events again: %v", seen)
+	}
+}

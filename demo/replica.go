@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,6 +25,7 @@ type Replica struct {
 	requests atomic.Int64
 	unready  atomic.Bool  // /readyz answers 503 while set
 	mode     atomic.Int32 // modeOK, modeFail (500 to every request) or modeHang (never answer)
+	pending  atomic.Int64 // work it says it still holds: /_drained answers 503 while > 0
 
 	mu   sync.Mutex
 	keys map[string]int64
@@ -48,6 +50,9 @@ const (
 )
 
 var modeNames = [...]string{"ok", "500", "hang"}
+
+// maxDelay bounds a request's ?delay=.
+const maxDelay = 30 * time.Second
 
 // SetReady makes /readyz pass (true) or fail with 503 (false).
 func (r *Replica) SetReady(ok bool) { r.unready.Store(!ok) }
@@ -160,6 +165,30 @@ func (r *Replica) handle(ctx *fasthttp.RequestCtx) {
 		}
 		ctx.SetBodyString(fmt.Sprintf(`{"mode":%q}`, modeNames[r.mode.Load()]))
 		return
+	case "/_pending":
+		// POST /_pending?v=N says the replica still holds N units of its
+		// own work (as a pipeline job waiting at a barrier would); v=0
+		// says it is done. GET /_drained answers 200 only at 0: the drain
+		// probe (run.drain_probe, agent drain.probe_path).
+		if string(ctx.Method()) == fasthttp.MethodPost {
+			n, err := strconv.ParseInt(string(ctx.QueryArgs().Peek("v")), 10, 64)
+			if err != nil || n < 0 {
+				ctx.SetStatusCode(fasthttp.StatusBadRequest)
+				ctx.SetBodyString(`{"error":"v must be a count, 0 or more"}`)
+				return
+			}
+			r.pending.Store(n)
+		}
+		ctx.SetBodyString(fmt.Sprintf(`{"pending":%d}`, r.pending.Load()))
+		return
+	case "/_drained":
+		if n := r.pending.Load(); n > 0 {
+			ctx.SetStatusCode(fasthttp.StatusServiceUnavailable)
+			ctx.SetBodyString(fmt.Sprintf(`{"drained":false,"pending":%d}`, n))
+			return
+		}
+		ctx.SetBodyString(`{"drained":true,"pending":0}`)
+		return
 	case "/_ready":
 		// POST /_ready?v=false makes /readyz fail (as a replica replaying a
 		// checkpoint would); v=true makes it pass again.
@@ -184,6 +213,11 @@ func (r *Replica) handle(ctx *fasthttp.RequestCtx) {
 		}
 		ctx.SetStatusCode(fasthttp.StatusServiceUnavailable)
 		return
+	}
+	if d, err := time.ParseDuration(string(ctx.QueryArgs().Peek("delay"))); err == nil && d > 0 {
+		// ?delay=D holds this request for D (at most maxDelay) before it
+		// is answered: a slow request, for trying drains.
+		time.Sleep(min(d, maxDelay))
 	}
 	key := string(ctx.Request.Header.Peek(r.keyHdr))
 	if key == "" {

@@ -1,7 +1,9 @@
 package server
 
 import (
+	"cmp"
 	"net"
+	"slices"
 	"strconv"
 	"time"
 
@@ -114,13 +116,30 @@ func (v *view) Jobs(set string) (admin.JobsStatus, error) {
 
 // processFacts fills in what the job's agent reported of its replica's
 // process since the agent started: its PID, its restarts and its last
-// exit.
+// exit. The reports are taken in the agent's order (seq, per agent
+// process): they may arrive out of it, and a restart's exit and start
+// come a millisecond apart.
 func (n *ProxyNode) processFacts(aj *admin.Job, j runner.Job) {
 	since := j.Since.Add(-time.Second)
+	var evs []eventlog.Event
+	rank := map[string]int{} // agent processes (gossip node names), in the order first heard of
 	for _, e := range n.audit.Recent(since, []string{eventlog.KindReplicaProcess}, 0) {
 		if e.Set != j.Set || e.Replica != j.Replica {
 			continue
 		}
+		member := toString(e.Fields["member"])
+		if _, ok := rank[member]; !ok {
+			rank[member] = len(rank)
+		}
+		evs = append(evs, e)
+	}
+	slices.SortStableFunc(evs, func(a, b eventlog.Event) int {
+		if c := cmp.Compare(rank[toString(a.Fields["member"])], rank[toString(b.Fields["member"])]); c != 0 {
+			return c
+		}
+		return cmp.Compare(intField(a.Fields["seq"]), intField(b.Fields["seq"]))
+	})
+	for _, e := range evs {
 		switch e.Fields["event"] {
 		case "start":
 			aj.Pid = intField(e.Fields["pid"])
@@ -151,6 +170,8 @@ func intField(v any) int {
 	case int:
 		return x
 	case int64:
+		return int(x)
+	case uint64:
 		return int(x)
 	case float64:
 		return int(x)

@@ -18,7 +18,7 @@ func runReplica(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	listen := fs.String("listen", "127.0.0.1:9001", "`ADDR` to listen on (port 0 picks a free one)")
 	keyHeader := fs.String("key-header", "X-Key", "`HEADER` whose value it reports as the key")
 	if err := parseArgs(fs, args, stderr, func() {
-		fmt.Fprint(fs.Output(), "Usage: keyway replica [flags]\n\nRuns a demo replica: it answers every request with JSON naming itself, the key\nand how often it saw that key; GET /_stats lists every key it saw.\nFault switches: POST /_mode?v=500|hang|ok (answer 500, never answer, normal), POST /_ready?v=false|true (fail or pass /readyz).\n\n")
+		fmt.Fprint(fs.Output(), "Usage: keyway replica [flags]\n\nRuns a demo replica: it answers every request with JSON naming itself, the key\nand how often it saw that key; GET /_stats lists every key it saw.\nFault switches: POST /_mode?v=500|hang|ok (answer 500, never answer, normal), POST /_ready?v=false|true (fail or pass /readyz).\nDrain probe: GET /_drained answers 200, or 503 while POST /_pending?v=N (N > 0) says it holds work.\nSlow requests: ?delay=D (e.g. 2s, at most 30s) holds a request that long.\n\n")
 		fs.PrintDefaults()
 	}); err != nil {
 		return err
