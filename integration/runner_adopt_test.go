@@ -112,8 +112,6 @@ func TestRunnerUpgradeAndRestartAdoptJobs(t *testing.T) {
 // joins nobody.
 func TestRunnerUpgradeAloneAdoptsJobs(t *testing.T) {
 	skipShort(t)
-	t.Skip("fails: an upgrade's new process joins only gossip.join, not the old process; alone, it gossips in a cluster of its own, " +
-		"takes over with no replica in its table (no replica state in the jobs answer after 20s) until the agents re-join it (gossip.rejoin_interval, 30s by default)")
 	upgradeAndRestart(t, nil)
 }
 

@@ -376,6 +376,17 @@ func (n *Node) PushState(nodes []string) (int, error) {
 	return ml.Join(addrs)
 }
 
+// Join joins the members at these gossip addresses (a memberlist join:
+// a full state exchange with each), as a seed is joined. It returns how
+// many it reached.
+func (n *Node) Join(addrs []string) (int, error) {
+	ml := n.ml.Load()
+	if ml == nil {
+		return 0, ErrNotRunning
+	}
+	return ml.Join(addrs)
+}
+
 // liveMember returns the running memberlist and the gossip address of the
 // alive member with this node name.
 func (n *Node) liveMember(node string) (*memberlist.Memberlist, string, error) {

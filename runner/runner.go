@@ -26,6 +26,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -77,6 +78,11 @@ type Options struct {
 	// Event receives the runner's events (job start, adopt, stop, exit),
 	// for the audit trail; nil: none.
 	Event func(set, replica string, fields map[string]any)
+	// Adopted hears the gossip addresses of agents an earlier proxy
+	// process started, when this runner adopts them: the proxy joins
+	// them, which may be the only members it can reach (a proxy that
+	// joins nobody, restarted). Nil: none.
+	Adopted func(gossip []string)
 	// StopOnExit makes Run stop every job it runs before it returns (the
 	// demo). Default false: the agents outlive the proxy.
 	StopOnExit bool
@@ -307,6 +313,19 @@ func (r *Runner) reconcile() {
 			if j.alive() {
 				continue
 			}
+			if j.adopted {
+				// An agent an earlier process started is gone: how it ended
+				// is not ours to know. It is started again after a backoff,
+				// as a child of this process would be.
+				j.adopted = false
+				j.restarts++
+				j.lastExit = "exited (started by an earlier proxy process: its exit status is unknown)"
+				j.retryAt = now.Add(backoff(j.restarts))
+				r.log.Warn("adopted agent exited; starting it again after a backoff", zap.String("set", j.set), zap.String("replica", j.replica),
+					zap.Int("agent_pid", j.pid), zap.Time("retry_at", j.retryAt))
+				r.event(j, map[string]any{"event": "exit", "agent_pid": j.pid, "exit": j.lastExit, "restarts": j.restarts})
+				continue
+			}
 			if !j.retryAt.IsZero() && now.Before(j.retryAt) {
 				continue
 			}
@@ -374,6 +393,12 @@ func (r *Runner) lockDir(dir string, d *dirState) {
 // and that this runner has no job for: they were started by an earlier
 // proxy process.
 func (r *Runner) adoptFrom(dir string) {
+	var gossip []string
+	defer func() {
+		if len(gossip) > 0 && r.opts.Adopted != nil {
+			go r.opts.Adopted(gossip) // not under r.mu: it joins over the network
+		}
+	}()
 	locks, _ := filepath.Glob(filepath.Join(runnerDir(dir), "*.lock"))
 	for _, path := range locks {
 		name := strings.TrimSuffix(filepath.Base(path), ".lock")
@@ -394,6 +419,9 @@ func (r *Runner) adoptFrom(dir string) {
 			j.restarts, j.lastExit, j.spec = old.restarts, old.lastExit, old.spec
 		}
 		r.jobs[name] = j
+		if h.Gossip != "" {
+			gossip = append(gossip, h.Gossip)
+		}
 		r.log.Info("agent adopted", zap.String("set", h.Set), zap.String("replica", name), zap.Int("pid", h.Pid), zap.String("addr", h.Addr))
 		r.event(j, map[string]any{"event": "adopt", "agent_pid": h.Pid, "addr": h.Addr})
 	}
@@ -406,6 +434,7 @@ type agentLock struct {
 	Replica string    `json:"replica"`
 	Addr    string    `json:"addr"`
 	Started time.Time `json:"started"`
+	Gossip  string    `json:"gossip"`
 }
 
 func (r *Runner) event(j *job, fields map[string]any) {
@@ -536,6 +565,33 @@ func backoff(n int) time.Duration {
 	return min(d, 30*time.Second)
 }
 
+// portsGiven returns the ports the other replicas of j's state directory
+// have: their jobs' addresses and their kept ports. r.mu is held.
+func (r *Runner) portsGiven(j *job) map[int]bool {
+	out := map[int]bool{}
+	for _, o := range r.jobs {
+		if o != j && o.addr != "" {
+			if _, ps, err := net.SplitHostPort(o.addr); err == nil {
+				if n, err := strconv.Atoi(ps); err == nil {
+					out[n] = true
+				}
+			}
+		}
+	}
+	files, _ := filepath.Glob(filepath.Join(runnerDir(j.dir), "*.port"))
+	for _, f := range files {
+		if strings.TrimSuffix(filepath.Base(f), ".port") == j.replica {
+			continue
+		}
+		if b, err := os.ReadFile(f); err == nil {
+			if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+				out[n] = true
+			}
+		}
+	}
+	return out
+}
+
 // port returns the port of a job: port_base + ordinal, or the free port
 // it was given when first started (kept in STATE_DIR/.runner/REPLICA.port).
 func (r *Runner) port(j *job) (int, error) {
@@ -548,9 +604,23 @@ func (r *Runner) port(j *job) (int, error) {
 			return p, nil
 		}
 	}
-	p, err := freePort(j.spec.Host)
-	if err != nil {
-		return 0, err
+	// A port just given to another replica is free until that replica
+	// binds it: the kernel may offer it again. Skip the ports this
+	// directory's replicas have.
+	taken := r.portsGiven(j)
+	p := 0
+	for range 50 {
+		cand, err := freePort(j.spec.Host)
+		if err != nil {
+			return 0, err
+		}
+		if !taken[cand] {
+			p = cand
+			break
+		}
+	}
+	if p == 0 {
+		return 0, fmt.Errorf("no free port on %s that no other replica has", j.spec.Host)
 	}
 	if err := os.WriteFile(file, []byte(strconv.Itoa(p)+"\n"), 0o600); err != nil {
 		return 0, err

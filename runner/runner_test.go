@@ -234,6 +234,14 @@ func TestRunnerStartsScalesAndStopsAsRemovals(t *testing.T) {
 		t.Errorf("scale-out restarted orders-0")
 	}
 	given(t, dir, "orders-2") // up, with its SIGTERM handler
+	// Free ports are handed out once each, though none is bound yet.
+	seen := map[string]string{}
+	for name, j := range jobs3 {
+		if other, ok := seen[j.Addr]; ok {
+			t.Errorf("%s and %s were both given %s", name, other, j.Addr)
+		}
+		seen[j.Addr] = name
+	}
 	// Scale in: the highest ordinals stop (SIGTERM: a removal), their
 	// state stays.
 	r.Apply([]Want{{Set: "orders", Replicas: 1, Spec: s}})
@@ -411,5 +419,38 @@ func TestExpandAndOrdinals(t *testing.T) {
 	}
 	if !errors.Is(flock.ErrLocked, flock.ErrLocked) {
 		t.Fatal()
+	}
+}
+
+// An adopted agent that dies is started again after a backoff, counted as
+// a restart, as a child of the runner would be.
+func TestRunnerRestartsAnAdoptedAgentThatDies(t *testing.T) {
+	dir := t.TempDir()
+	s := spec(dir)
+	r1, stop1 := startRunner(t, dir, Options{})
+	r1.Apply([]Want{{Set: "orders", Replicas: 1, Spec: s}})
+	before := waitJobs(t, r1, "orders", "orders-0")
+	waitLocked(t, dir, "orders-0")
+	stop1()
+	r2, _ := startRunner(t, dir, Options{})
+	r2.Apply([]Want{{Set: "orders", Replicas: 1, Spec: s}})
+	if j := waitJobs(t, r2, "orders", "orders-0")["orders-0"]; !j.Adopted || j.AgentPid != before["orders-0"].AgentPid {
+		t.Fatalf("not adopted: %+v", j)
+	}
+	if err := syscall.Kill(before["orders-0"].AgentPid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	var j Job
+	poll.Until(t, 5*time.Second, "the adopted agent's exit noticed", func() bool {
+		jobs, _ := r2.Jobs("orders")
+		j = jobs[0]
+		return j.Restarts == 1
+	})
+	if !strings.Contains(j.LastExit, "earlier proxy process") {
+		t.Errorf("last exit %q", j.LastExit)
+	}
+	after := waitJobs(t, r2, "orders", "orders-0")["orders-0"]
+	if after.AgentPid == before["orders-0"].AgentPid || after.Adopted {
+		t.Errorf("not started again: %+v", after)
 	}
 }

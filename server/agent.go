@@ -27,12 +27,29 @@ import (
 // replica, with its logs and metrics. Build it with NewAgent and run it
 // once with Run.
 type AgentNode struct {
-	logs *logging.Loggers
-	log  *zap.Logger
-	a    *agent.Agent
-	lock *flock.Lock // lock_file, held until Run returns; nil without one
+	logs     *logging.Loggers
+	log      *zap.Logger
+	a        *agent.Agent
+	lock     *flock.Lock // lock_file, held until Run returns; nil without one
+	lockInfo AgentLock   // what it says; the gossip address once known
 
 	exitWithParent bool
+}
+
+// writeGossipAddr adds the agent's gossip address to its lock file once
+// its member runs.
+func (n *AgentNode) writeGossipAddr(ctx context.Context) {
+	select {
+	case <-n.a.Started():
+	case <-ctx.Done():
+		return
+	}
+	info := n.lockInfo
+	info.Gossip = n.a.GossipAddr()
+	b, _ := json.Marshal(info)
+	if err := n.lock.Write(b); err != nil {
+		n.log.Warn("lock_file not updated with the gossip address", zap.Error(err))
+	}
 }
 
 // watchParent cancels the agent's context (it drains and exits) once the
@@ -91,7 +108,7 @@ func NewAgent(cfg agent.Config, opts Options) (_ *AgentNode, err error) {
 		return nil, err
 	}
 	logs.App.Info("keyway agent starting", zap.String("version", opts.Version), zap.String("config", config.AgentSummary(cfg)))
-	return &AgentNode{logs: logs, log: logs.App, a: a, lock: lock, exitWithParent: cfg.ExitWithParent}, nil
+	return &AgentNode{logs: logs, log: logs.App, a: a, lock: lock, lockInfo: lockInfo(cfg), exitWithParent: cfg.ExitWithParent}, nil
 }
 
 // AgentLock is what an agent writes into its lock_file: who holds it.
@@ -101,6 +118,13 @@ type AgentLock struct {
 	Replica string    `json:"replica"`
 	Addr    string    `json:"addr"`
 	Started time.Time `json:"started"`
+	// Gossip is the agent's gossip address, once its member runs: a
+	// proxy that adopts the agent joins it there.
+	Gossip string `json:"gossip,omitempty"`
+}
+
+func lockInfo(cfg agent.Config) AgentLock {
+	return AgentLock{Pid: os.Getpid(), Set: cfg.Replica.Set, Replica: cfg.Replica.Name, Addr: cfg.Replica.Addr, Started: time.Now().UTC()}
 }
 
 // lockAgent takes cfg's lock_file, when it names one, and writes this
@@ -123,7 +147,7 @@ func lockAgent(cfg agent.Config) (*flock.Lock, error) {
 	if err != nil {
 		return nil, fmt.Errorf("lock_file: %w", err)
 	}
-	b, _ := json.Marshal(AgentLock{Pid: os.Getpid(), Set: cfg.Replica.Set, Replica: cfg.Replica.Name, Addr: cfg.Replica.Addr, Started: time.Now().UTC()})
+	b, _ := json.Marshal(lockInfo(cfg))
 	if err := l.Write(b); err != nil {
 		l.Close()
 		return nil, fmt.Errorf("lock_file: %w", err)
@@ -190,6 +214,7 @@ func (n *AgentNode) Run(ctx context.Context) error {
 	defer n.logs.Close()
 	if n.lock != nil {
 		defer n.lock.Close()
+		go n.writeGossipAddr(ctx)
 	}
 	if n.exitWithParent {
 		var cancel context.CancelFunc

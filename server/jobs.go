@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"time"
 
+	"go.uber.org/zap"
+
 	"keyway/admin"
 	"keyway/config"
 	"keyway/eventlog"
@@ -32,6 +34,11 @@ func (n *ProxyNode) newRunner(cfg config.Config, opts Options) (*runner.Runner, 
 		StopOnExit: opts.StopJobsOnExit,
 		StateDir:   opts.JobsStateDir,
 		Ready:      func() bool { return started(n.node.Started()) && n.rt.Synced() },
+		Adopted: func(gossip []string) {
+			if k, err := n.node.Join(gossip); err != nil && k == 0 {
+				n.log.Named("runner").Warn("the adopted agents' gossip addresses not joined", zap.Strings("gossip", gossip), zap.Error(err))
+			}
+		},
 		Event: func(set, replica string, fields map[string]any) {
 			n.audit.Record(eventlog.KindReplicaJob, set, replica, fields)
 		},
@@ -75,6 +82,24 @@ func runSets(eff config.Config) map[string]bool {
 		}
 	}
 	return out
+}
+
+// jobNames names the replicas a set with a run section asks for (nil for
+// a set without one): a rolling restart leaves out one a scale-in is
+// removing.
+func (n *ProxyNode) jobNames(set string) map[string]bool {
+	n.reloadMu.Lock()
+	defer n.reloadMu.Unlock()
+	for _, sc := range n.eff.ReplicaSets {
+		if sc.Name == set && sc.Run.Enabled() {
+			out := make(map[string]bool, sc.Replicas)
+			for i := range sc.Replicas {
+				out[runner.ReplicaName(set, i)] = true
+			}
+			return out
+		}
+	}
+	return nil
 }
 
 var _ admin.Jobber = (*view)(nil)

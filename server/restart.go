@@ -188,8 +188,9 @@ func (v *view) StartRestart(set string, opts admin.RestartOptions, who admin.Act
 		return admin.RestartStatus{}, errors.New("the proxy is not running")
 	}
 	var names []string
+	jobs := n.jobNames(set)
 	for _, m := range r.Table().Members() {
-		if m.Source == "gossip" && m.Slot >= 0 {
+		if m.Source == "gossip" && m.Slot >= 0 && (jobs == nil || jobs[m.Name]) {
 			names = append(names, m.Name)
 		}
 	}
