@@ -112,13 +112,28 @@ func startRunner(t *testing.T, dir string, opts Options) (r *Runner, stop func()
 			<-done
 		}
 	}
-	t.Cleanup(stop)
-	t.Cleanup(func() { killAgents(dir) })
+	// The agents outlive their runner by design: once it has stopped (it
+	// starts none after), kill the ones it started that still run, and
+	// every one holding a lock in dir.
+	t.Cleanup(func() {
+		stop()
+		r.mu.Lock()
+		var pids []int
+		for _, j := range r.jobs {
+			if j.child && j.alive() {
+				pids = append(pids, j.pid)
+			}
+		}
+		r.mu.Unlock()
+		for _, pid := range pids {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+		killAgents(dir)
+	})
 	return r, stop
 }
 
-// killAgents kills every agent holding a lock in dir: the agents outlive
-// their runner by design.
+// killAgents kills every agent holding a lock in dir.
 func killAgents(dir string) {
 	locks, _ := filepath.Glob(filepath.Join(dir, ".runner", "*.lock"))
 	for _, l := range locks {
