@@ -35,6 +35,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"keyway/internal/flock"
@@ -89,6 +90,8 @@ type Options struct {
 	// StateDir is the state directory of sets whose run section names
 	// none; "" means the default (StateDir).
 	StateDir string
+	// Registerer receives keyway_jobs{set,state}; nil: not exported.
+	Registerer prometheus.Registerer
 	// Interval is how often the loop looks at the agents. Default 1s.
 	Interval time.Duration
 	// Ready says when the loop may start and stop agents: once this
@@ -118,7 +121,13 @@ type Runner struct {
 	jobs    map[string]*job      // by replica name
 	started time.Time            // when Run started
 	stopped bool                 // Run has returned
+
+	gauge    *prometheus.GaugeVec // keyway_jobs{set,state}
+	exported map[string]bool      // sets with series
 }
+
+// jobStates are the states a job is counted in (Job.State).
+var jobStates = []string{"running", "stopping", "starting", "backoff", "failed"}
 
 // dirState is one state directory: this runner holds its lock or not.
 type dirState struct {
@@ -138,10 +147,49 @@ func New(opts Options) (*Runner, error) {
 	}
 	opts.Interval = cmp.Or(opts.Interval, time.Second)
 	opts.OrphanGrace = cmp.Or(opts.OrphanGrace, 30*time.Second)
-	return &Runner{
+	r := &Runner{
 		opts: opts, exe: exe, log: cmp.Or(opts.Logger, zap.NewNop()), wakeC: make(chan struct{}, 1),
 		wants: map[string]Want{}, seen: map[string]bool{}, dirs: map[string]*dirState{}, jobs: map[string]*job{},
-	}, nil
+		exported: map[string]bool{},
+		gauge: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "keyway_jobs",
+			Help: "Jobs (replica agents) this proxy's runner runs for sets with a run section, by state: running, stopping (scaled in, draining), starting, backoff (exited, started again soon), failed (cannot be started).",
+		}, []string{"set", "state"}),
+	}
+	if opts.Registerer != nil {
+		if err := opts.Registerer.Register(r.gauge); err != nil {
+			return nil, fmt.Errorf("runner metrics: %w", err)
+		}
+	}
+	return r, nil
+}
+
+// export sets keyway_jobs from the jobs, and drops the series of sets
+// this runner no longer runs. r.mu is held.
+func (r *Runner) export() {
+	counts := map[string]map[string]int{}
+	for set, w := range r.wants {
+		if d := r.dirs[w.Spec.StateDir]; d != nil && d.lock != nil {
+			counts[set] = map[string]int{}
+		}
+	}
+	for _, j := range r.jobs {
+		if c := counts[j.set]; c != nil {
+			c[j.view().State]++
+		}
+	}
+	for set := range r.exported {
+		if counts[set] == nil {
+			r.gauge.DeletePartialMatch(prometheus.Labels{"set": set})
+			delete(r.exported, set)
+		}
+	}
+	for set, c := range counts {
+		for _, st := range jobStates {
+			r.gauge.WithLabelValues(set, st).Set(float64(c[st]))
+		}
+		r.exported[set] = true
+	}
 }
 
 // Apply replaces what the sets ask for: one Want per set with a run
@@ -231,6 +279,7 @@ func (r *Runner) release() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.stopped = true
+	r.gauge.Reset() // this process runs nothing any more
 	for _, d := range r.dirs {
 		if d.lock != nil {
 			d.lock.Close()
@@ -278,6 +327,7 @@ func (r *Runner) reconcile() {
 	if !r.applied || r.stopped {
 		return
 	}
+	defer r.export()
 	// The directories in use, and their locks.
 	want := map[string]bool{}
 	for _, w := range r.wants {

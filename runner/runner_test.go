@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.yaml.in/yaml/v3"
 
 	"keyway/internal/flock"
@@ -215,10 +217,17 @@ func given(t *testing.T, dir, replica string) map[string]any {
 func TestRunnerStartsScalesAndStopsAsRemovals(t *testing.T) {
 	dir := t.TempDir()
 	t.Setenv("KEYWAY_ADMIN_TOKEN", "proxy-secret")
-	r, _ := startRunner(t, dir, Options{})
+	reg := prometheus.NewRegistry()
+	r, _ := startRunner(t, dir, Options{Registerer: reg})
 	s := spec(dir)
 	r.Apply([]Want{{Set: "orders", Replicas: 2, Spec: s}})
 	jobs := waitJobs(t, r, "orders", "orders-0", "orders-1")
+	poll.Until(t, 5*time.Second, "keyway_jobs{state=running} 2", func() bool {
+		return testutil.ToFloat64(r.gauge.WithLabelValues("orders", "running")) == 2
+	})
+	if n := testutil.CollectAndCount(reg, "keyway_jobs"); n != len(jobStates) {
+		t.Errorf("keyway_jobs has %d series, want one per state (%d)", n, len(jobStates))
+	}
 
 	g := given(t, dir, "orders-1")
 	addr := jobs["orders-1"].Addr
@@ -284,6 +293,9 @@ func TestRunnerStartsScalesAndStopsAsRemovals(t *testing.T) {
 	poll.Until(t, 10*time.Second, "every job stopped", func() bool {
 		jobs, _ := r.Jobs("orders")
 		return len(jobs) == 0 && len(runningJobs(r, "orders")) == 0
+	})
+	poll.Until(t, 5*time.Second, "the set's keyway_jobs series gone", func() bool {
+		return testutil.CollectAndCount(reg, "keyway_jobs") == 0
 	})
 }
 

@@ -31,6 +31,7 @@ func (n *ProxyNode) newRunner(cfg config.Config, opts Options) (*runner.Runner, 
 	return runner.New(runner.Options{
 		Executable: opts.Executable,
 		Logger:     n.log.Named("runner"),
+		Registerer: n.reg,
 		StopOnExit: opts.StopJobsOnExit,
 		StateDir:   opts.JobsStateDir,
 		Ready:      func() bool { return started(n.node.Started()) && n.rt.Synced() },
