@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -304,13 +305,50 @@ func cmpOr(a, b string) string {
 }
 
 // freePort returns a port free on host now.
+//
+// It prefers a port below the kernel's ephemeral range (Linux:
+// net.ipv4.ip_local_port_range), which the kernel never hands out by
+// itself: between this check and the replica's bind, only a process
+// binding that very port can take it, not any outgoing connection or
+// port-0 listener. Elsewhere, or when none is free there, it asks the
+// kernel for one.
 func freePort(host string) (int, error) {
+	if lo, ok := ephemeralLow(); ok {
+		start := max(lo-reservedSpan, 1024)
+		span := lo - start
+		for range 32 {
+			p := start + rand.IntN(span)
+			if portFree(host, p) {
+				return p, nil
+			}
+		}
+	}
 	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
 		return 0, err
 	}
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// reservedSpan is how far below the ephemeral range freePort looks.
+const reservedSpan = 8192
+
+// ephemeralLow returns the first port of the kernel's ephemeral range.
+func ephemeralLow() (int, bool) {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0, false
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return 0, false
+	}
+	lo, err := strconv.Atoi(f[0])
+	if err != nil || lo <= 1024+256 {
+		return 0, false
+	}
+	return lo, true
 }
 
 // portFree reports whether port can be bound on host now.

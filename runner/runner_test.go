@@ -481,3 +481,25 @@ func TestRunnerRestartsAnAdoptedAgentThatDies(t *testing.T) {
 		t.Errorf("not started again: %+v", after)
 	}
 }
+
+// Free ports come from below the kernel's ephemeral range where it has
+// one, so that no port-0 bind or outgoing connection takes a replica's
+// port before the replica binds it.
+func TestFreePortIsBelowTheEphemeralRange(t *testing.T) {
+	lo, ok := ephemeralLow()
+	if !ok {
+		t.Skip("no ephemeral port range to read (not Linux)")
+	}
+	for range 10 {
+		p, err := freePort("127.0.0.1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p >= lo || p < lo-reservedSpan {
+			t.Fatalf("freePort = %d, want within [%d, %d)", p, lo-reservedSpan, lo)
+		}
+		if !portFree("127.0.0.1", p) {
+			t.Fatalf("port %d is not free", p)
+		}
+	}
+}
