@@ -214,14 +214,6 @@ func (r *Runner) Apply(wants []Want) {
 	r.wake()
 }
 
-// Runs reports whether the set has a run section, as last applied.
-func (r *Runner) Runs(set string) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	_, ok := r.wants[set]
-	return ok
-}
-
 func (r *Runner) wake() {
 	select {
 	case r.wakeC <- struct{}{}:
@@ -273,8 +265,8 @@ func (r *Runner) Run(ctx context.Context) error {
 	}
 }
 
-// release lets go of the locks and forgets the jobs (their own exits are
-// still reaped).
+// release lets go of the locks and marks the runner stopped: it starts and
+// stops nothing more (its children's exits are still reaped).
 func (r *Runner) release() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -459,7 +451,7 @@ func (r *Runner) adoptFrom(dir string) {
 		if err != nil || !held {
 			continue
 		}
-		var h agentLock
+		var h AgentLock
 		if json.Unmarshal(b, &h) != nil || h.Pid <= 0 || h.Replica != name {
 			continue
 		}
@@ -477,14 +469,17 @@ func (r *Runner) adoptFrom(dir string) {
 	}
 }
 
-// agentLock is what an agent writes into its lock file (server.AgentLock).
-type agentLock struct {
+// AgentLock is what an agent writes into its lock file (agent
+// lock_file): who holds it. The runner reads it to adopt the agent.
+type AgentLock struct {
 	Pid     int       `json:"pid"`
 	Set     string    `json:"set"`
 	Replica string    `json:"replica"`
 	Addr    string    `json:"addr"`
 	Started time.Time `json:"started"`
-	Gossip  string    `json:"gossip"`
+	// Gossip is the agent's gossip address, once its member runs: a
+	// proxy that adopts the agent joins it there.
+	Gossip string `json:"gossip,omitempty"`
 }
 
 func (r *Runner) event(j *job, fields map[string]any) {

@@ -67,7 +67,7 @@ func fakeAgent(args []string) int {
 		fmt.Fprintln(os.Stderr, "error: lock_file:", err)
 		return 1
 	}
-	lb, _ := json.Marshal(agentLock{Pid: os.Getpid(), Set: cfg.Replica.Set, Replica: cfg.Replica.Name, Addr: cfg.Replica.Addr, Started: time.Now()})
+	lb, _ := json.Marshal(AgentLock{Pid: os.Getpid(), Set: cfg.Replica.Set, Replica: cfg.Replica.Name, Addr: cfg.Replica.Addr, Started: time.Now()})
 	l.Write(lb)
 	term := make(chan os.Signal, 1)
 	signal.Notify(term, syscall.SIGTERM)
@@ -140,7 +140,7 @@ func killAgents(dir string) {
 	locks, _ := filepath.Glob(filepath.Join(dir, ".runner", "*.lock"))
 	for _, l := range locks {
 		if held, b, _ := flock.Held(l); held {
-			var h agentLock
+			var h AgentLock
 			if json.Unmarshal(b, &h) == nil && h.Pid > 0 {
 				syscall.Kill(h.Pid, syscall.SIGKILL)
 			}
@@ -195,7 +195,7 @@ func waitLocked(t *testing.T, dir string, replicas ...string) {
 	poll.Until(t, 5*time.Second, fmt.Sprintf("%v locked", replicas), func() bool {
 		for _, name := range replicas {
 			b, err := os.ReadFile(filepath.Join(dir, ".runner", name+".lock"))
-			var h agentLock
+			var h AgentLock
 			if err != nil || json.Unmarshal(b, &h) != nil || h.Pid == 0 {
 				return false
 			}

@@ -21,6 +21,7 @@ import (
 	"keyway/internal/flock"
 	"keyway/logging"
 	"keyway/membership"
+	"keyway/runner"
 )
 
 // AgentNode is one keyway agent process: the sidecar runtime beside one
@@ -30,8 +31,8 @@ type AgentNode struct {
 	logs     *logging.Loggers
 	log      *zap.Logger
 	a        *agent.Agent
-	lock     *flock.Lock // lock_file, held until Run returns; nil without one
-	lockInfo AgentLock   // what it says; the gossip address once known
+	lock     *flock.Lock      // lock_file, held until Run returns; nil without one
+	lockInfo runner.AgentLock // what it says; the gossip address once known
 
 	exitWithParent bool
 }
@@ -111,20 +112,8 @@ func NewAgent(cfg agent.Config, opts Options) (_ *AgentNode, err error) {
 	return &AgentNode{logs: logs, log: logs.App, a: a, lock: lock, lockInfo: lockInfo(cfg), exitWithParent: cfg.ExitWithParent}, nil
 }
 
-// AgentLock is what an agent writes into its lock_file: who holds it.
-type AgentLock struct {
-	Pid     int       `json:"pid"`
-	Set     string    `json:"set"`
-	Replica string    `json:"replica"`
-	Addr    string    `json:"addr"`
-	Started time.Time `json:"started"`
-	// Gossip is the agent's gossip address, once its member runs: a
-	// proxy that adopts the agent joins it there.
-	Gossip string `json:"gossip,omitempty"`
-}
-
-func lockInfo(cfg agent.Config) AgentLock {
-	return AgentLock{Pid: os.Getpid(), Set: cfg.Replica.Set, Replica: cfg.Replica.Name, Addr: cfg.Replica.Addr, Started: time.Now().UTC()}
+func lockInfo(cfg agent.Config) runner.AgentLock {
+	return runner.AgentLock{Pid: os.Getpid(), Set: cfg.Replica.Set, Replica: cfg.Replica.Name, Addr: cfg.Replica.Addr, Started: time.Now().UTC()}
 }
 
 // lockAgent takes cfg's lock_file, when it names one, and writes this
@@ -137,7 +126,7 @@ func lockAgent(cfg agent.Config) (*flock.Lock, error) {
 	if errors.Is(err, flock.ErrLocked) {
 		holder := "another process"
 		if b, rerr := os.ReadFile(cfg.LockFile); rerr == nil {
-			var h AgentLock
+			var h runner.AgentLock
 			if json.Unmarshal(b, &h) == nil && h.Pid > 0 {
 				holder = fmt.Sprintf("pid %d (replica %s)", h.Pid, h.Replica)
 			}
