@@ -73,7 +73,12 @@ type Agent struct {
 	// hold and signals; the run loop applies it to held.
 	holdWanted atomic.Bool
 	holdSignal chan struct{} // capacity 1
-	held       bool          // Run's goroutine
+	// Retirement (retire.go): the message worker stores the wish and
+	// signals; the run loop drains the replica for good.
+	retireWanted atomic.Bool
+	retireSignal chan struct{} // capacity 1
+	retired      bool          // the replica left for good; Run's goroutine
+	held         bool          // Run's goroutine
 
 	// Set stops (setstop.go): the message worker keeps the newest
 	// command's version and stores the wanted mode, then signals; the run
@@ -177,9 +182,10 @@ func New(cfg Config, opts Options) (*Agent, error) {
 		book:     newReportBook(cfg.Replica.Set, name, boot, m),
 		lc:       lifecycle{State: balancer.StateStarting},
 
-		holdSignal: make(chan struct{}, 1),
-		setSignal:  make(chan struct{}, 1),
-		childSig:   make(chan struct{}, 1),
+		holdSignal:   make(chan struct{}, 1),
+		retireSignal: make(chan struct{}, 1),
+		setSignal:    make(chan struct{}, 1),
+		childSig:     make(chan struct{}, 1),
 	}
 	a.state.Store(uint32(balancer.StateStarting))
 	if cfg.Listen != "" {
@@ -203,7 +209,7 @@ func (a *Agent) Supervise(s *Supervisor) {
 func (a *Agent) Attach(n *membership.Node) {
 	a.node = n
 	for _, kind := range []string{membership.RepairKind, membership.RestartReplicaKind, membership.SetStopKind,
-		membership.AdminDrainKind, membership.DrainReportKind} {
+		membership.AdminDrainKind, membership.DrainReportKind, membership.RetireKind} {
 		n.Handle(kind, membership.RoleProxy, func(m membership.Message) { a.handle(m.Kind, m.From, m.Body) })
 	}
 }
@@ -358,6 +364,8 @@ loop:
 			a.onProbe(r)
 		case <-a.holdSignal:
 			a.onHold()
+		case <-a.retireSignal:
+			a.retire()
 		case <-a.setSignal:
 			a.onSetCommand()
 		case <-setReports:
@@ -402,7 +410,7 @@ loop:
 		cancel()
 		<-httpDone
 	}
-	a.log.Info("agent stopped", zap.String("replica", a.replica), zap.Bool("removed", a.cfg.Drain.Remove))
+	a.log.Info("agent stopped", zap.String("replica", a.replica), zap.Bool("removed", a.removing()))
 	return runErr
 }
 
@@ -423,6 +431,9 @@ func (a *Agent) closeListener() {
 // onProbe feeds one probe result to the state machine.
 func (a *Agent) onProbe(r probeResult) {
 	a.last = r
+	if a.retired {
+		return // stopped for good, whatever the probes say
+	}
 	ev := evProbeFail
 	if r.ok {
 		ev = evProbePass
@@ -452,7 +463,7 @@ func (a *Agent) apply(ev event, fields ...zap.Field) {
 	}
 	// Remove only when leaving for good: a set stop's stopped replica
 	// stays in the cluster and keeps its partitions.
-	remove := a.cfg.Drain.Remove && a.leaving && s == balancer.StateStopped
+	remove := a.removing() && a.leaving && s == balancer.StateStopped
 	held, setStopped := a.held, a.setApplied
 	if s == from && held == a.advHeld && remove == a.advRemove && setStopped == a.advSetStopped {
 		return
@@ -530,7 +541,7 @@ func (a *Agent) drain() {
 	default:
 	}
 	a.apply(evStop, zap.Duration("drain_took", a.now().Sub(start)))
-	if a.cfg.Drain.Remove {
+	if a.removing() {
 		a.awaitStoppedSeen()
 	}
 }

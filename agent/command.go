@@ -35,6 +35,8 @@ func (a *Agent) handle(kind, from string, msg []byte) {
 		a.onSetStop(from, msg)
 	case membership.AdminDrainKind:
 		a.onAdminDrain(from, msg)
+	case membership.RetireKind:
+		a.onRetire(from, msg)
 	default:
 		a.book.record(from, msg)
 	}

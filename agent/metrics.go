@@ -26,6 +26,8 @@ type metrics struct {
 	drainProbe *prometheus.CounterVec
 	// setCommands counts set stop and start commands applied, by command.
 	setCommands *prometheus.CounterVec
+	// retires counts retire commands carried out (0 or 1 per agent).
+	retires prometheus.Counter
 }
 
 // childMetrics count what happens to the supervised process; the
@@ -119,6 +121,10 @@ func newMetrics() *metrics {
 			Namespace: "keyway", Subsystem: "agent", Name: "set_commands_total",
 			Help: "Set stop and start commands applied (each changed what the agent does with its replica; repeats and stale ones are not counted), by command (stop, start).",
 		}, []string{"command"}),
+		retires: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "keyway", Subsystem: "agent", Name: "retires_total",
+			Help: "Retire commands carried out: the replica's ordinal was beyond its set's count, and it was drained and stopped for good (advertised with remove).",
+		}),
 	}
 	m.setCommands.WithLabelValues("stop")
 	m.setCommands.WithLabelValues("start")
@@ -135,7 +141,7 @@ func newMetrics() *metrics {
 }
 
 func (m *metrics) register(reg prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.info, m.state, m.probes, m.reports, m.transitions, m.drainProbe, m.setCommands} {
+	for _, c := range []prometheus.Collector{m.info, m.state, m.probes, m.reports, m.transitions, m.drainProbe, m.setCommands, m.retires} {
 		if err := reg.Register(c); err != nil {
 			return err
 		}

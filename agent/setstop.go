@@ -108,6 +108,9 @@ func (a *Agent) SetStopped() bool { return a.setWanted.Load() }
 // onSetCommand brings the replica to the mode the newest set command
 // wants. Run's goroutine.
 func (a *Agent) onSetCommand() {
+	if a.retired {
+		return // stopped for good: a set start does not bring it back
+	}
 	want := a.setWanted.Load()
 	if r := a.setRun; r != nil {
 		if !want {
@@ -221,6 +224,9 @@ func (a *Agent) onSetStopDone() {
 	r := a.setRun
 	a.setRun = nil
 	r.cancel()
+	if a.retired {
+		return // the replica left for good meanwhile
+	}
 	if r.complete {
 		a.setStopped(r)
 	} else if a.setWanted.Load() {

@@ -97,13 +97,15 @@ type Discovery struct {
 	// answered from it.
 	members    []Member
 	index      incarnations
-	mismatched map[string]bool      // "peer ID/set" pairs known to disagree
-	held       map[[2]string]int64  // set/replica → boot of the newest incarnation seen holding an operator drain
-	redrains   map[string]int       // gossip node → drain commands sent to that incarnation
-	unknown    map[string]bool      // sets advertised that this proxy does not serve
-	sets       map[string]bool      // sets fed at least once
-	wants      map[string]SetWant   // set → stopped or not (SetWants)
-	stopSent   map[string]time.Time // gossip node → when it was last told its set's want
+	mismatched map[string]bool            // "peer ID/set" pairs known to disagree
+	held       map[[2]string]int64        // set/replica → boot of the newest incarnation seen holding an operator drain
+	redrains   map[string]int             // gossip node → drain commands sent to that incarnation
+	unknown    map[string]bool            // sets advertised that this proxy does not serve
+	sets       map[string]bool            // sets fed at least once
+	wants      map[string]SetWant         // set → stopped or not (SetWants)
+	stopSent   map[string]time.Time       // gossip node → when it was last told its set's want
+	retiring   map[string]map[string]bool // set → replicas leaving it for good (SetRetiring)
+	retireSent map[string]time.Time       // gossip node → when it was last told to retire
 
 	// Isolation (isolation.go): the rule, its state (written under
 	// feedMu and mu, read under either), its inputs and its signals.
@@ -129,6 +131,8 @@ func NewDiscovery(t Target, opts DiscoveryOptions) *Discovery {
 		held:       map[[2]string]int64{},
 		redrains:   map[string]int{},
 		stopSent:   map[string]time.Time{},
+		retiring:   map[string]map[string]bool{},
+		retireSent: map[string]time.Time{},
 		unknown:    map[string]bool{},
 		sets:       map[string]bool{},
 		mismatchTotal: prometheus.NewCounter(prometheus.CounterOpts{
@@ -190,6 +194,7 @@ func (d *Discovery) feed(ms []Member) {
 	d.members, d.index = ms, idx
 	d.iso = iso
 	d.trackHeldLocked(ms)
+	d.dropRetiredLocked(bySet)
 	// A new incarnation of a replica an operator drained is routed as
 	// draining until it holds the drain itself (report sends it again):
 	// no request reaches it in between.

@@ -231,6 +231,7 @@ func (d *Discovery) Run(ctx context.Context) error {
 		case <-t.C:
 			d.report()
 			d.tellSetStops()
+			d.tellRetiring()
 			d.recheckIsolation()
 		}
 	}
