@@ -301,4 +301,3 @@ func tail(path string) string {
 	}
 	return string(bytes.TrimSpace(b))
 }
-
