@@ -10,6 +10,7 @@ import (
 	"keyway/admin"
 	"keyway/eventlog"
 	"keyway/health"
+	"keyway/kube"
 	"keyway/logging"
 	"keyway/membership"
 	"keyway/proxy"
@@ -40,6 +41,9 @@ type Config struct {
 	// operators make through the admin API (create, delete, stop, start,
 	// scale), which every proxy of the gossip cluster shares.
 	Runtime Runtime `yaml:"runtime"`
+	// Kubernetes configures the Kubernetes backend (package kube), used
+	// by sets that name a StatefulSet.
+	Kubernetes kube.Config `yaml:"kubernetes"`
 }
 
 // Runtime is the run-time state's section.
@@ -94,6 +98,8 @@ func Default() Config {
 		Gossip: Gossip{Config: membership.DefaultConfig()},
 		Health: health.DefaultConfig(),
 		Audit:  eventlog.DefaultConfig(),
+
+		Kubernetes: kube.DefaultConfig(),
 	}
 }
 
@@ -148,6 +154,9 @@ func (c Config) Validate() error {
 		errs = append(errs, errors.New("replica_sets: at least one replica set is required, e.g. [{name: orders, static: [{name: orders-0, addr: \"127.0.0.1:9001\"}]}], or enable gossip and create sets at run time (keyway create)"))
 	}
 	for i, s := range c.ReplicaSets {
+		if s.StatefulSet.Enabled() && !c.Gossip.Enabled {
+			errs = append(errs, fmt.Errorf("replica_sets[%d].statefulset: the pods' agents announce the replicas by gossip, which is off: set gossip.enabled: true, or remove the statefulset section", i))
+		}
 		if !s.Run.Enabled() {
 			continue
 		}

@@ -237,6 +237,16 @@ func fieldDocs() map[string]string {
 		"health.supervision.window":           "the window max_ejections counts in",
 		"health.supervision.cooldown":         "how long a failed hold lasts unless an operator undrains the replica first",
 
+		"kubernetes.kubeconfig":                "the kubeconfig file keyway reads and writes StatefulSets with (sets with a statefulset section); empty: the pod's service account inside Kubernetes, else $KUBECONFIG, else ~/.kube/config",
+		"kubernetes.namespace":                 "the default namespace of the sets' StatefulSets and the namespace of the Lease; empty: the pod's namespace, else the kubeconfig context's, else default",
+		"kubernetes.lease":                     "the Lease the proxies elect the one that drives scale-ins, restarts and repairs with; proxies of another fleet in the same namespace need another name",
+		"kubernetes.lease_duration":            "how long a Lease holder that stopped renewing keeps it: another proxy takes over (and resumes a scale-in or restart) within it",
+		"kubernetes.renew_deadline":            "how long the holder keeps trying to renew before it gives the Lease up; below lease_duration",
+		"kubernetes.retry_period":              "how often proxies try to take or renew the Lease; below renew_deadline",
+		"kubernetes.retire_timeout":            "how long a keyway scale-in waits for the leaving replicas to drain and retire before it lowers spec.replicas anyway",
+		"replica_sets[].statefulset.namespace": "the StatefulSet's namespace; empty: kubernetes.namespace",
+		"replica_sets[].statefulset.name":      "the Kubernetes StatefulSet running the set's replicas (docs/kubernetes.md): its spec.replicas is the set's count (replicas may not be set), keyway scale writes it, scale-ins drain the leaving pods for good first, and jobs, restart and repair act on its pods; empty: none",
+
 		"runtime.state_dir":    "directory keeping the fleet's run-time state (sets created, deleted, stopped or scaled through the admin API) in runtime.json, so that it survives a restart of every proxy; empty keeps it in memory (any running proxy gives it to a restarted one)",
 		"audit.dir":            "directory of the audit trail: events go to DIR/NODE/events-NNNNNN.jsonl; empty keeps them in memory only (the admin API's recent events)",
 		"audit.max_file_bytes": "a file is rotated before it would exceed this many bytes; at least 4096",

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"keyway/membership"
+	"keyway/proxy"
 	"os"
 	"reflect"
 	"slices"
@@ -111,6 +112,9 @@ func load(name string, data []byte, opts ...Option) (Config, map[string]loc, err
 
 	for _, e := range leafErrors(cfg.Validate()) {
 		d.validationProblem(name, e.Error())
+	}
+	for i, s := range cfg.ReplicaSets {
+		d.checkStatefulSetCount(fmt.Sprintf("replica_sets[%d].", i), s)
 	}
 	if cfg.Gossip.Enabled {
 		d.checkGossipKey(name, cfg.Gossip.Config, o.env)
@@ -385,4 +389,16 @@ func stripIndexes(p string) string {
 		}
 	}
 	return b.String()
+}
+
+// checkStatefulSetCount refuses a replicas key in a set that names a
+// StatefulSet: the StatefulSet's spec.replicas is the count, and a second
+// one could only disagree with it. prefix is the set's YAML path.
+func (d *decoder) checkStatefulSetCount(prefix string, s proxy.SetConfig) {
+	l, ok := d.locs[prefix+"replicas"]
+	if !s.StatefulSet.Enabled() || !ok {
+		return
+	}
+	d.probs = append(d.probs, Problem{File: l.file, Line: l.line, Column: l.col, Path: prefix + "replicas",
+		Message: fmt.Sprintf("the set's count is its StatefulSet's spec.replicas (%s): remove replicas here, and scale with keyway scale or kubectl scale", s.StatefulSet.Name)})
 }

@@ -343,7 +343,25 @@ func TestLoadProblems(t *testing.T) {
 		},
 		"unknown key from another section": {
 			yaml: "level: debug\n" + okSets,
-			want: []string{`f.yaml:1: level: unknown key "level" here (log.level is a key of another section); allowed keys here: listen, tls, server, replica_sets, fleet, admin, log, gossip, health, audit, runtime`},
+			want: []string{`f.yaml:1: level: unknown key "level" here (log.level is a key of another section); allowed keys here: listen, tls, server, replica_sets, fleet, admin, log, gossip, health, audit, runtime, kubernetes`},
+		},
+		"statefulset set with replicas": {
+			yaml: "gossip: {enabled: true, bind_addr: 127.0.0.1}\nreplica_sets:\n  - name: orders\n    replicas: 3\n    statefulset: {name: orders}\n",
+			want: []string{`f.yaml:4: replica_sets[0].replicas: the set's count is its StatefulSet's spec.replicas (orders): remove replicas here, and scale with keyway scale or kubectl scale`},
+		},
+		"statefulset without gossip, with run, bad names": {
+			yaml: "replica_sets:\n  - name: orders\n    run: {command: [x]}\n    statefulset: {namespace: Bad_NS, name: Orders}\n",
+			want: []string{
+				`f.yaml:3: replica_sets[0].run.command: the replicas keyway runs announce themselves by gossip, which is off: set gossip.enabled: true, or remove the run section`,
+				`f.yaml:4: replica_sets[0].statefulset: a set runs either on this machine (run) or on Kubernetes (statefulset), not both; remove one`,
+				`f.yaml:4: replica_sets[0].statefulset: the pods' agents announce the replicas by gossip, which is off: set gossip.enabled: true, or remove the statefulset section`,
+				`f.yaml:4: replica_sets[0].statefulset.namespace: "Bad_NS" is not a namespace name: lower-case letters, digits and '-', at most 63 characters`,
+				`f.yaml:4: replica_sets[0].statefulset.name: "Orders" is not a StatefulSet name: lower-case letters, digits and '-', starting and ending with a letter or digit, at most 52 characters`,
+			},
+		},
+		"kubernetes lease timings": {
+			yaml: "kubernetes: {lease_duration: 5s, renew_deadline: 10s}\n" + okSets,
+			want: []string{`f.yaml:1: kubernetes.lease_duration: must be more than renew_deadline (10s), got 5s`},
 		},
 		"mapping merged into itself": {
 			yaml: "server: &a {<<: *a}\n" + okSets,

@@ -38,6 +38,7 @@ func DecodeSet(src string, data []byte) (proxy.SetConfig, error) {
 	for _, e := range leafErrors(sc.Validate()) {
 		d.validationProblem(src, e.Error())
 	}
+	d.checkStatefulSetCount("", sc)
 	if len(d.probs) > 0 {
 		return proxy.SetConfig{}, &Error{Problems: sortProblems(d.sources, d.probs)}
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"keyway/balancer"
+	"keyway/kube"
 	"keyway/proxy/internal/wire"
 	"keyway/runner"
 	"keyway/tlsconfig"
@@ -183,6 +184,12 @@ type SetConfig struct {
 	// jobs. Without one (the default) someone else starts the replicas
 	// and Replicas is only declared. The proxy itself only carries it.
 	Run runner.Spec `yaml:"run"`
+	// StatefulSet names the Kubernetes StatefulSet that runs the set's
+	// replicas (package kube): its spec.replicas is then the declared
+	// count (Replicas follows it, and a file may not set it), scaling
+	// writes it, and keyway drives its scale-ins key-aware. The proxy
+	// itself only carries it.
+	StatefulSet kube.Ref `yaml:"statefulset"`
 }
 
 // LimitsConfig bounds the requests a set's replicas are given at once.
@@ -459,6 +466,13 @@ func (s SetConfig) Validate() error {
 	}
 	errs = append(errs, prefixed("limits.", s.Limits.validate(s.MaxConnsPerReplica)))
 	errs = append(errs, prefixed("run.", s.Run.Validate(s.Replicas)))
+	errs = append(errs, prefixed("statefulset.", s.StatefulSet.Validate()))
+	if s.StatefulSet.Enabled() && s.Run.Enabled() {
+		errs = append(errs, errors.New("statefulset: a set runs either on this machine (run) or on Kubernetes (statefulset), not both; remove one"))
+	}
+	if s.StatefulSet.Enabled() && len(s.Static) > 0 {
+		errs = append(errs, errors.New("static: a set on a StatefulSet finds its replicas (the pods' agents) by gossip; remove static, or the statefulset section"))
+	}
 	seen := map[string]int{}
 	addrs := map[string]int{}
 	for i, r := range s.Static {
