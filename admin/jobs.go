@@ -30,6 +30,28 @@ type JobsStatus struct {
 	// Wanted is the number of jobs asked for: the set's replicas.
 	Wanted int   `json:"wanted"`
 	Jobs   []Job `json:"jobs"`
+	// Kubernetes is set for a set on a StatefulSet: its jobs are the pods.
+	Kubernetes *KubeStatus `json:"kubernetes,omitempty"`
+}
+
+// KubeStatus is a set's StatefulSet, as keyway's Kubernetes backend sees
+// it.
+type KubeStatus struct {
+	StatefulSet string `json:"statefulset"` // namespace/name
+	Found       bool   `json:"found"`
+	// Replicas is spec.replicas; Target the count a keyway scale-in in
+	// progress goes down to (Replicas when none is); Ready is
+	// status.readyReplicas.
+	Replicas        int    `json:"replicas"`
+	Target          int    `json:"target"`
+	Ready           int    `json:"ready"`
+	ResourceVersion string `json:"resource_version,omitempty"`
+	// ManagedByKeyway is true when keyway created it (delete removes it).
+	ManagedByKeyway bool `json:"managed_by_keyway"`
+	// Acting names the proxy (fleet ID) that holds the Lease and drives
+	// scale-ins; ActingHere is true when it is this one.
+	Acting     string `json:"acting"`
+	ActingHere bool   `json:"acting_here"`
 }
 
 // Job is one replica's job: its agent, as the runner sees it, and its
@@ -66,6 +88,18 @@ type Job struct {
 	Error         string    `json:"error,omitempty"`
 	StateDir      string    `json:"state_dir"`
 	Log           string    `json:"log"`
+	// A pod's (sets on a StatefulSet): its phase, readiness, container
+	// restarts, node, and why a container waits or failed
+	// (CrashLoopBackOff, Error, …).
+	Pod         string    `json:"pod,omitempty"`
+	PodPhase    string    `json:"pod_phase,omitempty"`
+	PodReady    bool      `json:"pod_ready,omitempty"`
+	PodRestarts int       `json:"pod_restarts,omitempty"`
+	Node        string    `json:"node,omitempty"`
+	PodReason   string    `json:"pod_reason,omitempty"`
+	PodCreated  time.Time `json:"pod_created,omitzero"`
+	PodDeleting bool      `json:"pod_deleting,omitempty"`
+	Retiring    bool      `json:"retiring,omitempty"`
 }
 
 func (s *Server) routeJobs(mux *http.ServeMux) {

@@ -47,6 +47,7 @@ const (
 	KindReplicaJob = "replica_job"
 	// The fleet (proxy.FleetEvent).
 	KindGossipRefused     = "gossip_refused"     // a member's message or claim not authenticated for its role was refused (once per sender, reason and minute)
+	KindStatefulSet       = "statefulset"        // the Kubernetes backend acted on a set's StatefulSet: a scale-in asked for and carried out, a pod deleted to revive, restart or repair its replica
 	KindFleetHold         = "fleet_hold"         // the fleet holds a replica out on another proxy's evidence
 	KindFleetRelease      = "fleet_release"      // the fleet lets it back
 	KindFleetDisagreement = "fleet_disagreement" // another proxy has routed a set differently for longer than fleet.disagreement_bound

@@ -132,11 +132,13 @@ const (
 	ManagedBy      = "keyway"
 	// LabelSet names the replica set an object keyway created serves.
 	LabelSet = "keyway.dev/set"
-	// AnnotationScaleIn on a StatefulSet holds the count a keyway
-	// scale-in goes down to: the acting proxy retires the ordinals from
-	// it up, then lowers spec.replicas to it and removes the annotation.
-	// Written with the StatefulSet's resourceVersion as precondition, it
-	// survives the acting proxy: the next one resumes.
+	// AnnotationScaleIn on a StatefulSet holds a keyway scale-in, as
+	// "TO/FROM": spec.replicas goes from FROM down to TO. The acting
+	// proxy retires the ordinals from TO up, then lowers spec.replicas to
+	// TO and removes the annotation. Written with the StatefulSet's
+	// resourceVersion as precondition, it survives the acting proxy: the
+	// next one resumes. Once spec.replicas is not FROM (lowered, or
+	// written by someone else since) it asks for nothing.
 	AnnotationScaleIn = "keyway.dev/scale-in-to"
 	// AnnotationRestart on a StatefulSet holds a rolling restart in
 	// progress (JSON: the replicas left to restart, in order, who asked

@@ -104,7 +104,8 @@ type Discovery struct {
 	sets       map[string]bool            // sets fed at least once
 	wants      map[string]SetWant         // set → stopped or not (SetWants)
 	stopSent   map[string]time.Time       // gossip node → when it was last told its set's want
-	retiring   map[string]map[string]bool // set → replicas leaving it for good (SetRetiring)
+	retiring   map[string]RetireFrom      // set → the replicas dropped once stopped (SetRetiring)
+	retireTell map[string]map[string]bool // set → the replicas told to retire
 	retireSent map[string]time.Time       // gossip node → when it was last told to retire
 
 	// Isolation (isolation.go): the rule, its state (written under
@@ -131,7 +132,8 @@ func NewDiscovery(t Target, opts DiscoveryOptions) *Discovery {
 		held:       map[[2]string]int64{},
 		redrains:   map[string]int{},
 		stopSent:   map[string]time.Time{},
-		retiring:   map[string]map[string]bool{},
+		retiring:   map[string]RetireFrom{},
+		retireTell: map[string]map[string]bool{},
 		retireSent: map[string]time.Time{},
 		unknown:    map[string]bool{},
 		sets:       map[string]bool{},

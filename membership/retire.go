@@ -5,6 +5,7 @@ import (
 	"errors"
 	"maps"
 	"slices"
+	"strconv"
 	"time"
 
 	"go.uber.org/zap"
@@ -60,55 +61,77 @@ func DecodeRetire(b []byte) (Retire, error) {
 // advertise Remove.
 const retireResend = time.Second
 
-// SetRetiring replaces, for every set named in retiring, the replicas that
-// leave it for good (a nil or empty slice: none); sets left out keep
-// theirs. A retiring replica is dropped from the set's replica list as
-// soon as it is stopped, dead or gone (not only once it left advertising
-// Remove), and its alive agents are told to retire (Retire) until they
-// advertise Remove.
-func (d *Discovery) SetRetiring(retiring map[string][]string) {
-	d.mu.Lock()
-	changed := false
-	for set, names := range retiring {
-		cur := d.retiring[set]
-		next := map[string]bool{}
-		for _, n := range names {
-			next[n] = true
-		}
-		if !maps.Equal(cur, next) {
-			changed = true
-			if len(next) == 0 {
-				delete(d.retiring, set)
-			} else {
-				d.retiring[set] = next
-			}
+// RetireFrom says which replicas of a set leave it for good: those named
+// Prefix-N with N ≥ From (a StatefulSet's pods beyond its count). The zero
+// value retires none.
+type RetireFrom struct {
+	Prefix string
+	From   int
+}
+
+// Match reports whether replica is one that retires.
+func (r RetireFrom) Match(replica string) bool {
+	if r.Prefix == "" || len(replica) <= len(r.Prefix)+1 || replica[:len(r.Prefix)] != r.Prefix || replica[len(r.Prefix)] != '-' {
+		return false
+	}
+	n, err := strconv.Atoi(replica[len(r.Prefix)+1:])
+	return err == nil && n >= r.From && strconv.Itoa(n) == replica[len(r.Prefix)+1:]
+}
+
+// SetRetiring replaces the retiring replicas of every set (sets left out
+// retire none). A replica that drop matches is dropped from its set's
+// replica list as soon as it is stopped, failed, dead or gone (not only
+// once it left advertising Remove): it is not coming back. The alive
+// agents of the replicas named in tell are told to retire (Retire) until
+// they advertise Remove.
+func (d *Discovery) SetRetiring(drop map[string]RetireFrom, tell map[string][]string) {
+	nextDrop := map[string]RetireFrom{}
+	for set, r := range drop {
+		if r.Prefix != "" {
+			nextDrop[set] = r
 		}
 	}
+	nextTell := map[string]map[string]bool{}
+	for set, names := range tell {
+		for _, n := range names {
+			if nextTell[set] == nil {
+				nextTell[set] = map[string]bool{}
+			}
+			nextTell[set][n] = true
+		}
+	}
+	d.mu.Lock()
+	changedDrop := !maps.Equal(d.retiring, nextDrop)
+	changedTell := !maps.EqualFunc(d.retireTell, nextTell, maps.Equal)
+	d.retiring, d.retireTell = nextDrop, nextTell
 	d.mu.Unlock()
-	if changed {
+	if changedDrop {
 		d.Resync()
+	}
+	if changedTell {
 		d.tellRetiring()
 	}
 }
 
-// Retiring reports whether replica of set is retiring (SetRetiring).
-func (d *Discovery) Retiring(set, replica string) bool {
+// Retiring reports whether replica of set is dropped once stopped, and
+// whether its agent is told to retire (SetRetiring).
+func (d *Discovery) Retiring(set, replica string) (drop, tell bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.retiring[set][replica]
+	return d.retiring[set].Match(replica), d.retireTell[set][replica]
 }
 
 // dropRetiredLocked removes from bySet the retiring replicas that are
 // stopped or down (dead, or left: a left one is listed as stopped).
 // d.mu is held.
 func (d *Discovery) dropRetiredLocked(bySet map[string][]balancer.Replica) {
-	for set, names := range d.retiring {
+	for set, rule := range d.retiring {
 		reps, ok := bySet[set]
 		if !ok {
 			continue
 		}
 		bySet[set] = slices.DeleteFunc(reps, func(r balancer.Replica) bool {
-			return names[r.Name] && (r.Down || r.State == balancer.StateStopped || r.State == balancer.StateFailed)
+			return rule.Match(r.Name) && (r.Down || r.State == balancer.StateStopped || r.State == balancer.StateFailed)
 		})
 	}
 }
@@ -118,14 +141,14 @@ func (d *Discovery) dropRetiredLocked(bySet map[string][]balancer.Replica) {
 func (d *Discovery) tellRetiring() {
 	d.mu.Lock()
 	send, self, ms := d.send, d.self, d.members
-	if send == nil || len(d.retiring) == 0 {
+	if send == nil || len(d.retireTell) == 0 {
 		d.mu.Unlock()
 		return
 	}
 	now := d.now()
 	var to []Member
 	for _, m := range ms {
-		if m.Meta.Role != RoleReplica || m.Status != StatusAlive || m.Meta.Remove || !d.retiring[m.Meta.Set][m.Meta.Replica] {
+		if m.Meta.Role != RoleReplica || m.Status != StatusAlive || m.Meta.Remove || !d.retireTell[m.Meta.Set][m.Meta.Replica] {
 			continue
 		}
 		if at, ok := d.retireSent[m.Node]; ok && now.Sub(at) < retireResend {

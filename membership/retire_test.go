@@ -71,7 +71,7 @@ func TestDiscoveryRetiresReplicas(t *testing.T) {
 	if got := rec.take(); len(got) != 0 {
 		t.Fatalf("commands with nothing retiring: %+v", got)
 	}
-	d.SetRetiring(map[string][]string{"orders": {"o-2", "o-3"}})
+	d.SetRetiring(map[string]RetireFrom{"orders": {Prefix: "o", From: 2}}, map[string][]string{"orders": {"o-2", "o-3"}})
 	got := rec.take()
 	if len(got) != 2 || len(got["o-2.b"]) != 1 || len(got["o-3.b"]) != 1 {
 		t.Fatalf("sent %+v; want one retire each to o-2 and o-3", got)
@@ -79,8 +79,11 @@ func TestDiscoveryRetiresReplicas(t *testing.T) {
 	if c := got["o-3.b"][0]; c.Set != "orders" || c.Replica != "o-3" || c.Boot != 1 {
 		t.Fatalf("o-3 got %+v", c)
 	}
-	if !d.Retiring("orders", "o-2") || d.Retiring("orders", "o-1") {
-		t.Fatal("Retiring does not follow SetRetiring")
+	if drop, tell := d.Retiring("orders", "o-2"); !drop || !tell {
+		t.Fatal("o-2 is not retiring")
+	}
+	if drop, tell := d.Retiring("orders", "o-1"); drop || tell {
+		t.Fatal("o-1 is retiring")
 	}
 	// Ready retiring replicas stay listed (they drain first).
 	if n := fedNames(ft, "orders"); !slices.Equal(n, []string{"o-0", "o-1", "o-2", "o-3"}) {
@@ -116,9 +119,24 @@ func TestDiscoveryRetiresReplicas(t *testing.T) {
 		t.Fatalf("sent %+v, want o-2", got)
 	}
 	// Nothing retiring any more (a scale-out): the set's list is whole.
-	d.SetRetiring(map[string][]string{"orders": nil})
+	d.SetRetiring(nil, nil)
 	d.SetMembers([]Member{members[0], members[1], removed(rep("orders", "o-2", "a:3", balancer.StateStopped, 1, StatusAlive))})
 	if n := fedNames(ft, "orders"); !slices.Equal(n, []string{"o-0", "o-1", "o-2"}) {
 		t.Fatalf("fed %v after the retiring list was cleared", n)
+	}
+}
+
+func TestRetireFromMatch(t *testing.T) {
+	r := RetireFrom{Prefix: "orders", From: 2}
+	for name, want := range map[string]bool{
+		"orders-2": true, "orders-10": true, "orders-1": false, "orders-0": false, "orders-02": false,
+		"orders-x": false, "orders": false, "orders-": false, "other-3": false, "orders-a-3": false,
+	} {
+		if got := r.Match(name); got != want {
+			t.Errorf("Match(%q) = %v, want %v", name, got, want)
+		}
+	}
+	if (RetireFrom{}).Match("orders-3") {
+		t.Error("the zero RetireFrom matches")
 	}
 }

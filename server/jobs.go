@@ -115,6 +115,10 @@ func (v *view) Jobs(set string) (admin.JobsStatus, error) {
 		return admin.JobsStatus{}, admin.ErrUnknownSet
 	}
 	out := admin.JobsStatus{Set: set, Jobs: []admin.Job{}}
+	if _, ok := n.isKubeSet(set); ok && n.kube != nil {
+		n.kubeJobs(set, &out)
+		return out, nil
+	}
 	if n.runner == nil {
 		return out, nil
 	}

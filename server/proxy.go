@@ -22,6 +22,7 @@ import (
 	"keyway/eventlog"
 	"keyway/health"
 	"keyway/internal/buildinfo"
+	"keyway/kube/backend"
 	"keyway/logging"
 	"keyway/membership"
 	"keyway/proxy"
@@ -102,8 +103,9 @@ type ProxyNode struct {
 	disc   *membership.Discovery // nil when gossip is off
 	fleet  *membership.Fleet     // nil when gossip is off
 	view   *view
-	adm    *admin.Server  // nil when admin.listen is empty
-	runner *runner.Runner // nil when gossip is off
+	adm    *admin.Server       // nil when admin.listen is empty
+	runner *runner.Runner      // nil when gossip is off
+	kube   *backend.Controller // nil unless a set names a StatefulSet (kube.go)
 
 	// hold delays the proxy's accepting until the node is ready to route
 	// (Options.HoldAccepts); nil: accept at once.
@@ -285,6 +287,13 @@ func NewProxy(cfg config.Config, opts Options) (_ *ProxyNode, err error) {
 		if n.runner, err = n.newRunner(cfg, opts); err != nil {
 			return nil, err
 		}
+		// 7. The Kubernetes backend, for sets on StatefulSets.
+		if needsKube(cfg) {
+			if n.kube, err = n.newKube(cfg, id); err != nil {
+				return nil, err
+			}
+			n.applyKube(n.eff)
+		}
 	}
 	n.applyStops(n.eff)
 	n.applyRunner(n.eff)
@@ -327,6 +336,10 @@ func (n *ProxyNode) Run(ctx context.Context) error {
 		g.Go(func() error { return n.rt.Run(back) })
 		n.restarts.wg.Go(func() { n.watchRestarts(front) })
 		g.Go(func() error { return n.runner.Run(back) })
+		if n.kube != nil {
+			// Front: a stopping proxy gives the Lease up at once.
+			g.Go(func() error { return n.kube.Run(front) })
+		}
 	}
 	g.Go(func() error {
 		err := n.p.Run(front)

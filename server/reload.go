@@ -167,6 +167,7 @@ func (n *ProxyNode) Reload(source string) (admin.ReloadResult, error) {
 		return n.reloadFailed(source, probs)
 	}
 	eff, rtProbs := config.ApplyRuntime(cfg, n.rt.Records())
+	n.overlayKube(&eff)
 	info, err := n.p.Reload(eff.Config)
 	if err != nil {
 		var lines []string

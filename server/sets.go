@@ -150,6 +150,9 @@ func (s setAdmin) PatchSet(set string, p admin.SetPatch, w admin.Write) (admin.S
 	if p.Stop != nil {
 		actions = append(actions, map[bool]string{true: "stop", false: "start"}[*p.Stop])
 	}
+	if _, ok := n.isKubeSet(set); ok && p.Replicas != nil {
+		return s.kubePatch(set, p, w)
+	}
 	if p.Replicas != nil {
 		actions = append(actions, "scale")
 	}
@@ -329,6 +332,7 @@ func (n *ProxyNode) applyRuntime() {
 	n.reloadMu.Lock()
 	defer n.reloadMu.Unlock()
 	eff, probs := config.ApplyRuntime(n.cur, n.rt.Records())
+	n.overlayKube(&eff)
 	info, err := n.p.Reload(eff.Config)
 	if err != nil {
 		n.log.Error("run-time state not applied; this proxy keeps serving what it did", zap.Error(err))
@@ -365,6 +369,7 @@ func (n *ProxyNode) applied(eff config.Config, probs []config.RuntimeProblem, in
 	}
 	n.applyStops(eff)
 	n.applyRunner(eff)
+	n.applyKube(eff)
 	n.view.setConfig(eff)
 }
 
@@ -404,4 +409,31 @@ func (n *ProxyNode) setRuntime(set string) (source string, rt *admin.SetRuntime)
 		rt.Overrides = append(rt.Overrides, "replicas")
 	}
 	return source, rt
+}
+
+// kubePatch changes a set on a StatefulSet: the count goes to the
+// StatefulSet (the API server is the compare-and-set: If-Match is its
+// resourceVersion), a stop or start to the run-time state as for any set.
+func (s setAdmin) kubePatch(set string, p admin.SetPatch, w admin.Write) (admin.SetChange, error) {
+	n := s.n
+	var ifMatch uint64
+	if w.IfMatch != nil {
+		ifMatch = *w.IfMatch
+	}
+	prev, err := n.kubeScale(w.Ctx, set, *p.Replicas, ifMatch)
+	if err != nil {
+		return admin.SetChange{}, err
+	}
+	out := admin.SetChange{Set: set, Action: "scale", By: w.Who.String(), Via: n.via(), Scope: n.scope(), Replicas: p.Replicas, Previous: &prev}
+	n.audit.Record(eventlog.KindAdminAction, set, "", map[string]any{"action": "scale", "replicas": *p.Replicas, "previous": prev,
+		"by": w.Who.String(), "statefulset": true})
+	if p.Stop != nil {
+		p.Replicas = nil
+		ch, err := s.PatchSet(set, p, w)
+		if err != nil {
+			return out, err
+		}
+		out.Action, out.Version, out.Stopped = "scale+"+ch.Action, ch.Version, ch.Stopped
+	}
+	return out, nil
 }

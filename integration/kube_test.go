@@ -1,0 +1,376 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/yaml"
+
+	"keyway/admin"
+	"keyway/internal/kubetest"
+	"keyway/internal/poll"
+)
+
+const kubeNS = "kw"
+
+// kubelet plays the kubelet for one namespace: every pod gets a supervising
+// agent and a demo replica named like the pod, running here, and is marked
+// Running and Ready once the replica answers; a pod being deleted gets its
+// agent SIGTERMed (it drains), and is removed once the agent exited.
+type kubelet struct {
+	t    *testing.T
+	c    *kubetest.Cluster
+	join []string
+	dir  string
+
+	mu      sync.Mutex
+	running map[types.UID]*podProc
+	starts  atomic.Int64
+	stop    chan struct{}
+	done    chan struct{}
+}
+
+type podProc struct {
+	name, addr string
+	cmd        *exec.Cmd
+	exited     chan struct{}
+	ready      bool
+	terming    bool
+}
+
+func startKubelet(t *testing.T, c *kubetest.Cluster, join []string) *kubelet {
+	k := &kubelet{t: t, c: c, join: join, dir: kubeletDir(t), running: map[types.UID]*podProc{}, stop: make(chan struct{}), done: make(chan struct{})}
+	go k.loop()
+	t.Cleanup(func() {
+		close(k.stop)
+		<-k.done
+		k.mu.Lock()
+		defer k.mu.Unlock()
+		for _, p := range k.running {
+			_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+			<-p.exited
+		}
+	})
+	return k
+}
+
+func (k *kubelet) loop() {
+	defer close(k.done)
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-k.stop:
+			return
+		case <-tick.C:
+		}
+		k.sync()
+	}
+}
+
+func (k *kubelet) sync() {
+	ctx := context.Background()
+	pods, err := k.c.Admin.CoreV1().Pods(kubeNS).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return
+	}
+	for i := range pods.Items {
+		pod := &pods.Items[i]
+		k.mu.Lock()
+		p := k.running[pod.UID]
+		k.mu.Unlock()
+		switch {
+		case pod.DeletionTimestamp != nil && p == nil:
+			k.remove(pod)
+		case pod.DeletionTimestamp != nil:
+			select {
+			case <-p.exited:
+				k.remove(pod)
+				k.mu.Lock()
+				delete(k.running, pod.UID)
+				k.mu.Unlock()
+			default:
+				if !p.terming {
+					p.terming = true
+					_ = p.cmd.Process.Signal(syscall.SIGTERM)
+				}
+			}
+		case p == nil:
+			k.start(pod)
+		default:
+			select {
+			case <-p.exited:
+				// The agent exited by itself: the container restarts.
+				k.mu.Lock()
+				delete(k.running, pod.UID)
+				k.mu.Unlock()
+				continue
+			default:
+			}
+			if !p.ready && replicaReady(p.addr) {
+				if err := k.c.MarkReady(ctx, kubeNS, pod.Name, true); err == nil {
+					p.ready = true
+				}
+			}
+		}
+	}
+}
+
+func replicaReady(addr string) bool {
+	hc := http.Client{Timeout: 500 * time.Millisecond}
+	resp, err := hc.Get("http://" + addr + "/readyz")
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == 200
+}
+
+// remove deletes a pod for good, as the kubelet does once its containers
+// have stopped.
+func (k *kubelet) remove(pod *corev1.Pod) {
+	zero := int64(0)
+	uid := pod.UID
+	_ = k.c.Admin.CoreV1().Pods(kubeNS).Delete(context.Background(), pod.Name,
+		metav1.DeleteOptions{GracePeriodSeconds: &zero, Preconditions: &metav1.Preconditions{UID: &uid}})
+}
+
+// start runs the pod's agent, supervising its demo replica.
+func (k *kubelet) start(pod *corev1.Pod) {
+	addr := freeAddr(k.t)
+	name := pod.Name
+	args := []string{"agent",
+		"--replica.set", "orders", "--replica.name", name, "--replica.addr", addr,
+		"--probe.interval", "100ms", "--probe.timeout", "500ms", "--probe.rise", "2", "--probe.fall", "2",
+		"--drain.timeout", "10s", "--listen", "127.0.0.1:0", "--log.format", "json",
+		"--gossip.bind_addr", "127.0.0.1", "--gossip.bind_port", "0", "--gossip.profile", "fast",
+		"--gossip.push_pull_interval", "2s", "--gossip.forget_after", "1m", "--gossip.rejoin_interval", "5s",
+		"--supervise.backoff_min", "100ms", "--supervise.backoff_max", "400ms", "--supervise.stop_grace", "5s",
+	}
+	for _, j := range k.join {
+		args = append(args, "--gossip.join", j)
+	}
+	args = append(args, "--", Binary, "replica", "--name", name, "--listen", addr)
+	n := k.starts.Add(1)
+	logf, err := os.Create(filepath.Join(k.dir, fmt.Sprintf("%s.%d.log", name, n)))
+	if err != nil {
+		k.t.Error(err)
+		return
+	}
+	cmd := exec.Command(Binary, args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		k.t.Error(err)
+		logf.Close()
+		return
+	}
+	p := &podProc{name: name, addr: addr, cmd: cmd, exited: make(chan struct{})}
+	go func() { _ = cmd.Wait(); logf.Close(); close(p.exited) }()
+	k.mu.Lock()
+	k.running[pod.UID] = p
+	k.mu.Unlock()
+	_ = k.c.MarkReady(context.Background(), kubeNS, pod.Name, false)
+}
+
+// keywayRBAC creates what deploy/kubernetes/rbac.yaml grants, bound to
+// the user keyway authenticates as.
+func keywayRBAC(t *testing.T, c *kubetest.Cluster) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "deploy", "kubernetes", "rbac.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var role *rbacv1.Role
+	for _, doc := range strings.Split(string(b), "\n---\n") {
+		var kind struct{ Kind string }
+		if err := yaml.Unmarshal([]byte(doc), &kind); err != nil {
+			t.Fatal(err)
+		}
+		if kind.Kind == "Role" {
+			role = &rbacv1.Role{}
+			if err := yaml.Unmarshal([]byte(doc), role); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if role == nil {
+		t.Fatal("deploy/kubernetes/rbac.yaml has no Role")
+	}
+	ctx := context.Background()
+	if _, err := c.Admin.RbacV1().Roles(kubeNS).Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "keyway"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: role.Name},
+		Subjects: []rbacv1.Subject{{Kind: "User", APIGroup: "rbac.authorization.k8s.io", Name: kubetest.KeywayUser}}}
+	if _, err := c.Admin.RbacV1().RoleBindings(kubeNS).Create(ctx, rb, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func ordersStatefulSet(replicas int32) *appsv1.StatefulSet {
+	labels := map[string]string{"app": "orders"}
+	return &appsv1.StatefulSet{
+		ObjectMeta: metav1.ObjectMeta{Name: "orders"},
+		Spec: appsv1.StatefulSetSpec{
+			Replicas: &replicas, ServiceName: "orders", PodManagementPolicy: appsv1.ParallelPodManagement,
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "replica", Image: "keyway"}}},
+			},
+		},
+	}
+}
+
+func kubeProxyYAML(kubeconfig string, join []string) string {
+	return fmt.Sprintf(`listen: "127.0.0.1:0"
+admin: {listen: "127.0.0.1:0"}
+log: {level: info, format: json}
+gossip:
+  enabled: true
+  %s
+kubernetes:
+  kubeconfig: %s
+  namespace: %s
+  lease_duration: 3s
+  renew_deadline: 2s
+  retry_period: 500ms
+replica_sets:
+  - name: orders
+    statefulset: {name: orders}
+    key: [{header: X-Key}]
+    timeouts: {connect: 500ms, request: 5s, idle: 30s}
+`, gossipYAML(join, "  "), kubeconfig, kubeNS)
+}
+
+func specReplicas(t *testing.T, c *kubetest.Cluster) int {
+	sts, err := c.Admin.AppsV1().StatefulSets(kubeNS).Get(context.Background(), "orders", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return int(*sts.Spec.Replicas)
+}
+
+func kubeJobs(t *testing.T, p *ProxyProc) admin.JobsStatus {
+	t.Helper()
+	st, ok := jobsOf(p.Admin)
+	if !ok || st.Kubernetes == nil {
+		t.Fatalf("%s: no jobs answer with a kubernetes section: %+v", p.Name, st)
+	}
+	return st
+}
+
+// scaleSet runs keyway scale against a proxy.
+func scaleSet(t *testing.T, p *ProxyProc, n int) {
+	t.Helper()
+	cli(t, "scale", "--admin", p.Admin, "--set", "orders", "--replicas", fmt.Sprint(n))
+}
+
+// ringSize is the number of replicas on a proxy's ring for orders.
+func ringSize(t *testing.T, p *ProxyProc) float64 {
+	return Metric(p.Admin, "keyway_ring_replicas", map[string]string{"set": "orders"})
+}
+
+// A set on a StatefulSet, through two proxies at 300 req/s: keyway scales
+// it out (3 → 5) and in (5 → 2), each through another proxy. No request
+// fails, every key is on its owner after each step, and no key waits on a
+// stand-in after the scale-in: the leaving pods retired (drained and left
+// for good) before spec.replicas went down.
+func TestKubernetesScale(t *testing.T) {
+	c := kubetest.Start(t)
+	t.Setenv("KEYWAY_ADMIN_TOKEN", "s3cret") // inherited by the proxies and the CLI
+	c.Namespace(t, kubeNS)
+	keywayRBAC(t, c)
+	ctx := context.Background()
+	if _, err := c.Admin.AppsV1().StatefulSets(kubeNS).Create(ctx, ordersStatefulSet(3), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	kc := c.Kubeconfig(t, c.KeywayToken)
+	a := StartProxyFile(t, "proxy-a", WriteFile(t, t.TempDir(), "a.yaml", kubeProxyYAML(kc, nil)))
+	b := StartProxyFile(t, "proxy-b", WriteFile(t, t.TempDir(), "b.yaml", kubeProxyYAML(kc, []string{a.Gossip})))
+	startKubelet(t, c, []string{a.Gossip, b.Gossip})
+
+	a.WaitRotation(t, 3, 60*time.Second)
+	b.WaitRotation(t, 3, 60*time.Second)
+	cl := NewClient()
+	keys := Keys(200)
+	owners := waitRoutes(t, cl, keys, 3, 60*time.Second, a, b)
+	for _, p := range []*ProxyProc{a, b} {
+		if st := kubeJobs(t, p); st.Kubernetes == nil || st.Kubernetes.Replicas != 3 || len(st.Jobs) != 3 || st.Kubernetes.Acting == "" {
+			t.Fatalf("%s jobs: %+v", p.Name, st)
+		}
+	}
+	var target atomic.Pointer[ProxyProc]
+	target.Store(a)
+	var flip atomic.Int64
+	load := StartLoad(func() string {
+		if p := target.Load(); p != a {
+			return p.Addr
+		}
+		if flip.Add(1)%2 == 0 {
+			return b.Addr
+		}
+		return a.Addr
+	}, keys, nil, 300)
+	stopped := false
+	defer func() {
+		if !stopped {
+			load.Stop()
+		}
+	}()
+	step := func(what string, n int, proxies ...*ProxyProc) {
+		t.Helper()
+		for _, p := range proxies {
+			p.WaitRotation(t, n, 60*time.Second)
+		}
+		owners = waitRoutes(t, cl, keys, n, 60*time.Second, proxies...)
+		for _, p := range proxies {
+			poll.Until(t, 30*time.Second, fmt.Sprintf("%s: %s: %d replicas on the ring", p.Name, what, n), func() bool { return ringSize(t, p) == float64(n) })
+		}
+		if sent, failed := load.Counts(); failed > 0 {
+			_, failures := load.Stop()
+			stopped = true
+			t.Fatalf("after %s: %d of %d requests failed: %s", what, failed, sent, failures)
+		}
+	}
+
+	// keyway scale 3 → 5, then 5 → 2.
+	scaleSet(t, a, 5)
+	poll.Until(t, 10*time.Second, "spec.replicas 5", func() bool { return specReplicas(t, c) == 5 })
+	step("scale to 5", 5, a, b)
+	scaleSet(t, b, 2)
+	step("scale to 2", 2, a, b)
+	poll.Until(t, 30*time.Second, "spec.replicas 2", func() bool { return specReplicas(t, c) == 2 })
+
+	stopped = true
+	sent, failures := load.Stop()
+	t.Logf("%d requests, failures: %q", sent, failures)
+	if failures != "" {
+		t.Fatalf("failed requests: %s", failures)
+	}
+	_ = owners
+}
+
+func kubeletDir(t *testing.T) string {
+	if d := os.Getenv("KUBELET_LOGS"); d != "" {
+		return d
+	}
+	return t.TempDir()
+}
