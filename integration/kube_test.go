@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -154,18 +153,7 @@ func (k *kubelet) remove(pod *corev1.Pod) {
 func (k *kubelet) start(pod *corev1.Pod) {
 	addr := freeAddr(k.t)
 	name := pod.Name
-	args := []string{"agent",
-		"--replica.set", "orders", "--replica.name", name, "--replica.addr", addr,
-		"--probe.interval", "100ms", "--probe.timeout", "500ms", "--probe.rise", "2", "--probe.fall", "2",
-		"--drain.timeout", "10s", "--listen", "127.0.0.1:0", "--log.format", "json",
-		"--gossip.bind_addr", "127.0.0.1", "--gossip.bind_port", "0", "--gossip.profile", "fast",
-		"--gossip.push_pull_interval", "2s", "--gossip.forget_after", "1m", "--gossip.rejoin_interval", "5s",
-		"--supervise.backoff_min", "100ms", "--supervise.backoff_max", "400ms", "--supervise.stop_grace", "5s",
-	}
-	for _, j := range k.join {
-		args = append(args, "--gossip.join", j)
-	}
-	args = append(args, "--", Binary, "replica", "--name", name, "--listen", addr)
+	args := supervisedArgs(name, addr, k.join, nil, Binary, "replica", "--name", name, "--listen", addr)
 	n := k.starts.Add(1)
 	logf, err := os.Create(filepath.Join(k.dir, fmt.Sprintf("%s.%d.log", name, n)))
 	if err != nil {
@@ -221,21 +209,6 @@ func keywayRBAC(t *testing.T, c *kubetest.Cluster) {
 		Subjects: []rbacv1.Subject{{Kind: "User", APIGroup: "rbac.authorization.k8s.io", Name: kubetest.KeywayUser}}}
 	if _, err := c.Admin.RbacV1().RoleBindings(kubeNS).Create(ctx, rb, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
-	}
-}
-
-func ordersStatefulSet(replicas int32) *appsv1.StatefulSet {
-	labels := map[string]string{"app": "orders"}
-	return &appsv1.StatefulSet{
-		ObjectMeta: metav1.ObjectMeta{Name: "orders"},
-		Spec: appsv1.StatefulSetSpec{
-			Replicas: &replicas, ServiceName: "orders", PodManagementPolicy: appsv1.ParallelPodManagement,
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "replica", Image: "keyway"}}},
-			},
-		},
 	}
 }
 
@@ -299,7 +272,7 @@ func TestKubernetesScale(t *testing.T) {
 	c.Namespace(t, kubeNS)
 	keywayRBAC(t, c)
 	ctx := context.Background()
-	if _, err := c.Admin.AppsV1().StatefulSets(kubeNS).Create(ctx, ordersStatefulSet(3), metav1.CreateOptions{}); err != nil {
+	if _, err := c.Admin.AppsV1().StatefulSets(kubeNS).Create(ctx, kubetest.StatefulSet("orders", 3), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	kc := c.Kubeconfig(t, c.KeywayToken)

@@ -82,6 +82,11 @@ type SupervisedProc struct {
 // flags override), that runs and supervises command.
 func StartSupervised(t testing.TB, name, addr string, join []string, extra []string, command ...string) *SupervisedProc {
 	t.Helper()
+	return &SupervisedProc{Proc: Start(t, name+"-agent", supervisedArgs(name, addr, join, extra, command...)...), Name: name, Addr: addr}
+}
+
+// supervisedArgs are the arguments of StartSupervised's agent.
+func supervisedArgs(name, addr string, join []string, extra []string, command ...string) []string {
 	args := []string{"agent",
 		"--replica.set", "orders", "--replica.name", name, "--replica.addr", addr,
 		"--probe.interval", "100ms", "--probe.timeout", "500ms", "--probe.rise", "2", "--probe.fall", "2",
@@ -94,8 +99,7 @@ func StartSupervised(t testing.TB, name, addr string, join []string, extra []str
 		args = append(args, "--gossip.join", j)
 	}
 	args = append(args, extra...)
-	args = append(append(args, "--"), command...)
-	return &SupervisedProc{Proc: Start(t, name+"-agent", args...), Name: name, Addr: addr}
+	return append(append(args, "--"), command...)
 }
 
 // StartSupervisedReplica starts a supervising agent whose command is a

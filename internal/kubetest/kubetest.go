@@ -28,6 +28,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -188,6 +189,23 @@ func Start(t testing.TB) *Cluster {
 		"--kubeconfig="+kc, "--controllers=statefulset-controller,garbage-collector-controller",
 		"--leader-elect=false", "--secure-port=0", "--use-service-account-credentials=false")
 	return c
+}
+
+// StatefulSet is a StatefulSet called name of replicas pods (label
+// app=NAME, parallel pod management, one container "replica").
+func StatefulSet(name string, replicas int32) *appsv1.StatefulSet {
+	labels := map[string]string{"app": name}
+	return &appsv1.StatefulSet{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: appsv1.StatefulSetSpec{
+			Replicas: &replicas, ServiceName: name, PodManagementPolicy: appsv1.ParallelPodManagement,
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "replica", Image: "keyway"}}},
+			},
+		},
+	}
 }
 
 // RESTConfig is a client configuration for token.

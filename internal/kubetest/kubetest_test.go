@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -18,19 +17,7 @@ func TestClusterScalesAStatefulSet(t *testing.T) {
 	c := Start(t)
 	c.Namespace(t, "kt")
 	ctx := context.Background()
-	replicas := int32(2)
-	labels := map[string]string{"app": "orders"}
-	_, err := c.Admin.AppsV1().StatefulSets("kt").Create(ctx, &appsv1.StatefulSet{
-		ObjectMeta: metav1.ObjectMeta{Name: "orders"},
-		Spec: appsv1.StatefulSetSpec{
-			Replicas: &replicas, ServiceName: "orders", PodManagementPolicy: appsv1.ParallelPodManagement,
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "replica", Image: "keyway"}}},
-			},
-		},
-	}, metav1.CreateOptions{})
+	_, err := c.Admin.AppsV1().StatefulSets("kt").Create(ctx, StatefulSet("orders", 2), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
