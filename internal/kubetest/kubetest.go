@@ -126,7 +126,6 @@ func Start(t testing.TB) *Cluster {
 		}
 		cmd := exec.Command(path, args...)
 		cmd.Stdout, cmd.Stderr = logf, logf
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		if err := cmd.Start(); err != nil {
 			t.Fatalf("kubetest: %s: %v", name, err)
 		}
