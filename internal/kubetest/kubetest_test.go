@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 
 	"keyway/internal/poll"
 )
@@ -28,12 +29,18 @@ func TestClusterScalesAStatefulSet(t *testing.T) {
 		}
 	}
 	poll.Until(t, 30*time.Second, "2 pods", pods(2))
-	scale, err := c.Admin.AppsV1().StatefulSets("kt").GetScale(ctx, "orders", metav1.GetOptions{})
+	// The controller's status writes move resourceVersion: a write from a
+	// read taken before one of them conflicts, and is read again.
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		scale, err := c.Admin.AppsV1().StatefulSets("kt").GetScale(ctx, "orders", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		scale.Spec.Replicas = 3
+		_, err = c.Admin.AppsV1().StatefulSets("kt").UpdateScale(ctx, "orders", scale, metav1.UpdateOptions{})
+		return err
+	})
 	if err != nil {
-		t.Fatal(err)
-	}
-	scale.Spec.Replicas = 3
-	if _, err := c.Admin.AppsV1().StatefulSets("kt").UpdateScale(ctx, "orders", scale, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	poll.Until(t, 30*time.Second, "3 pods", pods(3))

@@ -487,6 +487,20 @@ func (p Pod) Failed() bool {
 // resourceVersion as read (ifMatch, when given, must be it): a change
 // meanwhile is a *ConflictError. prev is the count before.
 func (c *Controller) Scale(ctx context.Context, set string, n int, ifMatch string) (prev int, err error) {
+	// Without If-Match, a conflict with a write that is not a count (the
+	// controller's status updates move resourceVersion too) is read
+	// again and retried: the count decided from a fresh read.
+	for range 5 {
+		prev, err = c.scaleOnce(ctx, set, n, ifMatch)
+		var ce *ConflictError
+		if ifMatch != "" || !errors.As(err, &ce) {
+			return prev, err
+		}
+	}
+	return prev, err
+}
+
+func (c *Controller) scaleOnce(ctx context.Context, set string, n int, ifMatch string) (prev int, err error) {
 	c.mu.Lock()
 	r, ok := c.sets[set]
 	c.mu.Unlock()
