@@ -53,7 +53,7 @@ type podProc struct {
 }
 
 func startKubelet(t *testing.T, c *kubetest.Cluster, join []string) *kubelet {
-	k := &kubelet{t: t, c: c, join: join, dir: kubeletDir(t), running: map[types.UID]*podProc{}, stop: make(chan struct{}), done: make(chan struct{})}
+	k := &kubelet{t: t, c: c, join: join, dir: t.TempDir(), running: map[types.UID]*podProc{}, stop: make(chan struct{}), done: make(chan struct{})}
 	go k.loop()
 	t.Cleanup(func() {
 		close(k.stop)
@@ -339,11 +339,4 @@ func TestKubernetesScale(t *testing.T) {
 		t.Fatalf("failed requests: %s", failures)
 	}
 	_ = owners
-}
-
-func kubeletDir(t *testing.T) string {
-	if d := os.Getenv("KUBELET_LOGS"); d != "" {
-		return d
-	}
-	return t.TempDir()
 }
