@@ -40,6 +40,10 @@ type shedReplica struct {
 	mu   sync.Mutex
 	keys map[string]int
 	gate chan struct{} // non-nil: requests wait until it is closed
+	// start, with slow: the answers' headers wait until it is closed
+	// (startAnswers), so that every request is admitted before the heap
+	// grows with the answers.
+	start chan struct{}
 	// slow > 0: while holding, answer at once with a body of slow bytes
 	// of which only the first 64KiB are sent before the release.
 	slow int
@@ -63,13 +67,14 @@ func startShedReplica(t *testing.T, name string) *shedReplica {
 			key := string(ctx.Request.Header.Peek("X-Key"))
 			r.mu.Lock()
 			r.keys[key]++
-			gate, slow := r.gate, r.slow
+			gate, slow, start := r.gate, r.slow, r.start
 			ra, status := r.retryAfter, r.status
 			r.retryAfter = ""
 			r.mu.Unlock()
 			if gate != nil && slow > 0 {
-				ctx.SetBodyStream(&gatedReader{left: slow, before: 64 << 10, gate: gate}, slow)
 				r.arrived <- key
+				<-start
+				ctx.SetBodyStream(&gatedReader{left: slow, before: 64 << 10, gate: gate}, slow)
 				return
 			}
 			if gate != nil {
@@ -112,12 +117,23 @@ func (r *shedReplica) hold() {
 }
 
 // holdSlowly makes the replica answer with a body of size bytes, sending
-// the first 64KiB at once and the rest on release.
+// the headers and the first 64KiB on startAnswers and the rest on release.
 func (r *shedReplica) holdSlowly(size int) {
 	r.mu.Lock()
 	r.slow = size
+	r.start = make(chan struct{})
 	r.mu.Unlock()
 	r.hold()
+}
+
+// startAnswers lets the answers held by holdSlowly begin.
+func (r *shedReplica) startAnswers() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.start != nil {
+		close(r.start)
+		r.start = nil
+	}
 }
 
 // gatedReader yields left bytes, waiting for its gate once before of them
@@ -151,6 +167,10 @@ func (g *gatedReader) Read(p []byte) (int, error) {
 func (r *shedReplica) release() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.start != nil {
+		close(r.start)
+		r.start = nil
+	}
 	if r.gate != nil {
 		close(r.gate)
 		r.gate, r.slow = nil, 0
@@ -675,6 +695,7 @@ func checkHeapGuard(t *testing.T, server string, keepAlive bool) {
 		held = append(held, c.sendAsync(ka[i%2], "small"))
 	}
 	a.waitArrivals(t, n)
+	a.startAnswers()
 	poll.Until(t, 5*time.Second, "keyway_memory_guard_shedding 1 with 24MiB of answers in flight", func() bool { return shedding() == 1 })
 	wantShed(t, "a request above max_heap_bytes", c.send(kb[0], "small"), 503, "1", "memory", "")
 	if n := b.count(kb[0]); n != 1 {
