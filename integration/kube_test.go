@@ -18,6 +18,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/yaml"
 
 	"keyway/admin"
@@ -27,7 +28,8 @@ import (
 
 const kubeNS = "kw"
 
-// kubelet plays the kubelet for one namespace: every pod gets a supervising
+// kubelet plays the scheduler and the kubelet for one namespace: every pod
+// is bound to kubetest.NodeName, then gets a supervising
 // agent and a demo replica named like the pod, running here, and is marked
 // Running and Ready once the replica answers; a pod being deleted gets its
 // agent SIGTERMed (it drains), and is removed once the agent exited.
@@ -88,6 +90,20 @@ func (k *kubelet) sync() {
 	if err != nil {
 		return
 	}
+	listed := map[types.UID]bool{}
+	for i := range pods.Items {
+		listed[pods.Items[i].UID] = true
+	}
+	// A pod gone from the API (deleted with no grace) loses its
+	// processes, as on a kubelet.
+	k.mu.Lock()
+	for uid, p := range k.running {
+		if !listed[uid] {
+			_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+			delete(k.running, uid)
+		}
+	}
+	k.mu.Unlock()
 	for i := range pods.Items {
 		pod := &pods.Items[i]
 		k.mu.Lock()
@@ -109,6 +125,10 @@ func (k *kubelet) sync() {
 					_ = p.cmd.Process.Signal(syscall.SIGTERM)
 				}
 			}
+		case p == nil && pod.Spec.NodeName == "":
+			// The scheduler's part: bound, a pod is deleted gracefully
+			// (an unbound one goes at once).
+			_ = k.c.Bind(ctx, kubeNS, pod.Name)
 		case p == nil:
 			k.start(pod)
 		default:
@@ -256,6 +276,24 @@ func scaleSet(t *testing.T, p *ProxyProc, n int) {
 	cli(t, "scale", "--admin", p.Admin, "--set", "orders", "--replicas", fmt.Sprint(n))
 }
 
+// kubectlScale writes the scale subresource as kubectl scale does, as the
+// cluster's admin.
+func kubectlScale(t *testing.T, c *kubetest.Cluster, n int) {
+	t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		sc, err := c.Admin.AppsV1().StatefulSets(kubeNS).GetScale(context.Background(), "orders", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		sc.Spec.Replicas = int32(n)
+		_, err = c.Admin.AppsV1().StatefulSets(kubeNS).UpdateScale(context.Background(), "orders", sc, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 // ringSize is the number of replicas on a proxy's ring for orders.
 func ringSize(t *testing.T, p *ProxyProc) float64 {
 	return Metric(p.Admin, "keyway_ring_replicas", map[string]string{"set": "orders"})
@@ -331,6 +369,12 @@ func TestKubernetesScale(t *testing.T) {
 	scaleSet(t, b, 2)
 	step("scale to 2", 2, a, b)
 	poll.Until(t, 30*time.Second, "spec.replicas 2", func() bool { return specReplicas(t, c) == 2 })
+
+	// Someone else scales (kubectl scale, an HPA): 2 → 4, then 4 → 3.
+	kubectlScale(t, c, 4)
+	step("kubectl scale to 4", 4, a, b)
+	kubectlScale(t, c, 3)
+	step("kubectl scale to 3", 3, a, b)
 
 	stopped = true
 	sent, failures := load.Stop()

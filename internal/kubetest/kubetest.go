@@ -247,6 +247,21 @@ func (c *Cluster) Namespace(t testing.TB, ns string) {
 // "kube-apiserver", "kube-controller-manager"), for failure messages.
 func (c *Cluster) Log(name string) string { return tail(filepath.Join(c.dir, name+".log")) }
 
+// NodeName is the node that Bind assigns pods to (no Node object is
+// made; nothing here checks).
+const NodeName = "kubetest-node"
+
+// Bind assigns a pod to NodeName, as the scheduler does. A pod must be
+// bound for a deletion to be graceful: the API server deletes an
+// unscheduled pod at once, without the deletionTimestamp a kubelet acts
+// on.
+func (c *Cluster) Bind(ctx context.Context, ns, pod string) error {
+	return c.Admin.CoreV1().Pods(ns).Bind(ctx, &corev1.Binding{
+		ObjectMeta: metav1.ObjectMeta{Name: pod, Namespace: ns},
+		Target:     corev1.ObjectReference{Kind: "Node", Name: NodeName},
+	}, metav1.CreateOptions{})
+}
+
 // MarkReady sets a pod's status as a kubelet does for a running, ready
 // pod (or, ready false, a running one that is not ready).
 func (c *Cluster) MarkReady(ctx context.Context, ns, pod string, ready bool) error {

@@ -147,7 +147,11 @@ type Controller struct {
 	holder   string               // the Lease holder last seen
 	leading  bool                 // this proxy holds the Lease
 	scaleIns map[string]time.Time // set → when this leader began driving its scale-in
-	kick     chan struct{}
+	// revived: set/pod → the boot of the retired agent whose pod this
+	// leader deleted; that agent may still look alive in gossip for a
+	// while, and the pod made again must not be deleted for it.
+	revived map[string]int64
+	kick    chan struct{}
 }
 
 // nsWatch is one namespace's informers.
@@ -161,7 +165,7 @@ type nsWatch struct {
 // one. It starts nothing; Run does.
 func New(opts Options) (*Controller, error) {
 	c := &Controller{cfg: opts.Config, opts: opts, log: opts.Logger, client: opts.Client, now: opts.Now,
-		sets: map[string]kube.Ref{}, watchers: map[string]*nsWatch{}, last: map[string]State{}, scaleIns: map[string]time.Time{},
+		sets: map[string]kube.Ref{}, watchers: map[string]*nsWatch{}, last: map[string]State{}, scaleIns: map[string]time.Time{}, revived: map[string]int64{},
 		kick: make(chan struct{}, 1)}
 	if c.log == nil {
 		c.log = zap.NewNop()
@@ -665,6 +669,7 @@ func (c *Controller) lead(ctx context.Context) {
 	c.mu.Lock()
 	c.leading = true
 	c.scaleIns = map[string]time.Time{}
+	c.revived = map[string]int64{}
 	c.mu.Unlock()
 	c.log.Info("this proxy acts for the Kubernetes sets", zap.String("lease", c.ns+"/"+c.cfg.Lease))
 	tick := time.NewTicker(time.Second)
@@ -782,14 +787,27 @@ func (c *Controller) reviveBelow(ctx context.Context, set string, st State) {
 		if p.Ordinal >= st.Target || p.Deleting {
 			continue
 		}
-		if r := reps[p.Name]; r.Alive && r.Retired {
-			c.log.Info("replica retired below its set's count (a scale-in was cancelled): deleting its pod so it comes back",
-				zap.String("set", set), zap.String("pod", p.Name))
-			if err := c.DeletePod(ctx, set, p.Name, p.UID); err != nil {
-				c.log.Warn("pod not deleted", zap.String("pod", p.Name), zap.Error(err))
-			}
-			c.event(set, "revive", map[string]any{"pod": p.Name})
+		r := reps[p.Name]
+		if !r.Alive || !r.Retired {
+			continue
 		}
+		key := set + "/" + p.Name
+		c.mu.Lock()
+		done := c.revived[key] == r.Boot
+		c.mu.Unlock()
+		if done {
+			continue // its pod was deleted already: this pod is the new one
+		}
+		c.log.Info("replica retired below its set's count (a scale-in was cancelled): deleting its pod so it comes back",
+			zap.String("set", set), zap.String("pod", p.Name))
+		if err := c.DeletePod(ctx, set, p.Name, p.UID); err != nil {
+			c.log.Warn("pod not deleted", zap.String("pod", p.Name), zap.Error(err))
+			continue
+		}
+		c.mu.Lock()
+		c.revived[key] = r.Boot
+		c.mu.Unlock()
+		c.event(set, "revive", map[string]any{"pod": p.Name})
 	}
 	c.mu.Lock()
 	sts := c.cachedLocked(st.Ref)
