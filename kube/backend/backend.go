@@ -159,6 +159,7 @@ type nsWatch struct {
 	sts  cache.SharedIndexInformer
 	pods cache.SharedIndexInformer
 	stop context.CancelFunc
+	f    informers.SharedInformerFactory
 }
 
 // New builds a Controller: its client, from Config unless Options gives
@@ -170,6 +171,8 @@ func New(opts Options) (*Controller, error) {
 	if c.log == nil {
 		c.log = zap.NewNop()
 	}
+	// client-go logs through klog: into keyway's log, not stderr.
+	RouteKlog(c.log.Named("klog"))
 	if c.now == nil {
 		c.now = time.Now
 	}
@@ -259,7 +262,7 @@ func (c *Controller) watchLocked() {
 		}
 		ctx, cancel := context.WithCancel(c.runCtx)
 		f := informers.NewSharedInformerFactoryWithOptions(c.client, 0, informers.WithNamespace(r.Namespace))
-		w := &nsWatch{sts: f.Apps().V1().StatefulSets().Informer(), pods: f.Core().V1().Pods().Informer(), stop: cancel}
+		w := &nsWatch{sts: f.Apps().V1().StatefulSets().Informer(), pods: f.Core().V1().Pods().Informer(), stop: cancel, f: f}
 		h := cache.ResourceEventHandlerFuncs{
 			AddFunc:    func(any) { c.changed() },
 			UpdateFunc: func(any, any) { c.changed() },
@@ -450,6 +453,8 @@ func podOf(p *corev1.Pod, ord int) Pod {
 	for _, cs := range p.Status.ContainerStatuses {
 		out.Restarts += int(cs.RestartCount)
 		switch {
+		case cs.State.Waiting != nil && cs.State.Waiting.Reason == "CrashLoopBackOff":
+			out.Reason = cs.State.Waiting.Reason // the one that asks for a repair wins
 		case cs.State.Waiting != nil && cs.State.Waiting.Reason != "" && cs.State.Waiting.Reason != "ContainerCreating" && out.Reason == "":
 			out.Reason = cs.State.Waiting.Reason
 		case cs.State.Terminated != nil && cs.State.Terminated.ExitCode != 0 && out.Reason == "":
@@ -656,10 +661,12 @@ func (c *Controller) Run(ctx context.Context) error {
 		}
 	}
 	c.mu.Lock()
-	for _, w := range c.watchers {
-		w.stop()
-	}
+	ws := slices.Collect(maps.Values(c.watchers))
 	c.mu.Unlock()
+	for _, w := range ws {
+		w.stop()
+		w.f.Shutdown() // waits for the informers' goroutines
+	}
 	return nil
 }
 
