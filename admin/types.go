@@ -495,6 +495,10 @@ type RepairResult struct {
 	Proxies int `json:"proxies"`
 	// Reset lists the replicas this proxy lifted a health hold of.
 	Reset []string `json:"reset"`
+	// Pods lists the pods deleted (a set on a StatefulSet): in
+	// CrashLoopBackOff or Failed, or of a failed replica whose agent
+	// supervises no process. Their StatefulSet makes them again.
+	Pods []string `json:"pods,omitempty"`
 }
 
 // ReplicaSetPlan is the answer of GET /v1/replica_sets/{set}/plan: what

@@ -39,6 +39,10 @@ type kubelet struct {
 	join []string
 	dir  string
 
+	// unsupervised: each pod's agent supervises no process; the replica
+	// is a second process (container) of the pod.
+	unsupervised bool
+
 	mu      sync.Mutex
 	running map[types.UID]*podProc
 	starts  atomic.Int64
@@ -48,14 +52,16 @@ type kubelet struct {
 
 type podProc struct {
 	name, addr string
-	cmd        *exec.Cmd
-	exited     chan struct{}
+	cmd        *exec.Cmd     // the agent, leader of the pod's process group
+	replica    *exec.Cmd     // unsupervised: the replica, in the same group
+	exited     chan struct{} // closed once every process of the pod exited
 	ready      bool
 	terming    bool
 }
 
-func startKubelet(t *testing.T, c *kubetest.Cluster, join []string) *kubelet {
-	k := &kubelet{t: t, c: c, join: join, dir: t.TempDir(), running: map[types.UID]*podProc{}, stop: make(chan struct{}), done: make(chan struct{})}
+func startKubelet(t *testing.T, c *kubetest.Cluster, join []string, unsupervised bool) *kubelet {
+	k := &kubelet{t: t, c: c, join: join, dir: t.TempDir(), unsupervised: unsupervised,
+		running: map[types.UID]*podProc{}, stop: make(chan struct{}), done: make(chan struct{})}
 	go k.loop()
 	t.Cleanup(func() {
 		close(k.stop)
@@ -121,8 +127,10 @@ func (k *kubelet) sync() {
 				k.mu.Unlock()
 			default:
 				if !p.terming {
+					// Every container of the pod at once: the agent, and
+					// the replica when it is a container of its own.
 					p.terming = true
-					_ = p.cmd.Process.Signal(syscall.SIGTERM)
+					_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGTERM)
 				}
 			}
 		case p == nil && pod.Spec.NodeName == "":
@@ -134,7 +142,7 @@ func (k *kubelet) sync() {
 		default:
 			select {
 			case <-p.exited:
-				// The agent exited by itself: the container restarts.
+				// The pod's processes exited by themselves: they restart.
 				k.mu.Lock()
 				delete(k.running, pod.UID)
 				k.mu.Unlock()
@@ -169,11 +177,15 @@ func (k *kubelet) remove(pod *corev1.Pod) {
 		metav1.DeleteOptions{GracePeriodSeconds: &zero, Preconditions: &metav1.Preconditions{UID: &uid}})
 }
 
-// start runs the pod's agent, supervising its demo replica.
+// start runs the pod's agent, supervising its demo replica (or beside it).
 func (k *kubelet) start(pod *corev1.Pod) {
 	addr := freeAddr(k.t)
 	name := pod.Name
 	args := supervisedArgs(name, addr, k.join, nil, Binary, "replica", "--name", name, "--listen", addr)
+	if k.unsupervised {
+		args = supervisedArgs(name, addr, k.join, nil)
+		args = args[:len(args)-1] // no "--": the agent supervises nothing
+	}
 	n := k.starts.Add(1)
 	logf, err := os.Create(filepath.Join(k.dir, fmt.Sprintf("%s.%d.log", name, n)))
 	if err != nil {
@@ -189,11 +201,36 @@ func (k *kubelet) start(pod *corev1.Pod) {
 		return
 	}
 	p := &podProc{name: name, addr: addr, cmd: cmd, exited: make(chan struct{})}
-	go func() { _ = cmd.Wait(); logf.Close(); close(p.exited) }()
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = cmd.Wait() })
+	if k.unsupervised {
+		rep := exec.Command(Binary, "replica", "--name", name, "--listen", addr)
+		rep.Stdout, rep.Stderr = logf, logf
+		rep.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pgid: cmd.Process.Pid}
+		if err := rep.Start(); err != nil {
+			k.t.Error(err)
+		} else {
+			p.replica = rep
+			wg.Go(func() { _ = rep.Wait() })
+		}
+	}
+	go func() { wg.Wait(); logf.Close(); close(p.exited) }()
 	k.mu.Lock()
 	k.running[pod.UID] = p
 	k.mu.Unlock()
 	_ = k.c.MarkReady(context.Background(), kubeNS, pod.Name, false)
+}
+
+// proc returns the processes of the pod named name.
+func (k *kubelet) proc(name string) *podProc {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, p := range k.running {
+		if p.name == name && !p.terming {
+			return p
+		}
+	}
+	return nil
 }
 
 // keywayRBAC creates what deploy/kubernetes/rbac.yaml grants, bound to
@@ -316,7 +353,7 @@ func TestKubernetesScale(t *testing.T) {
 	kc := c.Kubeconfig(t, c.KeywayToken)
 	a := StartProxyFile(t, "proxy-a", WriteFile(t, t.TempDir(), "a.yaml", kubeProxyYAML(kc, nil)))
 	b := StartProxyFile(t, "proxy-b", WriteFile(t, t.TempDir(), "b.yaml", kubeProxyYAML(kc, []string{a.Gossip})))
-	startKubelet(t, c, []string{a.Gossip, b.Gossip})
+	startKubelet(t, c, []string{a.Gossip, b.Gossip}, false)
 
 	a.WaitRotation(t, 3, 60*time.Second)
 	b.WaitRotation(t, 3, 60*time.Second)
@@ -383,4 +420,94 @@ func TestKubernetesScale(t *testing.T) {
 		t.Fatalf("failed requests: %s", failures)
 	}
 	_ = owners
+}
+
+// podUIDs maps the pods of orders to their UIDs.
+func podUIDs(t *testing.T, c *kubetest.Cluster) map[string]types.UID {
+	t.Helper()
+	pods, err := c.Admin.CoreV1().Pods(kubeNS).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]types.UID{}
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp == nil {
+			out[p.Name] = p.UID
+		}
+	}
+	return out
+}
+
+// A set on a StatefulSet whose agents supervise no process (the replica
+// is a container of its own). keyway restart, under load, drains each
+// replica, deletes its pod and waits until it is back in rotation under
+// the same name: no request fails. keyway repair deletes a pod in
+// CrashLoopBackOff, and it comes back.
+func TestKubernetesRestartRepair(t *testing.T) {
+	c := kubetest.Start(t)
+	t.Setenv("KEYWAY_ADMIN_TOKEN", "s3cret")
+	c.Namespace(t, kubeNS)
+	keywayRBAC(t, c)
+	ctx := context.Background()
+	if _, err := c.Admin.AppsV1().StatefulSets(kubeNS).Create(ctx, kubetest.StatefulSet("orders", 3), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	kc := c.Kubeconfig(t, c.KeywayToken)
+	a := StartProxyFile(t, "proxy-a", WriteFile(t, t.TempDir(), "a.yaml", kubeProxyYAML(kc, nil)))
+	kl := startKubelet(t, c, []string{a.Gossip}, true)
+	a.WaitRotation(t, 3, 60*time.Second)
+	cl := NewClient()
+	keys := Keys(200)
+	waitRoutes(t, cl, keys, 3, 60*time.Second, a)
+	before := podUIDs(t, c)
+
+	load := StartLoad(func() string { return a.Addr }, keys, nil, 300)
+	out := cli(t, "restart", "--admin", a.Admin, "--set", "orders")
+	sent, failures := load.Stop()
+	t.Logf("restart, %d requests:\n%s", sent, out)
+	if failures != "" {
+		t.Fatalf("failed requests during the restart: %s", failures)
+	}
+	after := podUIDs(t, c)
+	for name, uid := range before {
+		if after[name] == "" || after[name] == uid {
+			t.Fatalf("pod %s: uid %s before the restart, %q after: not made again", name, uid, after[name])
+		}
+	}
+	if !strings.Contains(out, "deleting pod orders-2") {
+		t.Fatalf("the restart did not say it deleted the pods:\n%s", out)
+	}
+
+	// orders-1's replica crashes, and its pod is in CrashLoopBackOff.
+	p := kl.proc("orders-1")
+	if p == nil || p.replica == nil {
+		t.Fatal("no replica process for orders-1")
+	}
+	_ = p.replica.Process.Kill()
+	pod, err := c.Admin.CoreV1().Pods(kubeNS).Get(ctx, "orders-1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubetest.SetStatus(pod, corev1.PodRunning, false, 4, "CrashLoopBackOff")
+	if _, err := c.Admin.CoreV1().Pods(kubeNS).UpdateStatus(ctx, pod, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, 20*time.Second, "orders-1 failed in jobs", func() bool {
+		for _, j := range kubeJobs(t, a).Jobs {
+			if j.Replica == "orders-1" {
+				return j.State == "failed" && j.PodReason == "CrashLoopBackOff" && j.PodRestarts == 4
+			}
+		}
+		return false
+	})
+	out = cli(t, "repair", "--admin", a.Admin, "--set", "orders")
+	if !strings.Contains(out, "deleted pods orders-1;") {
+		t.Fatalf("repair did not delete the crashing pod:\n%s", out)
+	}
+	poll.Until(t, 30*time.Second, "orders-1 made again", func() bool {
+		uid := podUIDs(t, c)["orders-1"]
+		return uid != "" && uid != pod.UID
+	})
+	a.WaitRotation(t, 3, 60*time.Second)
+	waitRoutes(t, cl, keys, 3, 60*time.Second, a)
 }

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -9,6 +10,7 @@ import (
 	"keyway/admin"
 	"keyway/balancer"
 	"keyway/eventlog"
+	"keyway/kube/backend"
 	"keyway/membership"
 )
 
@@ -28,10 +30,20 @@ func (v *view) Repair(set string) (admin.RepairResult, error) {
 	if r == nil {
 		return admin.RepairResult{}, fmt.Errorf("%w %q", admin.ErrUnknownSet, set)
 	}
-	if err := v.n.repairRefusal(set, r.Table().Members()); err != nil {
-		return admin.RepairResult{}, err
+	pods := v.n.kubeRepairs(set, r.Table().Members())
+	if len(pods) == 0 {
+		if err := v.n.repairRefusal(set, r.Table().Members()); err != nil {
+			return admin.RepairResult{}, err
+		}
 	}
-	res := admin.RepairResult{Set: set, Reset: v.n.liftHolds(set)}
+	res := admin.RepairResult{Set: set, Reset: v.n.liftHolds(set), Pods: []string{}}
+	for _, p := range pods {
+		// The StatefulSet makes it again under the same name.
+		if err := v.n.kube.DeletePod(context.Background(), set, p.Name, p.UID); err != nil {
+			return res, fmt.Errorf("repair of %s: pod %s not deleted: %w", set, p.Name, err)
+		}
+		res.Pods = append(res.Pods, p.Name)
+	}
 	if v.n.disc != nil {
 		r, err := v.n.disc.Repair(set)
 		switch {
@@ -43,10 +55,43 @@ func (v *view) Repair(set string) (admin.RepairResult, error) {
 			res.Agents, res.Failed, res.Proxies = r.Agents, r.Failed, r.Proxies
 		}
 	}
-	v.n.audit.Record(eventlog.KindAdminAction, set, "", map[string]any{
-		"action": "repair", "agents": res.Agents, "failed": res.Failed, "reset": res.Reset, "scope": admin.ScopeGossip,
-	})
+	fields := map[string]any{"action": "repair", "agents": res.Agents, "failed": res.Failed, "reset": res.Reset, "scope": admin.ScopeGossip}
+	if len(res.Pods) > 0 {
+		fields["pods"] = res.Pods
+	}
+	v.n.audit.Record(eventlog.KindAdminAction, set, "", fields)
 	return res, nil
+}
+
+// kubeRepairs returns the pods a repair of a set on a StatefulSet
+// deletes: those in CrashLoopBackOff or Failed, and those of failed
+// replicas whose agent supervises no process (or is gone). ms are the
+// set's members on this proxy.
+func (n *ProxyNode) kubeRepairs(set string, ms []balancer.Member) []backend.Pod {
+	if n.kube == nil {
+		return nil
+	}
+	if _, ok := n.isKubeSet(set); !ok {
+		return nil
+	}
+	pods, err := n.kube.Pods(set)
+	if err != nil {
+		return nil
+	}
+	failed := map[string]bool{}
+	metas := n.agentMetas(set)
+	for _, m := range ms {
+		if meta, ok := metas[m.Name]; m.State == balancer.StateFailed && (!ok || unsupervised(meta)) {
+			failed[m.Name] = true
+		}
+	}
+	var out []backend.Pod
+	for _, p := range pods {
+		if !p.Deleting && (p.Failed() || failed[p.Name]) {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // liftHolds ends this proxy's health holds (ejections, supervision

@@ -17,6 +17,7 @@ import (
 	"keyway/balancer"
 	"keyway/eventlog"
 	"keyway/health"
+	"keyway/kube/backend"
 	"keyway/membership"
 	"keyway/runstate"
 )
@@ -167,7 +168,9 @@ func (n *ProxyNode) processes() (others, twins int, newest bool) {
 // at a time in name order, are drained on every proxy (an operator drain
 // through the agent), restarted by their agents once nothing is in flight
 // to them (with opts.Force, once out of rotation on this proxy), and
-// undrained once their new process has started; the next one starts when
+// undrained once their new process has started. A replica of a set on a
+// StatefulSet whose agent supervises no process is restarted by deleting
+// its pod: the step ends once the pod's new agent joined. The next one starts when
 // the previous one is back in rotation. It stops at the first step that
 // does not complete within opts.StepTimeout, undraining that replica. One
 // restart of a set runs at a time in the whole fleet.
@@ -257,7 +260,9 @@ func (n *ProxyNode) restartRefusal(set string, names []string) error {
 		case !ok:
 			gone = append(gone, name)
 		case unsupervised(m):
-			bare = append(bare, name)
+			if _, ok := n.restartsByPod(set, name); !ok {
+				bare = append(bare, name)
+			}
 		}
 	}
 	if len(bare) == 0 && len(gone) == 0 {
@@ -659,21 +664,44 @@ func (n *ProxyNode) rollingRestart(ctx context.Context, set string, st admin.Res
 			return
 		}
 		since := time.Now()
-		if err := step(name, "restart", ""); err != nil {
-			fail("restart", err)
-			return
-		}
-		if err := n.disc.RestartReplica(set, name); err != nil {
-			fail("restart", err)
-			return
-		}
-		if err := wait(func() bool { return n.processStarted(set, name, since) }); err != nil {
-			fail("started", err)
-			return
-		}
-		if err := step(name, "started", "the agent started a new process"); err != nil {
-			fail("started", err)
-			return
+		if pod, ok := n.restartsByPod(set, name); ok {
+			// A pod whose agent supervises no process: deleting it makes
+			// its StatefulSet start it again under the same name, with a
+			// new agent.
+			oldBoot := n.agentMetas(set)[name].Boot
+			if err := step(name, "restart", "deleting pod "+pod.Name); err != nil {
+				fail("restart", err)
+				return
+			}
+			if err := n.kube.DeletePod(ctx, set, pod.Name, pod.UID); err != nil {
+				fail("restart", err)
+				return
+			}
+			if err := wait(func() bool { m, ok := n.agentMetas(set)[name]; return ok && m.Boot > oldBoot }); err != nil {
+				fail("started", err)
+				return
+			}
+			if err := step(name, "started", "the pod was made again, and its new agent joined"); err != nil {
+				fail("started", err)
+				return
+			}
+		} else {
+			if err := step(name, "restart", ""); err != nil {
+				fail("restart", err)
+				return
+			}
+			if err := n.disc.RestartReplica(set, name); err != nil {
+				fail("restart", err)
+				return
+			}
+			if err := wait(func() bool { return n.processStarted(set, name, since) }); err != nil {
+				fail("started", err)
+				return
+			}
+			if err := step(name, "started", "the agent started a new process"); err != nil {
+				fail("started", err)
+				return
+			}
 		}
 		if err := step(name, "undrain", ""); err != nil {
 			fail("undrain", err)
@@ -696,6 +724,31 @@ func (n *ProxyNode) rollingRestart(ctx context.Context, set string, st admin.Res
 		}
 	}
 	finish("done", "")
+}
+
+// restartsByPod returns the pod to delete to restart a replica of a set
+// on a StatefulSet whose agent supervises no process; ok is false for
+// any other replica (its agent restarts it in place).
+func (n *ProxyNode) restartsByPod(set, name string) (backend.Pod, bool) {
+	if n.kube == nil {
+		return backend.Pod{}, false
+	}
+	if _, ok := n.isKubeSet(set); !ok {
+		return backend.Pod{}, false
+	}
+	if m, ok := n.agentMetas(set)[name]; ok && !unsupervised(m) {
+		return backend.Pod{}, false
+	}
+	pods, err := n.kube.Pods(set)
+	if err != nil {
+		return backend.Pod{}, false
+	}
+	for _, p := range pods {
+		if p.Name == name && !p.Deleting {
+			return p, true
+		}
+	}
+	return backend.Pod{}, false
 }
 
 // processStarted reports whether the replica's agent reported a process

@@ -154,7 +154,10 @@ Revives a replica set: every agent of the set whose supervised replica gave
 up (state failed) resets its restart budget and starts it again, and every
 proxy lifts its health holds (ejections, supervision holds) on the set's
 replicas, so that a repaired replica comes back into rotation. Ask any proxy:
-it tells the agents and the other proxies by gossip.
+it tells the agents and the other proxies by gossip. On a set on a
+StatefulSet, it also deletes the pods in CrashLoopBackOff or Failed, and
+those of failed replicas whose agent supervises no process: the StatefulSet
+makes them again under the same names.
 
 Refused at once (exit 1, HTTP 409) when it could do nothing: no replica is
 failed and every one is in rotation on the asked proxy, or the failed
@@ -192,6 +195,9 @@ func runRepair(args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "repair %s: accepted; told %d agents (%d of them failed: %s) and %d other proxies; holds lifted here: %s\n",
 		res.Set, len(res.Agents), len(res.Failed), dash(strings.Join(res.Failed, ", ")), res.Proxies, dash(strings.Join(res.Reset, ", ")))
+	if len(res.Pods) > 0 {
+		fmt.Fprintf(stdout, "repair %s: deleted pods %s; their StatefulSet makes them again\n", res.Set, strings.Join(res.Pods, ", "))
+	}
 	return nil
 }
 
@@ -203,11 +209,15 @@ process (keyway agent ... -- CMD): one replica at a time, drained on every
 proxy, its process restarted once nothing is in flight to it, undrained
 once the new process has started, and the next one once it is back in
 rotation. Prints each step as it happens; stops, undrains that replica and
-exits 1 when a step does not complete within --step-timeout.
+exits 1 when a step does not complete within --step-timeout. On a set
+on a StatefulSet, a replica whose agent supervises no process is restarted
+by deleting its pod: the step ends once the pod is made again under the
+same name and its new agent is back in rotation.
 
 Refused at once (exit 1, HTTP 409), before anything is drained, when an
 agent of the set could not restart its replica: it supervises no process
-(run without -- CMD), or no agent of the replica is alive. The message
+(run without -- CMD) and its set names no StatefulSet, or no agent of the
+replica is alive. The message
 names the replicas, the reason and the fix.
 
 --force restarts each replica's process as soon as it is out of rotation,
