@@ -365,11 +365,12 @@ func TestKubernetesScale(t *testing.T) {
 			t.Fatalf("%s jobs: %+v", p.Name, st)
 		}
 	}
-	var target atomic.Pointer[ProxyProc]
-	target.Store(a)
+	// The load goes through both proxies, or only through one once it is
+	// set.
+	var only atomic.Pointer[ProxyProc]
 	var flip atomic.Int64
 	load := StartLoad(func() string {
-		if p := target.Load(); p != a {
+		if p := only.Load(); p != nil {
 			return p.Addr
 		}
 		if flip.Add(1)%2 == 0 {
@@ -412,6 +413,31 @@ func TestKubernetesScale(t *testing.T) {
 	step("kubectl scale to 4", 4, a, b)
 	kubectlScale(t, c, 3)
 	step("kubectl scale to 3", 3, a, b)
+
+	// The acting proxy dies during a scale-in: it is stopped (SIGSTOP)
+	// before the scale-in is asked, so that only the other one can carry
+	// it out once it has taken the Lease over, then killed.
+	holder, survivor := a, b
+	if !kubeJobs(t, a).Kubernetes.ActingHere {
+		holder, survivor = b, a
+	}
+	if !kubeJobs(t, holder).Kubernetes.ActingHere {
+		t.Fatal("neither proxy acts")
+	}
+	only.Store(survivor)
+	poll.Until(t, 5*time.Second, "the load off "+holder.Name, func() bool {
+		return Metric(holder.Admin, "keyway_inflight_requests", nil) == 0
+	})
+	if err := syscall.Kill(holder.Pid(), syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	scaleSet(t, survivor, 2)
+	holder.Kill(t)
+	step("scale to 2 with the acting proxy killed", 2, survivor)
+	poll.Until(t, 30*time.Second, "spec.replicas 2 written by "+survivor.Name, func() bool { return specReplicas(t, c) == 2 })
+	if k := kubeJobs(t, survivor).Kubernetes; !k.ActingHere {
+		t.Fatalf("%s does not act after %s died: %+v", survivor.Name, holder.Name, k)
+	}
 
 	stopped = true
 	sent, failures := load.Stop()
