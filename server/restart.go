@@ -707,8 +707,18 @@ func (n *ProxyNode) rollingRestart(ctx context.Context, set string, st admin.Res
 			fail("undrain", err)
 			return
 		}
-		if err := n.disc.Drain(set, name, false); err != nil {
-			fail("undrain", err)
+		// A new agent (a pod made again) may join discovery a moment
+		// after the member list: the undrain is retried until it has.
+		var undrainErr error
+		if err := wait(func() bool {
+			undrainErr = n.disc.Drain(set, name, false)
+			return !errors.Is(undrainErr, membership.ErrNotAdvertised)
+		}); err != nil {
+			fail("undrain", fmt.Errorf("%w: %v", err, undrainErr))
+			return
+		}
+		if undrainErr != nil {
+			fail("undrain", undrainErr)
 			return
 		}
 		if err := wait(func() bool {
