@@ -114,7 +114,10 @@ const ActorHeader = "X-Keyway-Actor"
 
 // Errors of SetAdmin.
 var (
-	ErrSetExists      = errors.New("replica set already exists")
+	ErrSetExists = errors.New("replica set already exists")
+	// ErrObjectInTheWay refuses a set whose StatefulSet template names
+	// Kubernetes objects that exist already (409).
+	ErrObjectInTheWay = errors.New("a Kubernetes object of the set exists already")
 	ErrNoRuntimeState = errors.New("no run-time state for this replica set")
 )
 
@@ -340,7 +343,7 @@ func (s *Server) setError(w http.ResponseWriter, set string, err error) bool {
 		s.write(w, http.StatusBadRequest, ReloadRefused{Error: "the replica set definition is invalid; nothing changed", Problems: spec.Problems})
 	case errors.As(err, &inUse):
 		s.write(w, http.StatusBadRequest, ReloadRefused{Error: inUse.Error(), Problems: inUse.Replicas})
-	case errors.Is(err, ErrSetExists):
+	case errors.Is(err, ErrSetExists), errors.Is(err, ErrObjectInTheWay):
 		s.fail(w, http.StatusConflict, err.Error())
 	case errors.Is(err, ErrUnknownSet) && s.opts.Sets != nil:
 		s.unknownSet(w, set)

@@ -345,6 +345,11 @@ type SetChange struct {
 	Replicas *int  `json:"replicas,omitempty"`
 	Previous *int  `json:"previous,omitempty"`
 	Stopped  *bool `json:"stopped,omitempty"`
+	// Created and Deleted list the Kubernetes objects keyway made for a
+	// set created with a StatefulSet template, and deleted with it, as
+	// "Kind namespace/name".
+	Created []string `json:"created,omitempty"`
+	Deleted []string `json:"deleted,omitempty"`
 }
 
 // ScopeFleet is the scope of a run-time change that every proxy applies.

@@ -16,6 +16,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
@@ -270,6 +271,17 @@ func keywayRBAC(t *testing.T, c *kubetest.Cluster) {
 }
 
 func kubeProxyYAML(kubeconfig string, join []string) string {
+	return kubeProxyYAMLSets(kubeconfig, join, `replica_sets:
+  - name: orders
+    statefulset: {name: orders}
+    key: [{header: X-Key}]
+    timeouts: {connect: 500ms, request: 5s, idle: 30s}
+`)
+}
+
+// kubeProxyYAMLSets is a proxy's configuration with the replica_sets
+// section sets ("" for none).
+func kubeProxyYAMLSets(kubeconfig string, join []string, sets string) string {
 	return fmt.Sprintf(`listen: "127.0.0.1:0"
 admin: {listen: "127.0.0.1:0"}
 log: {level: info, format: json}
@@ -282,12 +294,7 @@ kubernetes:
   lease_duration: 3s
   renew_deadline: 2s
   retry_period: 500ms
-replica_sets:
-  - name: orders
-    statefulset: {name: orders}
-    key: [{header: X-Key}]
-    timeouts: {connect: 500ms, request: 5s, idle: 30s}
-`, gossipYAML(join, "  "), kubeconfig, kubeNS)
+%s`, gossipYAML(join, "  "), kubeconfig, kubeNS, sets)
 }
 
 func specReplicas(t *testing.T, c *kubetest.Cluster) int {
@@ -536,4 +543,115 @@ func TestKubernetesRestartRepair(t *testing.T) {
 	})
 	a.WaitRotation(t, 3, 60*time.Second)
 	waitRoutes(t, cl, keys, 3, 60*time.Second, a)
+}
+
+// ordersTemplate is a set definition that creates its StatefulSet: the
+// pod runs the keyway agent beside the replica, with the set's
+// credentials mounted, as docs/kubernetes.md shows (this test's kubelet
+// runs the agent and replica itself).
+func ordersTemplate(replicas int) string {
+	return fmt.Sprintf(`{"name": "orders", "key": [{"header": "X-Key"}],
+  "timeouts": {"connect": "500ms", "request": "5s", "idle": "30s"},
+  "statefulset": {"name": "orders", "template": {
+    "apiVersion": "apps/v1", "kind": "StatefulSet",
+    "spec": {"replicas": %d, "podManagementPolicy": "Parallel",
+      "template": {"spec": {
+        "containers": [
+          {"name": "replica", "image": "example.com/orders:1"},
+          {"name": "keyway-agent", "image": "example.com/keyway:1",
+           "args": ["agent", "-c", "/etc/keyway/agent.yaml"],
+           "volumeMounts": [{"name": "keyway", "mountPath": "/etc/keyway", "readOnly": true}]}],
+        "volumes": [{"name": "keyway", "secret": {"secretName": "keyway-orders"}}]}}}}}}`, replicas)
+}
+
+// A set created with a StatefulSet template: keyway creates the
+// StatefulSet and its headless Service, labelled as keyway's, and the
+// pods become the set's replicas. A second set whose objects are in the
+// way is refused. Deleting the set (stopped first) deletes what keyway
+// created; a StatefulSet keyway did not create stays.
+func TestKubernetesCreateDelete(t *testing.T) {
+	c := kubetest.Start(t)
+	t.Setenv("KEYWAY_ADMIN_TOKEN", "s3cret")
+	c.Namespace(t, kubeNS)
+	keywayRBAC(t, c)
+	ctx := context.Background()
+	kc := c.Kubeconfig(t, c.KeywayToken)
+	a := StartProxyFile(t, "proxy-a", WriteFile(t, t.TempDir(), "a.yaml", kubeProxyYAMLSets(kc, nil, "")))
+	startKubelet(t, c, []string{a.Gossip}, false)
+	dir := t.TempDir()
+
+	out := cli(t, "create", "--admin", a.Admin, "-f", WriteFile(t, dir, "orders.json", ordersTemplate(2)))
+	if !strings.Contains(out, "created on Kubernetes: Service kw/orders, StatefulSet kw/orders") {
+		t.Fatalf("keyway create:\n%s", out)
+	}
+	sts, err := c.Admin.AppsV1().StatefulSets(kubeNS).Get(ctx, "orders", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := c.Admin.CoreV1().Services(kubeNS).Get(ctx, "orders", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range []map[string]string{sts.Labels, svc.Labels} {
+		if l["app.kubernetes.io/managed-by"] != "keyway" || l["keyway.dev/set"] != "orders" {
+			t.Fatalf("labels %v: not keyway's", l)
+		}
+	}
+	if svc.Spec.ClusterIP != "None" || sts.Spec.ServiceName != "orders" || svc.Spec.Selector["keyway.dev/set"] != "orders" {
+		t.Fatalf("service %+v, statefulset serviceName %q: not a headless Service for the pods", svc.Spec, sts.Spec.ServiceName)
+	}
+	if n := len(sts.Spec.Template.Spec.Containers); n != 2 {
+		t.Fatalf("the StatefulSet has %d containers, want the template's 2: keyway injects nothing", n)
+	}
+	a.WaitRotation(t, 2, 60*time.Second)
+	waitRoutes(t, NewClient(), Keys(50), 2, 60*time.Second, a)
+
+	// Another set whose StatefulSet is there already: refused, nothing made.
+	clash := strings.Replace(ordersTemplate(1), `"name": "orders", "key"`, `"name": "orders-b", "match": {"path_prefix": "/b"}, "key"`, 1)
+	cmd := exec.Command(Binary, "create", "--admin", a.Admin, "-f", WriteFile(t, dir, "clash.json", clash))
+	if b, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(b), "exists") {
+		t.Fatalf("a second set on the same StatefulSet: err %v, output:\n%s", err, b)
+	}
+
+	// Delete: refused while the replicas run, then done once stopped.
+	cmd = exec.Command(Binary, "delete", "--admin", a.Admin, "--set", "orders")
+	if b, err := cmd.CombinedOutput(); err == nil {
+		t.Fatalf("delete of a running set was not refused:\n%s", b)
+	}
+	cli(t, "stop", "--admin", a.Admin, "--set", "orders")
+	poll.Until(t, 30*time.Second, "orders stopped", func() bool { return a.InRotation() == 0 })
+	var del string
+	poll.Until(t, 30*time.Second, "keyway delete accepted", func() bool {
+		b, err := exec.Command(Binary, "delete", "--admin", a.Admin, "--set", "orders").CombinedOutput()
+		del = string(b)
+		return err == nil
+	})
+	if !strings.Contains(del, "deleted on Kubernetes: Service kw/orders, StatefulSet kw/orders") {
+		t.Fatalf("keyway delete:\n%s", del)
+	}
+	poll.Until(t, 30*time.Second, "the StatefulSet, its Service and its pods gone", func() bool {
+		_, e1 := c.Admin.AppsV1().StatefulSets(kubeNS).Get(ctx, "orders", metav1.GetOptions{})
+		_, e2 := c.Admin.CoreV1().Services(kubeNS).Get(ctx, "orders", metav1.GetOptions{})
+		return apierrors.IsNotFound(e1) && apierrors.IsNotFound(e2) && len(podUIDs(t, c)) == 0
+	})
+
+	// A StatefulSet someone else made stays when its set is deleted.
+	if _, err := c.Admin.AppsV1().StatefulSets(kubeNS).Create(ctx, kubetest.StatefulSet("orders", 1), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	plain := `{"name": "orders", "key": [{"header": "X-Key"}], "statefulset": {"name": "orders"}}`
+	cli(t, "create", "--admin", a.Admin, "-f", WriteFile(t, dir, "plain.json", plain))
+	a.WaitRotation(t, 1, 60*time.Second)
+	cli(t, "stop", "--admin", a.Admin, "--set", "orders")
+	poll.Until(t, 30*time.Second, "keyway delete accepted", func() bool {
+		b, err := exec.Command(Binary, "delete", "--admin", a.Admin, "--set", "orders").CombinedOutput()
+		del = string(b)
+		return err == nil
+	})
+	if strings.Contains(del, "deleted on Kubernetes") {
+		t.Fatalf("keyway delete removed a StatefulSet it did not create:\n%s", del)
+	}
+	if _, err := c.Admin.AppsV1().StatefulSets(kubeNS).Get(ctx, "orders", metav1.GetOptions{}); err != nil {
+		t.Fatalf("the StatefulSet keyway did not create: %v", err)
+	}
 }

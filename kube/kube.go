@@ -140,8 +140,8 @@ const (
 	// next one resumes. Once spec.replicas is not FROM (lowered, or
 	// written by someone else since) it asks for nothing.
 	AnnotationScaleIn = "keyway.dev/scale-in-to"
-	// AnnotationRestart on a StatefulSet holds a rolling restart in
-	// progress (JSON: the replicas left to restart, in order, who asked
-	// and when), for the acting proxy to resume.
-	AnnotationRestart = "keyway.dev/restart"
+	// AnnotationService on a StatefulSet keyway created names the
+	// headless Service it created with it, as "NAME/UID": deleting the
+	// set deletes exactly that Service (keyway may not read Services).
+	AnnotationService = "keyway.dev/service"
 )

@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
 
 	"keyway/admin"
 	"keyway/balancer"
@@ -14,6 +17,7 @@ import (
 	"keyway/kube"
 	"keyway/kube/backend"
 	"keyway/membership"
+	"keyway/proxy"
 )
 
 // The Kubernetes backend (package kube/backend): a set that names a
@@ -224,4 +228,29 @@ func (n *ProxyNode) kubeJobs(set string, out *admin.JobsStatus) {
 		}
 		out.Jobs = append(out.Jobs, j)
 	}
+}
+
+// kubeTemplate reads the StatefulSet template of a set created at run
+// time (statefulset.template).
+func (n *ProxyNode) kubeTemplate(sc proxy.SetConfig, raw []byte) (*appsv1.StatefulSet, error) {
+	if n.kube == nil {
+		return nil, &admin.SpecError{Problems: []string{"statefulset.template: this proxy has no Kubernetes client, so it cannot create the StatefulSet; set kubernetes.kubeconfig, or run keyway in a pod"}}
+	}
+	if !sc.StatefulSet.Enabled() {
+		return nil, &admin.SpecError{Problems: []string{"statefulset.name: required with statefulset.template: the name of the StatefulSet to create"}}
+	}
+	tmpl, err := backend.ParseTemplate(sc.Name, sc.StatefulSet.WithNamespace(n.kube.Namespace()), raw)
+	if err != nil {
+		return nil, &admin.SpecError{Problems: strings.Split(err.Error(), "\n")}
+	}
+	return tmpl, nil
+}
+
+// kubeCreateError is the admin API's error for a set's objects that
+// could not be created: one in the way is the caller's to fix (409).
+func kubeCreateError(err error) error {
+	if strings.HasPrefix(err.Error(), "statefulset") {
+		return fmt.Errorf("%w: %v", admin.ErrObjectInTheWay, err)
+	}
+	return err
 }

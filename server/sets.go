@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,11 +12,13 @@ import (
 
 	"go.uber.org/zap"
 	"go.yaml.in/yaml/v3"
+	appsv1 "k8s.io/api/apps/v1"
 
 	"keyway/admin"
 	"keyway/balancer"
 	"keyway/config"
 	"keyway/eventlog"
+	"keyway/kube/backend"
 	"keyway/membership"
 	"keyway/proxy"
 	"keyway/runstate"
@@ -61,9 +64,19 @@ func (n *ProxyNode) fileConfig() config.Config {
 
 func (s setAdmin) CreateSet(spec []byte, w admin.Write) (admin.SetChange, error) {
 	n, who := s.n, w.Who
+	spec, tmplRaw, err := backend.SplitTemplate(spec)
+	if err != nil {
+		return admin.SetChange{}, &admin.SpecError{Problems: []string{"request body: " + err.Error()}}
+	}
 	sc, err := config.DecodeSet("request body", spec)
 	if err != nil {
 		return admin.SetChange{}, specError(err)
+	}
+	var tmpl *appsv1.StatefulSet
+	if tmplRaw != nil {
+		if tmpl, err = n.kubeTemplate(sc, tmplRaw); err != nil {
+			return admin.SetChange{}, err
+		}
 	}
 	var compact bytes.Buffer
 	if err := json.Compact(&compact, bytes.TrimSpace(spec)); err != nil {
@@ -85,6 +98,15 @@ func (s setAdmin) CreateSet(spec []byte, w admin.Write) (admin.SetChange, error)
 	if err := n.p.CheckReload(eff.Config); err != nil {
 		return admin.SetChange{}, &admin.SpecError{Problems: strings.Split(err.Error(), "\n")}
 	}
+	var created *backend.Created
+	if tmpl != nil {
+		if n.p.Router(sc.Name) != nil {
+			return admin.SetChange{}, fmt.Errorf("%w: %q; change it with PATCH, or delete it first", admin.ErrSetExists, sc.Name)
+		}
+		if created, err = n.kube.Create(w.Ctx, sc.Name, tmpl); err != nil {
+			return admin.SetChange{}, kubeCreateError(err)
+		}
+	}
 	stored, err := n.rt.Write(w.Ctx, runstate.KindSet, sc.Name, w.IfMatch, func(cur runstate.Record, ok bool) (runstate.Record, error) {
 		if n.p.Router(sc.Name) != nil {
 			where := "the configuration file defines it"
@@ -99,10 +121,23 @@ func (s setAdmin) CreateSet(spec []byte, w admin.Write) (admin.SetChange, error)
 		return rec, nil
 	})
 	if err != nil {
+		if created != nil {
+			// The set was not created: neither are its objects.
+			if uerr := created.Undo(context.WithoutCancel(w.Ctx)); uerr != nil {
+				n.log.Error("a set's Kubernetes objects not deleted after its record was refused; delete them with kubectl",
+					zap.String("set", sc.Name), zap.Strings("objects", created.Names()), zap.Error(uerr))
+			}
+		}
 		return admin.SetChange{}, writeError(err)
 	}
 	out := n.change(stored)
 	out.Replicas, out.Stopped = &sc.Replicas, &sc.Stopped
+	if created != nil {
+		out.Created = created.Names()
+		r := int(*tmpl.Spec.Replicas)
+		out.Replicas = &r
+		n.audit.Record(eventlog.KindStatefulSet, sc.Name, "", map[string]any{"action": "create", "created": out.Created, "by": who.String()})
+	}
 	return out, nil
 }
 
@@ -228,6 +263,7 @@ func (s setAdmin) DeleteSet(set string, w admin.Write) (admin.SetChange, error) 
 	if busy := inUse(r.Table(), stopped); len(busy) > 0 {
 		return admin.SetChange{}, &admin.InUseError{Set: set, Replicas: busy}
 	}
+	ref, onKube := n.isKubeSet(set)
 	stored, err := n.rt.Write(w.Ctx, runstate.KindSet, set, w.IfMatch, func(cur runstate.Record, ok bool) (runstate.Record, error) {
 		// The tombstone keeps a definition made at run time: its route
 		// answers 410 Gone until the record is cleared (config.ApplyRuntime).
@@ -236,7 +272,17 @@ func (s setAdmin) DeleteSet(set string, w admin.Write) (admin.SetChange, error) 
 	if err != nil {
 		return admin.SetChange{}, writeError(err)
 	}
-	return n.change(stored), nil
+	out := n.change(stored)
+	if onKube && n.kube != nil {
+		// What keyway created for the set goes with it; a StatefulSet
+		// someone else made stays.
+		deleted, err := n.kube.DeleteOwned(w.Ctx, set, ref)
+		out.Deleted = deleted
+		if err != nil {
+			return out, fmt.Errorf("set %s deleted, but its Kubernetes objects were not all: %w; delete them with kubectl", set, err)
+		}
+	}
+	return out, nil
 }
 
 func (s setAdmin) ClearRuntime(set string, w admin.Write) (admin.SetChange, error) {

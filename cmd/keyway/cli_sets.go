@@ -31,6 +31,12 @@ func printChange(stdout io.Writer, cf *cliFlags, body []byte, res admin.SetChang
 		return err
 	}
 	fmt.Fprintf(stdout, "%s %s: version %d, scope %s, via %s\n", what, res.Set, res.Version, res.Scope, res.Via)
+	if len(res.Created) > 0 {
+		fmt.Fprintf(stdout, "created on Kubernetes: %s\n", strings.Join(res.Created, ", "))
+	}
+	if len(res.Deleted) > 0 {
+		fmt.Fprintf(stdout, "deleted on Kubernetes: %s\n", strings.Join(res.Deleted, ", "))
+	}
 	return nil
 }
 
@@ -47,6 +53,13 @@ The proxy checks it as it would check the file and answers every problem.
 A set of that name must not exist. The set is run-time state: every proxy
 serves it, a proxy that starts later learns it, and it wins over the file
 until 'keyway runtime clear --set NAME' (see 'keyway runtime export').
+
+A set on a StatefulSet may carry it: statefulset.template is a StatefulSet
+manifest (apps/v1; name, namespace, serviceName, replicas and selector may
+be left out). keyway creates the StatefulSet and its headless Service,
+labelled app.kubernetes.io/managed-by=keyway, and deletes them with the set.
+It injects nothing: the pod template runs the keyway agent and mounts its
+credentials (docs/kubernetes.md shows a complete one).
 
 `
 
