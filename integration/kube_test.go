@@ -472,7 +472,8 @@ func podUIDs(t *testing.T, c *kubetest.Cluster) map[string]types.UID {
 }
 
 // A set on a StatefulSet whose agents supervise no process (the replica
-// is a container of its own). keyway restart, under load, drains each
+// is a container of its own), behind two proxies. keyway restart, under
+// load through both, drains each
 // replica, deletes its pod and waits until it is back in rotation under
 // the same name: no request fails. keyway repair deletes a pod in
 // CrashLoopBackOff, and it comes back.
@@ -487,14 +488,22 @@ func TestKubernetesRestartRepair(t *testing.T) {
 	}
 	kc := c.Kubeconfig(t, c.KeywayToken)
 	a := StartProxyFile(t, "proxy-a", WriteFile(t, t.TempDir(), "a.yaml", kubeProxyYAML(kc, nil)))
-	kl := startKubelet(t, c, []string{a.Gossip}, true)
+	b := StartProxyFile(t, "proxy-b", WriteFile(t, t.TempDir(), "b.yaml", kubeProxyYAML(kc, []string{a.Gossip})))
+	kl := startKubelet(t, c, []string{a.Gossip, b.Gossip}, true)
 	a.WaitRotation(t, 3, 60*time.Second)
+	b.WaitRotation(t, 3, 60*time.Second)
 	cl := NewClient()
 	keys := Keys(200)
-	waitRoutes(t, cl, keys, 3, 60*time.Second, a)
+	waitRoutes(t, cl, keys, 3, 60*time.Second, a, b)
 	before := podUIDs(t, c)
 
-	load := StartLoad(func() string { return a.Addr }, keys, nil, 300)
+	var flip atomic.Int64
+	load := StartLoad(func() string {
+		if flip.Add(1)%2 == 0 {
+			return b.Addr
+		}
+		return a.Addr
+	}, keys, nil, 300)
 	out := cli(t, "restart", "--admin", a.Admin, "--set", "orders")
 	sent, failures := load.Stop()
 	t.Logf("restart, %d requests:\n%s", sent, out)
@@ -542,7 +551,8 @@ func TestKubernetesRestartRepair(t *testing.T) {
 		return uid != "" && uid != pod.UID
 	})
 	a.WaitRotation(t, 3, 60*time.Second)
-	waitRoutes(t, cl, keys, 3, 60*time.Second, a)
+	b.WaitRotation(t, 3, 60*time.Second)
+	waitRoutes(t, cl, keys, 3, 60*time.Second, a, b)
 }
 
 // ordersTemplate is a set definition that creates its StatefulSet: the
@@ -577,7 +587,8 @@ func TestKubernetesCreateDelete(t *testing.T) {
 	ctx := context.Background()
 	kc := c.Kubeconfig(t, c.KeywayToken)
 	a := StartProxyFile(t, "proxy-a", WriteFile(t, t.TempDir(), "a.yaml", kubeProxyYAMLSets(kc, nil, "")))
-	startKubelet(t, c, []string{a.Gossip}, false)
+	b := StartProxyFile(t, "proxy-b", WriteFile(t, t.TempDir(), "b.yaml", kubeProxyYAMLSets(kc, []string{a.Gossip}, "")))
+	startKubelet(t, c, []string{a.Gossip, b.Gossip}, false)
 	dir := t.TempDir()
 
 	out := cli(t, "create", "--admin", a.Admin, "-f", WriteFile(t, dir, "orders.json", ordersTemplate(2)))
@@ -604,19 +615,34 @@ func TestKubernetesCreateDelete(t *testing.T) {
 		t.Fatalf("the StatefulSet has %d containers, want the template's 2: keyway injects nothing", n)
 	}
 	a.WaitRotation(t, 2, 60*time.Second)
-	waitRoutes(t, NewClient(), Keys(50), 2, 60*time.Second, a)
+	b.WaitRotation(t, 2, 60*time.Second)
+	keys := Keys(100)
+	waitRoutes(t, NewClient(), keys, 2, 60*time.Second, a, b)
+	var flip atomic.Int64
+	load := StartLoad(func() string {
+		if flip.Add(1)%2 == 0 {
+			return b.Addr
+		}
+		return a.Addr
+	}, keys, nil, 300)
+	poll.Until(t, 20*time.Second, "600 requests sent", func() bool { n, _ := load.Counts(); return n >= 600 })
 
 	// Another set whose StatefulSet is there already: refused, nothing made.
 	clash := strings.Replace(ordersTemplate(1), `"name": "orders", "key"`, `"name": "orders-b", "match": {"path_prefix": "/b"}, "key"`, 1)
 	cmd := exec.Command(Binary, "create", "--admin", a.Admin, "-f", WriteFile(t, dir, "clash.json", clash))
-	if b, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(b), "exists") {
-		t.Fatalf("a second set on the same StatefulSet: err %v, output:\n%s", err, b)
+	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "exists") {
+		t.Fatalf("a second set on the same StatefulSet: err %v, output:\n%s", err, out)
 	}
 
 	// Delete: refused while the replicas run, then done once stopped.
-	cmd = exec.Command(Binary, "delete", "--admin", a.Admin, "--set", "orders")
-	if b, err := cmd.CombinedOutput(); err == nil {
-		t.Fatalf("delete of a running set was not refused:\n%s", b)
+	cmd = exec.Command(Binary, "delete", "--admin", b.Admin, "--set", "orders")
+	if out, err := cmd.CombinedOutput(); err == nil {
+		t.Fatalf("delete of a running set was not refused:\n%s", out)
+	}
+	sent, failures := load.Stop()
+	t.Logf("%d requests while the set created with its StatefulSet served", sent)
+	if failures != "" {
+		t.Fatalf("failed requests: %s", failures)
 	}
 	cli(t, "stop", "--admin", a.Admin, "--set", "orders")
 	poll.Until(t, 30*time.Second, "orders stopped", func() bool { return a.InRotation() == 0 })
