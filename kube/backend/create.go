@@ -1,7 +1,6 @@
 package backend
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -15,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	kjson "sigs.k8s.io/json"
 
 	"keyway/internal/strictjson"
 	"keyway/kube"
@@ -35,13 +35,17 @@ import (
 // statefulset.template.
 func ParseTemplate(set string, ref kube.Ref, raw []byte) (*appsv1.StatefulSet, error) {
 	const at = "statefulset.template"
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
+	// As the API server reads it: keys are case-sensitive, and an
+	// unknown or repeated one is an error naming its path.
 	sts := &appsv1.StatefulSet{}
-	if err := dec.Decode(sts); err != nil {
+	strict, err := kjson.UnmarshalStrict(raw, sts)
+	if err != nil {
 		return nil, fmt.Errorf("%s: not a StatefulSet manifest: %v", at, err)
 	}
 	var errs []error
+	for _, e := range strict {
+		errs = append(errs, fmt.Errorf("%s: %v; see kubectl explain statefulset", at, e))
+	}
 	if sts.Kind != "" && sts.Kind != "StatefulSet" {
 		errs = append(errs, fmt.Errorf("%s.kind: %q; a StatefulSet template has kind StatefulSet (or none)", at, sts.Kind))
 	}
@@ -64,8 +68,8 @@ func ParseTemplate(set string, ref kube.Ref, raw []byte) (*appsv1.StatefulSet, e
 		if len(sel.MatchExpressions) > 0 || len(sel.MatchLabels) == 0 {
 			errs = append(errs, fmt.Errorf("%s.spec.selector: keyway's headless Service selects the pods by matchLabels only; give matchLabels and no matchExpressions, or leave the selector out", at))
 		}
-		for k, v := range sel.MatchLabels {
-			if sts.Spec.Template.Labels[k] != v {
+		for _, k := range slices.Sorted(maps.Keys(sel.MatchLabels)) {
+			if v := sel.MatchLabels[k]; sts.Spec.Template.Labels[k] != v {
 				errs = append(errs, fmt.Errorf("%s.spec.template.metadata.labels: %s=%s is missing; the pods must carry the selector's labels", at, k, v))
 			}
 		}
@@ -134,7 +138,8 @@ func (c *Created) Names() []string {
 func (c *Created) Undo(ctx context.Context) error {
 	var errs []error
 	for _, o := range slices.Backward(c.objects) {
-		errs = append(errs, c.c.deleteObject(ctx, o))
+		_, err := c.c.deleteObject(ctx, o)
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
@@ -144,6 +149,9 @@ func (c *Created) Undo(ctx context.Context) error {
 // StatefulSet names the Service's UID: AnnotationService). An object in
 // the way is an error that names it.
 func (c *Controller) Create(ctx context.Context, set string, sts *appsv1.StatefulSet) (*Created, error) {
+	if sts.Spec.Selector == nil {
+		return nil, errors.New("statefulset.template: no selector; parse it with ParseTemplate first")
+	}
 	out := &Created{c: c}
 	ns := sts.Namespace
 	svc := &corev1.Service{
@@ -198,37 +206,48 @@ func (c *Controller) DeleteOwned(ctx context.Context, set string, ref kube.Ref) 
 	}
 	var deleted []string
 	if name, uid, ok := strings.Cut(sts.Annotations[kube.AnnotationService], "/"); ok && name != "" && uid != "" {
-		// The UID precondition: only the Service keyway created.
-		if err := c.deleteObject(ctx, createdObject{"Service", ref.Namespace, name, types.UID(uid)}); err != nil {
+		// The UID precondition: only the Service keyway created (one
+		// made again since under that name is someone else's, and stays).
+		gone, err := c.deleteObject(ctx, createdObject{"Service", ref.Namespace, name, types.UID(uid)})
+		switch {
+		case err != nil && !apierrors.IsConflict(errors.Unwrap(err)):
 			return deleted, err
+		case gone:
+			deleted = append(deleted, "Service "+ref.Namespace+"/"+name)
 		}
-		deleted = append(deleted, "Service "+ref.Namespace+"/"+name)
 	}
-	if err := c.deleteObject(ctx, createdObject{"StatefulSet", ref.Namespace, ref.Name, sts.UID}); err != nil {
+	gone, err := c.deleteObject(ctx, createdObject{"StatefulSet", ref.Namespace, ref.Name, sts.UID})
+	if err != nil {
 		return deleted, err
 	}
-	deleted = append(deleted, "StatefulSet "+ref.String())
+	if gone {
+		deleted = append(deleted, "StatefulSet "+ref.String())
+	}
 	c.event(set, "delete", map[string]any{"deleted": deleted, "statefulset": ref.String()})
 	return deleted, nil
 }
 
-func (c *Controller) deleteObject(ctx context.Context, o createdObject) error {
+// deleteObject deletes o if it is still the object with o's UID;
+// deleted is false when it was gone already.
+func (c *Controller) deleteObject(ctx context.Context, o createdObject) (deleted bool, err error) {
 	uid := o.uid
 	bg := metav1.DeletePropagationBackground
 	opts := metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}, PropagationPolicy: &bg}
-	var err error
 	switch o.kind {
 	case "Service":
 		err = c.client.CoreV1().Services(o.namespace).Delete(ctx, o.name, opts)
 	case "StatefulSet":
 		err = c.client.AppsV1().StatefulSets(o.namespace).Delete(ctx, o.name, opts)
 	default:
-		return fmt.Errorf("unknown kind %s", o.kind)
+		return false, fmt.Errorf("unknown kind %s", o.kind)
 	}
-	if err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("%s %s/%s not deleted: %w", o.kind, o.namespace, o.name, err)
+	switch {
+	case apierrors.IsNotFound(err):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("%s %s/%s not deleted: %w", o.kind, o.namespace, o.name, err)
 	}
-	return nil
+	return true, nil
 }
 
 // SplitTemplate takes statefulset.template out of a set definition
