@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -84,9 +85,9 @@ func (cf *cliFlags) checkAddr() error {
 	return nil
 }
 
-const statusUsage = `Usage: keyway status [--admin ADDR] [--json]
+const statusUsage = `Usage: keyway status [--set SET] [--admin ADDR] [--json]
 
-Prints every replica set one proxy routes: its phase, ready/declared replicas
+Prints every replica set one proxy routes (with --set, only that one): its phase, ready/declared replicas
 and replicas in rotation, then each replica with its state, whether it is in
 rotation (or why not), its share of the ring's partitions, its requests in
 flight (this proxy's, and with other proxies "here/fleet"), the requests per
@@ -100,6 +101,7 @@ run status again a second later (or keep the dashboard open).
 func runStatus(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
 	cf := newCLIFlags(fs)
+	only := fs.String("set", "", "show only the replica `SET`")
 	if err := parseCLIFlags(fs, args, stderr, statusUsage); err != nil {
 		return err
 	}
@@ -110,6 +112,11 @@ func runStatus(args []string, stdout, stderr io.Writer) error {
 	list, raw, err := c.Sets()
 	if err != nil {
 		return err
+	}
+	if *only != "" {
+		if list, err = onlySet(list, *only); err != nil {
+			return err
+		}
 	}
 	sets := make([]admin.SetStatus, 0, len(list))
 	for _, s := range list {
@@ -137,10 +144,29 @@ func runStatus(args []string, stdout, stderr io.Writer) error {
 		printSet(stdout, s)
 	}
 	if fl, _, err := c.Fleet(); err == nil && fl.Self != "" {
+		if *only != "" {
+			fl.Sets = slices.DeleteFunc(fl.Sets, func(s admin.FleetSet) bool { return s.Set != *only })
+		}
 		fmt.Fprintln(stdout)
 		printFleet(stdout, fl)
 	}
 	return nil
+}
+
+// onlySet keeps the set named name of list, or says that this proxy
+// routes no such set and names those it routes.
+func onlySet(list []admin.SetStatus, name string) ([]admin.SetStatus, error) {
+	var known []string
+	for _, s := range list {
+		if s.Name == name {
+			return []admin.SetStatus{s}, nil
+		}
+		known = append(known, s.Name)
+	}
+	if len(known) == 0 {
+		return nil, fmt.Errorf("--set %s: unknown replica set %q: this proxy routes no replica sets", name, name)
+	}
+	return nil, fmt.Errorf("--set %s: unknown replica set %q: this proxy routes %s", name, name, strings.Join(known, ", "))
 }
 
 // printFleet prints whether the other proxies route every set like this

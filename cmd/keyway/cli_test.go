@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"keyway/config"
 	"keyway/internal/stacktest"
 	"keyway/internal/testnet"
 )
@@ -238,5 +239,58 @@ func TestCLIErrors(t *testing.T) {
 	defer srv.Close()
 	if _, _, err := keywayCLI(t, "members", "--admin", l.Addr().String()); err == nil || !strings.Contains(err.Error(), "404") {
 		t.Errorf("members against a plain 404 server: %v", err)
+	}
+}
+
+// keyway status --set shows one set (and its row of the fleet block);
+// an unknown set is named with the sets the proxy routes.
+func TestCLIStatusSet(t *testing.T) {
+	orders, _ := stacktest.StartDemoReplica(t, "orders-0")
+	users, _ := stacktest.StartDemoReplica(t, "users-0")
+	cfg, err := config.LoadBytes("test.yaml", []byte(`listen: 127.0.0.1:0
+admin: {listen: 127.0.0.1:0}
+log: {level: warn}
+gossip: {enabled: true, bind_addr: 127.0.0.1, bind_port: 0, profile: fast}
+replica_sets:
+  - name: orders
+    match: {path_prefix: /orders}
+    replicas: 1
+    static: [{name: orders-0, addr: "`+orders+`"}]
+  - name: users
+    match: {path_prefix: /users}
+    replicas: 1
+    static: [{name: users-0, addr: "`+users+`"}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := stacktest.StartProxy(t, cfg, stacktest.Opts{Gossip: true})
+	t.Setenv("KEYWAY_ADMIN", st.Admin)
+
+	all, _, err := keywayCLI(t, "status")
+	if err != nil || !regexp.MustCompile(`(?m)^orders `).MatchString(all) || !regexp.MustCompile(`(?m)^users `).MatchString(all) {
+		t.Fatalf("status: %v\n%s", err, all)
+	}
+	out, _, err := keywayCLI(t, "status", "--set", "users")
+	if err != nil {
+		t.Fatalf("status --set users: %v", err)
+	}
+	t.Logf("keyway status --set users:\n%s", out)
+	if !regexp.MustCompile(`(?m)^users `).MatchString(out) || !strings.Contains(out, "users-0") || strings.Contains(out, "orders") {
+		t.Errorf("status --set users shows more or less than users (and its fleet row):\n%s", out)
+	}
+	if !regexp.MustCompile(`(?m)^  users  `).MatchString(out) {
+		t.Errorf("status --set users has no fleet row for users:\n%s", out)
+	}
+	out, _, err = keywayCLI(t, "status", "--set", "users", "--json")
+	var js struct {
+		ReplicaSets []struct{ Name string } `json:"replica_sets"`
+	}
+	if err != nil || json.Unmarshal([]byte(out), &js) != nil || len(js.ReplicaSets) != 1 || js.ReplicaSets[0].Name != "users" {
+		t.Errorf("status --set users --json: %v\n%s", err, out)
+	}
+	_, _, err = keywayCLI(t, "status", "--set", "ordres")
+	if err == nil || exitCode(err) != exitRuntime || err.Error() != `--set ordres: unknown replica set "ordres": this proxy routes orders, users` {
+		t.Errorf("status --set ordres: %v (exit %d)", err, exitCode(err))
 	}
 }
