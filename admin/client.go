@@ -450,18 +450,51 @@ func (c *Client) plainToTLS(resp *http.Response, body []byte) error {
 	return fmt.Errorf("admin API at %s: the admin listener uses TLS: use --admin https://HOST:PORT, with --ca-file FILE if its certificate is not signed by a CA this system trusts", c.Addr)
 }
 
-// apiError turns an error answer into an error naming the address; a
-// refused reload becomes a *ReloadError.
+// APIError is an error answer of the admin API, as the Client returns
+// it: the message and the parts a caller may reword for its own users
+// (the CLI names its flags and files where the API names its query
+// parameters and the request body).
+type APIError struct {
+	Addr   string // the admin API, as Client.Addr
+	Status int    // the HTTP status
+	// Message is the answer's error, Problems the answer's list of
+	// problems (a refused definition or reload), if any.
+	Message  string
+	Problems []string
+	// Param, Value and Problem name the query parameter refused, the
+	// value given and what is wrong with it (a plan, PlanRefused); Param
+	// is "" otherwise.
+	Param, Value, Problem string
+}
+
+// Error is the message; with problems (400 or 422) the message then one
+// problem a line, or the message alone when it names each problem
+// already (a refused delete names the replicas in both).
+func (e *APIError) Error() string {
+	if (e.Status == http.StatusUnprocessableEntity || e.Status == http.StatusBadRequest) && len(e.Problems) > 0 {
+		if slices.ContainsFunc(e.Problems, func(p string) bool { return !strings.Contains(e.Message, p) }) {
+			return fmt.Sprintf("%s:\n  %s", e.Message, strings.Join(e.Problems, "\n  "))
+		}
+	}
+	return fmt.Sprintf("admin API at %s: %s (HTTP %d)", e.Addr, e.Message, e.Status)
+}
+
+// apiError turns an error answer into an error naming the address: an
+// *APIError, or for a 401 the flags that send the token.
 func (c *Client) apiError(method, path string, status int, body []byte) error {
-	var e ReloadRefused // an ErrorBody with problems
+	var e struct { // ErrorBody, with the fields of ReloadRefused and PlanRefused
+		Error    string   `json:"error"`
+		Problems []string `json:"problems"`
+		Param    string   `json:"param"`
+		Value    string   `json:"value"`
+		Problem  string   `json:"problem"`
+	}
 	if json.Unmarshal(body, &e) == nil && e.Error != "" {
 		if status == http.StatusUnauthorized {
 			return c.unauthorized(e.Error)
 		}
-		if (status == http.StatusUnprocessableEntity || status == http.StatusBadRequest) && len(e.Problems) > 0 {
-			return fmt.Errorf("%s:\n  %s", e.Error, strings.Join(e.Problems, "\n  "))
-		}
-		return fmt.Errorf("admin API at %s: %s (HTTP %d)", c.Addr, e.Error, status)
+		return &APIError{Addr: c.Addr, Status: status, Message: e.Error, Problems: e.Problems,
+			Param: e.Param, Value: e.Value, Problem: e.Problem}
 	}
 	if method == http.MethodGet {
 		return fmt.Errorf("admin API at %s: GET %s answered HTTP %d; is %s a keyway admin listener? (--admin, KEYWAY_ADMIN)", c.Addr, path, status, c.Addr)

@@ -27,6 +27,17 @@ type Planner interface {
 
 const planPath = "/v1/replica_sets/{set}/plan"
 
+// PlanRefused is the 400 answer of a plan refused for one query
+// parameter: besides the error, Param ("add" or "remove") and Value name
+// what was given and Problem what is wrong with it, so that a client can
+// name its own flag for it (keyway plan --add).
+type PlanRefused struct {
+	Error   string `json:"error"`
+	Param   string `json:"param"`
+	Value   string `json:"value"`
+	Problem string `json:"problem"`
+}
+
 func (s *Server) routePlan(mux *http.ServeMux) {
 	mux.HandleFunc("GET "+planPath, s.plan)
 	mux.HandleFunc(planPath, func(w http.ResponseWriter, r *http.Request) {
@@ -61,7 +72,7 @@ func (s *Server) plan(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, ErrUnknownSet):
 		s.fail(w, http.StatusNotFound, fmt.Sprintf("unknown replica set %q", set))
 	case errors.As(err, &pe):
-		s.fail(w, http.StatusBadRequest, "bad query parameter "+pe.Error())
+		s.write(w, http.StatusBadRequest, PlanRefused{Error: "bad query parameter " + pe.Error(), Param: pe.Param, Value: pe.Value, Problem: pe.Problem})
 	case errors.Is(err, balancer.ErrBadPlan):
 		s.fail(w, http.StatusBadRequest, err.Error())
 	case err != nil:

@@ -78,6 +78,11 @@ func TestAPIPlan(t *testing.T) {
 			t.Errorf("plan%s: %d %v, want 400 saying %q", c.q, code, body, c.has)
 		}
 	}
+	// A refused name also comes apart: a client names its own flag for it.
+	code, body = call(t, "GET", base+"/v1/replica_sets/orders/plan?add=orders-1")
+	if code != 400 || body["param"] != "add" || body["value"] != "orders-1" || !strings.HasPrefix(body["problem"].(string), "already a ring member") {
+		t.Errorf("plan?add=orders-1: %d %v, want param, value and problem", code, body)
+	}
 	code, body = call(t, "GET", base+"/v1/replica_sets/nope/plan?add=a")
 	if msg, _ := body["error"].(string); code != 404 || !strings.Contains(msg, `"nope"`) || !strings.Contains(msg, "orders, billing") {
 		t.Errorf("unknown set: %d %v", code, body)

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"slices"
 	"strings"
@@ -21,8 +22,12 @@ import (
 // JSON with --json). drain and undrain call the API's mutating endpoints
 // with a bearer token.
 
-// defaultAdminAddr is admin.listen's default.
-const defaultAdminAddr = "127.0.0.1:9901"
+// defaultAdminAddr is admin.listen's default, and defaultAdminPort its
+// port: the port of an --admin that names a host alone.
+const (
+	defaultAdminAddr = "127.0.0.1:" + defaultAdminPort
+	defaultAdminPort = "9901"
+)
 
 // cliTimeout bounds one admin API request.
 const cliTimeout = 5 * time.Second
@@ -40,7 +45,7 @@ func newCLIFlags(fs *flag.FlagSet) *cliFlags {
 	if def == "" {
 		def = defaultAdminAddr
 	}
-	fs.StringVar(&cf.admin, "admin", def, "admin API `ADDR` (host:port, http:// or https:// URL) of the proxy to ask; env KEYWAY_ADMIN")
+	fs.StringVar(&cf.admin, "admin", def, "admin API `ADDR` (host:port, a host alone meaning port "+defaultAdminPort+", or an http:// or https:// URL) of the proxy to ask; env KEYWAY_ADMIN")
 	fs.BoolVar(&cf.rawJSON, "json", false, "print the API's JSON answer instead of a table")
 	cf.tls.register(fs)
 	return cf
@@ -79,6 +84,7 @@ func (cf *cliFlags) checkAddr() error {
 	if err := cf.tls.load(); err != nil {
 		return err
 	}
+	cf.admin = withAdminPort(cf.admin)
 	if _, err := cf.client("").BaseURL(); err != nil {
 		return usageError{"--admin: " + err.Error()}
 	}
@@ -169,6 +175,26 @@ func onlySet(list []admin.SetStatus, name string) ([]admin.SetStatus, error) {
 	return nil, fmt.Errorf("--set %s: unknown replica set %q: this proxy routes %s", name, name, strings.Join(known, ", "))
 }
 
+// withAdminPort gives an --admin written as a host alone ("localhost",
+// "10.0.0.5", "::1") the admin listener's default port, as admin.listen
+// has it: a dial to port 80 would reach anything but keyway. A URL keeps
+// its scheme's port (http://keyway-admin.example.com behind a reverse
+// proxy), and host:port stays as written.
+func withAdminPort(addr string) string {
+	a := strings.TrimSpace(addr)
+	if a == "" || strings.Contains(a, "://") {
+		return addr
+	}
+	if _, _, err := net.SplitHostPort(a); err == nil {
+		return addr
+	}
+	host := strings.TrimSuffix(strings.TrimPrefix(a, "["), "]")
+	if strings.ContainsAny(host, "[]/") || (strings.Contains(host, ":") && net.ParseIP(host) == nil) {
+		return addr // not a host: BaseURL names the mistake
+	}
+	return net.JoinHostPort(host, defaultAdminPort)
+}
+
 // printFleet prints whether the other proxies route every set like this
 // one, and what the fleet holds out on shared evidence.
 func printFleet(w io.Writer, fl admin.FleetStatus) {
@@ -176,7 +202,7 @@ func printFleet(w io.Writer, fl admin.FleetStatus) {
 	if !fl.Share {
 		share = "off"
 	}
-	fmt.Fprintf(w, "FLEET  this proxy %s, %d other proxies, shared evidence %s\n", fl.Self, len(fl.Proxies), share)
+	fmt.Fprintf(w, "FLEET  this proxy %s, %s, shared evidence %s\n", fl.Self, plural(len(fl.Proxies), "other proxy", "other proxies"), share)
 	if fl.Isolated {
 		fmt.Fprintf(w, "  ISOLATED since %s: no gossip contact with the other members; routing on the last view and data-path evidence only\n", fl.IsolatedSince.UTC().Format(time.RFC3339))
 	}
@@ -479,8 +505,8 @@ func runDrain(args []string, drain bool, stdout, stderr io.Writer) error {
 func waitDrained(c *admin.Client, set, replica string, d time.Duration, stdout io.Writer) error {
 	start, last, inflight := time.Now(), "", int64(0)
 	ok, err := c.WaitDrained(set, replica, d, func(r admin.ReplicaStatus) {
-		line := fmt.Sprintf("%s/%s: state %s, %s, %d in flight on %d proxies", set, replica, r.State,
-			map[bool]string{true: "in rotation", false: "out of rotation"}[r.InRotation], r.FleetInflight, r.FleetProxies)
+		line := fmt.Sprintf("%s/%s: state %s, %s, %d in flight on %s", set, replica, r.State,
+			map[bool]string{true: "in rotation", false: "out of rotation"}[r.InRotation], r.FleetInflight, plural(r.FleetProxies, "proxy", "proxies"))
 		if line != last {
 			fmt.Fprintf(stdout, "%6.1fs  %s\n", time.Since(start).Seconds(), line)
 		}
@@ -490,7 +516,7 @@ func waitDrained(c *admin.Client, set, replica string, d time.Duration, stdout i
 	case err != nil:
 		return err
 	case !ok:
-		return fmt.Errorf("%s/%s not drained within %s: %d requests still in flight", set, replica, d, inflight)
+		return fmt.Errorf("%s/%s not drained within %s: %s still in flight", set, replica, d, plural(int(inflight), "request", "requests"))
 	}
 	fmt.Fprintf(stdout, "%s/%s drained after %.1fs\n", set, replica, time.Since(start).Seconds())
 	return nil

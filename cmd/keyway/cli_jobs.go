@@ -55,12 +55,12 @@ func printJobs(w io.Writer, st admin.JobsStatus) {
 		fmt.Fprintf(w, "%s has no run section: keyway does not run its replicas (someone else starts them; its replica count is declared only)\n", st.Set)
 		return
 	case st.Error != "":
-		fmt.Fprintf(w, "%s: %d jobs asked for, none can run here: %s\n", st.Set, st.Wanted, st.Error)
+		fmt.Fprintf(w, "%s: %s asked for, none can run here: %s\n", st.Set, plural(st.Wanted, "job", "jobs"), st.Error)
 	case !st.Here:
-		fmt.Fprintf(w, "%s: %d jobs asked for, run by another process on this host (%s), state_dir %s; ask its proxy\n", st.Set, st.Wanted, dash(st.Holder), st.StateDir)
+		fmt.Fprintf(w, "%s: %s asked for, run by another process on this host (%s), state_dir %s; ask its proxy\n", st.Set, plural(st.Wanted, "job", "jobs"), dash(st.Holder), st.StateDir)
 		return
 	default:
-		fmt.Fprintf(w, "%s: %d jobs asked for, run by this proxy, state_dir %s\n", st.Set, st.Wanted, st.StateDir)
+		fmt.Fprintf(w, "%s: %s asked for, run by this proxy, state_dir %s\n", st.Set, plural(st.Wanted, "job", "jobs"), st.StateDir)
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "REPLICA\tJOB\tREPLICA STATE\tADDR\tPID\tRESTARTS\tLAST EXIT\tAGE\tAGENT PID\tLOG")

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -73,7 +74,7 @@ func runReload(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "reloaded %s: no change\n", res.File)
 		return nil
 	}
-	fmt.Fprintf(stdout, "reloaded %s: %d key%s changed\n", res.File, len(res.Keys), plural(len(res.Keys)))
+	fmt.Fprintf(stdout, "reloaded %s: %s changed\n", res.File, plural(len(res.Keys), "key", "keys"))
 	for _, l := range []struct {
 		what  string
 		names []string
@@ -88,11 +89,13 @@ func runReload(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-func plural(n int) string {
+// plural is n and the noun for that many, one or many: "1 proxy", "0
+// proxies", "2 proxies". Every count the CLI prints goes through it.
+func plural(n int, one, many string) string {
 	if n == 1 {
-		return ""
+		return "1 " + one
 	}
-	return "s"
+	return strconv.Itoa(n) + " " + many
 }
 
 const scaleUsage = `Usage: keyway scale --set SET --replicas N [--admin ADDR] [--token-file FILE] [--json]
@@ -193,8 +196,9 @@ func runRepair(args []string, stdout, stderr io.Writer) error {
 		_, err := stdout.Write(body)
 		return err
 	}
-	fmt.Fprintf(stdout, "repair %s: accepted; told %d agents (%d of them failed: %s) and %d other proxies; holds lifted here: %s\n",
-		res.Set, len(res.Agents), len(res.Failed), dash(strings.Join(res.Failed, ", ")), res.Proxies, dash(strings.Join(res.Reset, ", ")))
+	fmt.Fprintf(stdout, "repair %s: accepted; told %s (%d of them failed: %s) and %s; holds lifted here: %s\n",
+		res.Set, plural(len(res.Agents), "agent", "agents"), len(res.Failed), dash(strings.Join(res.Failed, ", ")),
+		plural(res.Proxies, "other proxy", "other proxies"), dash(strings.Join(res.Reset, ", ")))
 	if len(res.Pods) > 0 {
 		fmt.Fprintf(stdout, "repair %s: deleted pods %s; their StatefulSet makes them again\n", res.Set, strings.Join(res.Pods, ", "))
 	}

@@ -1,10 +1,13 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -94,9 +97,35 @@ func runCreate(args []string, stdout, stderr io.Writer) error {
 	}
 	res, body, err := cf.client(token).CreateSet(spec)
 	if err != nil {
-		return err
+		return createError(err, file)
 	}
 	return printChange(stdout, cf, body, res, "created")
+}
+
+// createError rewords the API's refusal of a create for the CLI's user:
+// the problems of the definition name the file and its line where the API
+// names the request body ("request body:3: ..." is "users.json:3: ..."),
+// and a set that exists is changed with the CLI's commands, not a PATCH.
+func createError(err error, file string) error {
+	ae, ok := errors.AsType[*admin.APIError](err)
+	if !ok {
+		return err
+	}
+	e := *ae
+	if file == "-" {
+		file = "standard input"
+	}
+	e.Problems = slices.Clone(e.Problems)
+	for i, p := range e.Problems {
+		if rest, ok := strings.CutPrefix(p, "request body"); ok && (strings.HasPrefix(rest, ":") || strings.HasPrefix(rest, " ")) {
+			e.Problems[i] = file + rest
+		}
+	}
+	if e.Status == http.StatusConflict && strings.HasPrefix(e.Message, admin.ErrSetExists.Error()) {
+		e.Message = strings.Replace(e.Message, "change it with PATCH, or delete it first", "change it with keyway scale, stop or start, or delete it first (keyway delete)", 1)
+		e.Message = strings.Replace(e.Message, "(GET /v1/runtime says why)", "(keyway runtime says why)", 1)
+	}
+	return &e
 }
 
 const stopStartUsage = `Usage: keyway stop|start --set SET [--admin ADDR] [--token-file FILE] [--json]
@@ -171,6 +200,12 @@ func runDelete(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	res, body, err := cf.client(token).DeleteSet(set)
+	if ae, ok := errors.AsType[*admin.APIError](err); ok {
+		// The CLI's user stops a set with the CLI.
+		e := *ae
+		e.Message = strings.Replace(e.Message, ` (keyway stop --set `+set+`, or PATCH {"stop": true})`, ` (keyway stop --set `+set+`)`, 1)
+		return &e
+	}
 	if err != nil {
 		return err
 	}
@@ -260,7 +295,7 @@ func printRuntime(w io.Writer, st admin.RuntimeStatus) {
 	if st.StateDir != "" {
 		where = st.StateDir
 	}
-	fmt.Fprintf(w, "run-time state: %d record%s, digest %s, %s, kept %s\n", len(st.Records), plural(len(st.Records)), orDash(st.Digest), synced, where)
+	fmt.Fprintf(w, "run-time state: %s, digest %s, %s, kept %s\n", plural(len(st.Records), "record", "records"), orDash(st.Digest), synced, where)
 	if len(st.Records) == 0 {
 		fmt.Fprintln(w, "no run-time changes: the configuration file decides every set")
 	} else {

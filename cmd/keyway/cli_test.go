@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -292,5 +294,64 @@ replica_sets:
 	_, _, err = keywayCLI(t, "status", "--set", "ordres")
 	if err == nil || exitCode(err) != exitRuntime || err.Error() != `--set ordres: unknown replica set "ordres": this proxy routes orders, users` {
 		t.Errorf("status --set ordres: %v (exit %d)", err, exitCode(err))
+	}
+}
+
+func TestPlural(t *testing.T) {
+	for n, want := range map[int]string{0: "0 proxies", 1: "1 proxy", 2: "2 proxies"} {
+		if got := plural(n, "proxy", "proxies"); got != want {
+			t.Errorf("plural(%d) = %q, want %q", n, got, want)
+		}
+	}
+}
+
+// No message of the CLI prints a count straight before a plural noun
+// ("0 in flight on 1 proxies"): counts go through plural.
+func TestNoBarePluralCounts(t *testing.T) {
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bare := regexp.MustCompile(`%d (?:[a-z]+ )?(?:proxies|replicas|requests|jobs|agents|members|keys|records|sets|errors|restarts|certificates|files)\b`)
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, line := range strings.Split(string(b), "\n") {
+			if m := bare.FindString(line); m != "" {
+				t.Errorf("%s:%d: %q prints a count before a plural noun: use plural(n, one, many)", f, i+1, m)
+			}
+		}
+	}
+}
+
+// An --admin naming a host alone means the admin listener's default port,
+// not HTTP's 80.
+func TestAdminDefaultPort(t *testing.T) {
+	for in, want := range map[string]string{
+		"localhost":              "localhost:9901",
+		"10.0.0.5":               "10.0.0.5:9901",
+		"::1":                    "[::1]:9901",
+		"[::1]":                  "[::1]:9901",
+		"proxy-0.keyway.svc":     "proxy-0.keyway.svc:9901",
+		"localhost:9911":         "localhost:9911",
+		"[::1]:9911":             "[::1]:9911",
+		"http://localhost":       "http://localhost",
+		"https://admin.example":  "https://admin.example",
+		"http://127.0.0.1:9901/": "http://127.0.0.1:9901/",
+		"":                       "",
+	} {
+		if got := withAdminPort(in); got != want {
+			t.Errorf("withAdminPort(%q) = %q, want %q", in, got, want)
+		}
+	}
+	// checkAddr applies it: every client command dials that address.
+	cf := &cliFlags{admin: "localhost"}
+	if err := cf.checkAddr(); err != nil || cf.admin != "localhost:9901" {
+		t.Errorf("checkAddr of --admin localhost: %v, address %q", err, cf.admin)
 	}
 }

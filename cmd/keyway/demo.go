@@ -64,11 +64,11 @@ func printDemoHelp(w io.Writer, cfg config.Config, proxyAddr, adminAddr, tokenFi
 	for i := 0; i < set.Replicas; i++ {
 		names = append(names, fmt.Sprintf("%s-%d", set.Name, i))
 	}
-	fmt.Fprintf(w, "keyway demo: proxy on http://%s, replica set %q with %d demo replicas (%s), each behind an agent\n", proxyAddr, set.Name, set.Replicas, strings.Join(names, ", "))
+	fmt.Fprintf(w, "keyway demo: proxy on http://%s, replica set %q with %s (%s), each behind an agent\n", proxyAddr, set.Name, plural(set.Replicas, "demo replica", "demo replicas"), strings.Join(names, ", "))
 	if adminAddr != "" {
 		fmt.Fprintf(w, "admin on http://%s (/ui, /v1/, /metrics, /healthz, /readyz)\n", adminAddr)
 		if tokenFile != "" {
-			fmt.Fprintf(w, "admin token for this run (every command that changes something: drain, scale, restart, repair, stop, ...): %s\n", tokenFile)
+			fmt.Fprintf(w, "admin token for this run (for %s): %s\n", strings.Join(tokenCommands(), ", "), tokenFile)
 		}
 	}
 	fmt.Fprintf(w, `

@@ -164,7 +164,7 @@ func TestCLIDrainWait(t *testing.T) {
 	poll.Until(t, 10*time.Second, "the request to hang at orders-1", func() bool { return replicaStatus(t, st.Admin, "orders-1").Inflight == 1 })
 
 	// Too short a wait fails, naming what is still in flight.
-	if _, _, err := keywayCLI(t, "drain", "--admin", st.Admin, "--set", "orders", "--replica", "orders-1", "--wait", "300ms"); err == nil || !strings.Contains(err.Error(), "1 requests still in flight") {
+	if _, _, err := keywayCLI(t, "drain", "--admin", st.Admin, "--set", "orders", "--replica", "orders-1", "--wait", "300ms"); err == nil || !strings.Contains(err.Error(), "1 request still in flight") {
 		t.Fatalf("drain --wait 300ms with a request in flight: %v", err)
 	}
 	progress := &stacktest.SyncBuffer{}
@@ -177,13 +177,13 @@ func TestCLIDrainWait(t *testing.T) {
 		}
 		out <- o
 	}()
-	poll.Until(t, 10*time.Second, "drain --wait to report the request in flight", func() bool { return strings.Contains(progress.String(), "1 in flight on 1 proxies") })
+	poll.Until(t, 10*time.Second, "drain --wait to report the request in flight", func() bool { return strings.Contains(progress.String(), "1 in flight on 1 proxy") })
 	reps[1].Unblock()
 	if code := <-hung; code != 200 {
 		t.Fatalf("the request in flight during the drain got %d", code)
 	}
 	o := <-out
-	if !strings.Contains(o, "1 in flight on 1 proxies") || !strings.Contains(o, "orders/orders-1 drained after") {
+	if !strings.Contains(o, "1 in flight on 1 proxy") || !strings.Contains(o, "orders/orders-1 drained after") {
 		t.Fatalf("drain --wait output:\n%s", o)
 	}
 }

@@ -429,7 +429,7 @@ func rotationOf(l fleetauth.KeyList) (rotation, error) {
 	case len(l.Public) == 2 && len(l.Private) == 2 && half(l.Private[0]).Equal(l.Public[1]) && half(l.Private[1]).Equal(l.Public[0]):
 		return rotPromoted, nil
 	}
-	return 0, fmt.Errorf("%d public and %d private keys, not as keyway keys writes them (one key, or an old and a new one during a rotation)", len(l.Public), len(l.Private))
+	return 0, fmt.Errorf("%s and %s, not as keyway keys writes them (one key, or an old and a new one during a rotation)", plural(len(l.Public), "public key", "public keys"), plural(len(l.Private), "private key", "private keys"))
 }
 
 // keyStatus says, for a file's header, which key of a list signs.

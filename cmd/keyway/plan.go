@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -56,6 +57,10 @@ func runPlan(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	p, raw, err := cf.client("").Plan(set, add, remove)
+	if ae, ok := errors.AsType[*admin.APIError](err); ok && ae.Param != "" {
+		// The API names its query parameter; the user gave a flag.
+		return fmt.Errorf("--%s %q: %s", ae.Param, ae.Value, ae.Problem)
+	}
 	if err != nil {
 		return err
 	}
@@ -77,8 +82,8 @@ func printPlan(w io.Writer, p admin.ReplicaSetPlan) {
 	if len(p.Remove) > 0 {
 		change = append(change, "remove "+strings.Join(p.Remove, ", "))
 	}
-	fmt.Fprintf(w, "plan for %s: %s (ring %d → %d members, %s, generation %d)\n\n",
-		p.Set, strings.Join(change, "; "), p.Now.Members, p.After.Members, p.Fingerprint, p.Generation)
+	fmt.Fprintf(w, "plan for %s: %s (ring %d → %s, %s, generation %d)\n\n",
+		p.Set, strings.Join(change, "; "), p.Now.Members, plural(p.After.Members, "member", "members"), p.Fingerprint, p.Generation)
 
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "REPLICA\tNOW\tAFTER\tCHANGE")

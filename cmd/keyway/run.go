@@ -10,6 +10,8 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -84,6 +86,58 @@ Usage:
 
 Run 'keyway COMMAND --help' for a command's flags.
 `
+
+// topCommands are the commands topUsage lists, in its order.
+func topCommands() []string {
+	var out []string
+	for _, m := range topCommandRE.FindAllStringSubmatch(topUsage, -1) {
+		if !slices.Contains(out, m[1]) {
+			out = append(out, m[1])
+		}
+	}
+	return out
+}
+
+var (
+	topCommandRE  = regexp.MustCompile(`(?m)^  keyway (\w+)`)
+	commandWordRE = regexp.MustCompile(`^[a-z|]+$`) // "runtime", "clear", "stop|start": not a flag or an argument
+)
+
+// tokenCommands are the commands that need the admin token, as their
+// usage says: each synopsis line of a command's usage ("Usage: keyway
+// drain --set SET ... [--token-file FILE]") that takes --token-file names
+// one, or two for "keyway stop|start", and a subcommand with its command
+// ("runtime clear"). TestTokenCommands checks that the synopses take
+// --token-file exactly where the flags do.
+func tokenCommands() []string {
+	var out []string
+	for _, cmd := range topCommands() {
+		h, ok := errors.AsType[helpRequested](runCommand(context.Background(), []string{cmd, "--help"}, io.Discard, io.Discard))
+		if !ok {
+			continue
+		}
+		for _, line := range strings.Split(string(h.usage), "\n") {
+			line = strings.TrimSpace(strings.TrimPrefix(line, "Usage:"))
+			rest, ok := strings.CutPrefix(line, "keyway ")
+			if !ok || !strings.Contains(rest, "--token-file") {
+				continue
+			}
+			var words []string
+			for _, w := range strings.Fields(rest) {
+				if !commandWordRE.MatchString(w) {
+					break
+				}
+				words = append(words, w)
+			}
+			for _, name := range strings.Split(strings.Join(words, " "), "|") {
+				if !slices.Contains(out, name) {
+					out = append(out, name)
+				}
+			}
+		}
+	}
+	return out
+}
 
 // run is the whole program behind main, testable: it parses args, loads
 // the configuration and runs the components until ctx is done.

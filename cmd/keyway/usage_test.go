@@ -4,21 +4,18 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
+
+	"keyway/config"
+	"keyway/demo"
 )
 
 // commands are the commands topUsage lists.
 func commands(t *testing.T) []string {
 	t.Helper()
-	seen := map[string]bool{}
-	var out []string
-	for _, m := range regexp.MustCompile(`(?m)^  keyway (\w+)`).FindAllStringSubmatch(topUsage, -1) {
-		if !seen[m[1]] {
-			seen[m[1]] = true
-			out = append(out, m[1])
-		}
-	}
+	out := topCommands()
 	if len(out) < 20 {
 		t.Fatalf("topUsage lists only %v", out)
 	}
@@ -150,4 +147,55 @@ func TestScaleReplicasFlag(t *testing.T) {
 			t.Errorf("scale %v: %v (exit %d), want exit 2 and %q", tc.args, err, exitCode(err), tc.want)
 		}
 	}
+}
+
+// The commands that need the admin token are those whose synopsis takes
+// --token-file, and those have the flag; the demo's banner and the
+// operations guide list every one of them.
+func TestTokenCommands(t *testing.T) {
+	need := tokenCommands()
+	if len(need) < 11 || !slices.Contains(need, "drain") || !slices.Contains(need, "runtime clear") || slices.Contains(need, "status") {
+		t.Fatalf("tokenCommands() = %q", need)
+	}
+	hasFlag := func(args ...string) bool {
+		out, _, err := keywayCLI(t, append(args, "--help")...)
+		if err != nil {
+			t.Fatalf("%v --help: %v", args, err)
+		}
+		return regexp.MustCompile(`(?m)^  -token-file FILE$`).MatchString(out)
+	}
+	for _, name := range need {
+		if !hasFlag(strings.Fields(name)...) {
+			t.Errorf("keyway %s: its synopsis takes --token-file, its flags do not", name)
+		}
+	}
+	for _, cmd := range commands(t) {
+		if !slices.ContainsFunc(need, func(n string) bool { return strings.Fields(n)[0] == cmd }) && hasFlag(cmd) {
+			t.Errorf("keyway %s has --token-file, but its synopsis does not say so", cmd)
+		}
+	}
+
+	var banner strings.Builder
+	printDemoHelp(&banner, demoConfig(t), "127.0.0.1:8080", "127.0.0.1:9901", "/tmp/keyway-demo-1/admin-token")
+	if want := "admin token for this run (for " + strings.Join(need, ", ") + "): /tmp/keyway-demo-1/admin-token\n"; !strings.Contains(banner.String(), want) {
+		t.Errorf("the demo's banner:\n%s\nwant the line %q", banner.String(), want)
+	}
+	ops, err := os.ReadFile("../../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "The commands that change something (`" + strings.Join(need, "`, `") + "`) need\nthe admin token"
+	if !strings.Contains(strings.ReplaceAll(string(ops), "\n", " "), strings.ReplaceAll(want, "\n", " ")) {
+		t.Errorf("docs/operations.md does not say %q", want)
+	}
+}
+
+// demoConfig is the demo's embedded configuration.
+func demoConfig(t *testing.T) config.Config {
+	t.Helper()
+	cfg, err := config.LoadBytes(demo.ConfigName, demo.ConfigYAML)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
 }
