@@ -296,7 +296,7 @@ func fieldDocs() map[string]string {
 		"replica_sets[].limits.pressure_header":          "response header by which a replica says \"saturated\": its keyed requests get 503 (reason replica_saturated) for the answer's Retry-After (1s without), not moved; empty disables",
 		"replica_sets[].limits.max_pressure_hold":        "caps how long one saturated answer sheds its replica's requests; 100ms to 1m",
 		"replica_sets[].stopped":                         "stop the set: requests get 503 with Retry-After, its phase is Stopped, its agents drain their replicas and stop the processes they supervise; a run-time stop or start (PATCH /v1/replica_sets/{set}) overrides it",
-		"replica_sets[].route_context.header":            "header telling the replica how keyway routed each attempt: partition, stand-in flag, ring identifier and ring owner (format in docs/proxy.md, Route context), e.g. X-Keyway-Route; replaces a client's header of that name; not a hop-by-hop, forwarding, key or idempotency header; empty disables",
+		"replica_sets[].route_context.header":            "header telling the replica how keyway routed each attempt: partition, stand-in flag, ring identifier, the key routed by and the ring owner (format in docs/proxy.md, Route context), e.g. X-Keyway-Route; replaces a client's header of that name; not a hop-by-hop, forwarding, key or idempotency header; empty disables",
 
 		"admin.listen":                       "host:port of the admin listener (/metrics, /healthz, /readyz); empty disables it",
 		"admin.tls.certificates":             "the admin listener's certificates, as tls.certificates; empty: plain HTTP",

@@ -8,7 +8,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,6 +22,7 @@ import (
 type Replica struct {
 	name     string
 	keyHdr   string
+	routeHdr string // route context header; "" ignores it (SetRouteHeader)
 	ln       net.Listener
 	srv      *fasthttp.Server
 	requests atomic.Int64
@@ -33,7 +36,11 @@ type Replica struct {
 
 // Answer is the JSON body a demo replica returns for every request.
 type Answer struct {
-	Replica  string `json:"replica"`
+	Replica string `json:"replica"`
+	// Key is the key keyway routed the request by, from the route context
+	// header (RouteHeader); without that header, the replica's guess: the
+	// key header's value, else the key query parameter or the second path
+	// segment.
 	Key      string `json:"key"`
 	Method   string `json:"method"`
 	Path     string `json:"path"`
@@ -64,9 +71,16 @@ type Stats struct {
 	Keys     map[string]int64 `json:"keys"`
 }
 
+// RouteHeader is the route context header a demo replica reads the key
+// from by default: the name the demo's configuration gives
+// replica_sets[].route_context.header.
+const RouteHeader = "X-Keyway-Route"
+
 // Listen starts a demo replica called name on addr (e.g. "127.0.0.1:0").
-// keyHeader names the header whose value it reports as the key (the proxy
-// forwards it unchanged); "" means X-Key.
+// It reports the key keyway routed by, from the route context header
+// (RouteHeader; SetRouteHeader changes it). A request without one, from a
+// set without route_context, gets a guess: the value of keyHeader ("" means
+// X-Key), else the key query parameter or the second path segment.
 func Listen(name, addr, keyHeader string) (*Replica, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -75,7 +89,7 @@ func Listen(name, addr, keyHeader string) (*Replica, error) {
 	if keyHeader == "" {
 		keyHeader = "X-Key"
 	}
-	r := &Replica{name: name, keyHdr: keyHeader, ln: ln, keys: map[string]int64{}}
+	r := &Replica{name: name, keyHdr: keyHeader, routeHdr: RouteHeader, ln: ln, keys: map[string]int64{}}
 	r.srv = &fasthttp.Server{
 		Handler:      r.handle,
 		ReadTimeout:  30 * time.Second,
@@ -84,6 +98,11 @@ func Listen(name, addr, keyHeader string) (*Replica, error) {
 	}
 	return r, nil
 }
+
+// SetRouteHeader names the route context header the replica reads the
+// routed key from; "" ignores route context (the key is always guessed).
+// Call it before Run.
+func (r *Replica) SetRouteHeader(h string) { r.routeHdr = h }
 
 // Name returns the replica's name.
 func (r *Replica) Name() string { return r.name }
@@ -219,15 +238,9 @@ func (r *Replica) handle(ctx *fasthttp.RequestCtx) {
 		// is answered: a slow request, for trying drains.
 		time.Sleep(min(d, maxDelay))
 	}
-	key := string(ctx.Request.Header.Peek(r.keyHdr))
-	if key == "" {
-		// The proxy routed on another source; report the last path segment
-		// or the key query parameter so the demo stays informative.
-		if q := ctx.QueryArgs().Peek("key"); len(q) > 0 {
-			key = string(q)
-		} else if segs := splitPath(path); len(segs) >= 2 {
-			key = segs[1]
-		}
+	key, routed := r.routedKey(ctx)
+	if !routed {
+		key = guessKey(ctx, r.keyHdr, path)
 	}
 	n := r.requests.Add(1)
 	r.mu.Lock()
@@ -239,6 +252,49 @@ func (r *Replica) handle(ctx *fasthttp.RequestCtx) {
 		Bytes: len(ctx.PostBody()), KeyCount: kc, Keys: nk, Requests: n,
 	})
 	ctx.SetBody(append(b, '\n'))
+}
+
+// routedKey returns the key of the request's route context header, ""
+// for a request keyway routed without a key; routed is false when the
+// request carries no route context (then the replica can only guess).
+func (r *Replica) routedKey(ctx *fasthttp.RequestCtx) (key string, routed bool) {
+	if r.routeHdr == "" {
+		return "", false
+	}
+	v := ctx.Request.Header.Peek(r.routeHdr)
+	if len(v) == 0 {
+		return "", false
+	}
+	// partition=…; standin=…; ring=…; key=…; owner=… (owner last: it runs
+	// to the end of the value); fields are read by name.
+	for f := range strings.SplitSeq(string(v), "; ") {
+		if strings.HasPrefix(f, "owner=") {
+			break
+		}
+		if enc, ok := strings.CutPrefix(f, "key="); ok {
+			if k, err := url.PathUnescape(enc); err == nil {
+				return k, true
+			}
+			return enc, true
+		}
+	}
+	return "", true
+}
+
+// guessKey is the key of a request that came without a route context:
+// the key header's value, else the key query parameter or the second path
+// segment, as the demo's configuration takes it.
+func guessKey(ctx *fasthttp.RequestCtx, keyHdr, path string) string {
+	if k := ctx.Request.Header.Peek(keyHdr); len(k) > 0 {
+		return string(k)
+	}
+	if q := ctx.QueryArgs().Peek("key"); len(q) > 0 {
+		return string(q)
+	}
+	if segs := splitPath(path); len(segs) >= 2 {
+		return segs[1]
+	}
+	return ""
 }
 
 func splitPath(p string) []string {

@@ -51,6 +51,7 @@ func TestHandlerAllocs(t *testing.T) {
 		"route context, keyed, stand-in":  {modify: routeContext, setup: excludeOwnerOf("customer-42"), uri: "/ingest", hdrs: []string{"X-Key", "customer-42"}},
 		"route context, keyless":          {modify: routeContext, uri: "/ingest"},
 		"route context, client sent one":  {modify: routeContext, uri: "/ingest", hdrs: []string{"X-Key", "customer-42", "X-Keyway-Route", "forged"}},
+		"route context, path segment key": {modify: both(routeContext, keys(balancer.KeySource{PathSegment: 2})), uri: "/ingest/customer%2D42%20%3B7"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -219,6 +220,10 @@ func keys(src ...balancer.KeySource) func(*Config) {
 }
 
 func routeContext(c *Config) { c.ReplicaSets[0].RouteContext.Header = "X-Keyway-Route" }
+
+func both(a, b func(*Config)) func(*Config) {
+	return func(c *Config) { a(c); b(c) }
+}
 
 func fallback(f balancer.Fallback) func(*Config) {
 	return func(c *Config) { c.ReplicaSets[0].Fallback = f }

@@ -228,7 +228,7 @@ type LimitsConfig struct {
 
 // RouteContextConfig makes every request forwarded to a replica of the
 // set carry one header describing the routing decision of that attempt,
-// e.g. "partition=1281; standin=1; ring=v1-xxh64-cons1.1-p7919-r100-l1.25/42; owner=orders-0"
+// e.g. "partition=1281; standin=1; ring=5dd67cb170aa7cfa; key=order-42; owner=orders-0"
 // (the format is in docs/proxy.md). Whatever a client sent under that
 // name is replaced.
 type RouteContextConfig struct {

@@ -29,11 +29,17 @@ import (
 func (p *Proxy) forward(r *request, t *balancer.Table[*Backend], cands []uint16, keyed bool, hash uint64) {
 	rs := r.rs
 	r.deadline = r.start.Add(rs.timeout)
-	p.prepare(r)
-	var ring []byte
+	var ring, key []byte
+	var keyBuf [128]byte
 	if rs.routeHdr != nil {
 		ring = rs.st.ringID(t)
+		if keyed {
+			// Before prepare: the key's sources as the client sent them.
+			uri := r.ctx.URI()
+			key, _ = appendCanonicalKey(keyBuf[:0], rs, &r.ctx.Request.Header, uri.PathOriginal(), uri)
+		}
 	}
+	p.prepare(r)
 	tr := tries{t0: r.start, shed: localReasons}
 	n := min(len(cands), rs.attempts)
 	for i := 0; i < n; i++ {
@@ -50,7 +56,7 @@ func (p *Proxy) forward(r *request, t *balancer.Table[*Backend], cands []uint16,
 		}
 		tr.same = false
 		if rs.routeHdr != nil {
-			setRouteContext(&r.ctx.Request.Header, rs.routeHdr, t, keyed, hash, int(cands[i]), ring)
+			setRouteContext(&r.ctx.Request.Header, rs.routeHdr, t, keyed, hash, key, int(cands[i]), ring)
 		}
 		out, f := p.exchange(r, b, &tr)
 		if out.Err == nil {

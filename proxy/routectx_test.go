@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"net"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -38,7 +39,7 @@ func wantRoute(p *Proxy, key, receiver string) string {
 		standin = "1"
 	}
 	return "partition=" + strconv.Itoa(t.Partition(h)) + "; standin=" + standin +
-		"; ring=" + t.Digest() + "; owner=" + owner
+		"; ring=" + t.Digest() + "; key=" + string(appendRouteKey(nil, []byte(key))) + "; owner=" + owner
 }
 
 func TestRouteContext(t *testing.T) {
@@ -152,5 +153,45 @@ func TestRouteContextConfig(t *testing.T) {
 				t.Fatalf("Validate: %v, want an error containing %q", err, c.want)
 			}
 		})
+	}
+}
+
+// The key is the one routed by, whichever source gave it, in its canonical
+// (decoded) form, percent-encoded: a replica reads it back with a URL
+// unescaper, and no byte of a key can break the value's fields.
+func TestRouteContextKey(t *testing.T) {
+	r0 := startReplica(t, "r0")
+	echoRoute(r0)
+	p, addr := startProxy(t, func(c *Config) {
+		withRouteContext(c)
+		c.ReplicaSets[0].Key = []balancer.KeySource{{Header: "X-User"}, {PathSegment: 2}, {Query: "key"}}
+	}, r0)
+	cl := newClient(addr)
+	for _, c := range []struct {
+		path    string
+		hdrs    []string
+		key     string // decoded
+		encoded string
+	}{
+		{"/ingest", []string{"X-User", "alice"}, "alice", "alice"},
+		{"/ingest/x", []string{"X-User", "tenant 7;a=b%"}, "tenant 7;a=b%", "tenant%207%3Ba%3Db%25"},
+		{"/ingest/order%2D42/items", nil, "order-42", "order-42"},
+		{"/ingest/caf%C3%A9", nil, "café", "caf%C3%A9"},
+		{"/ingest?key=a+b%26c", nil, "a b&c", "a%20b%26c"},
+	} {
+		r := cl.do(t, "GET", c.path, "", c.hdrs...)
+		_, v, _ := strings.Cut(r.body, "|")
+		_, after, ok := strings.Cut(v, "; key=")
+		enc, _, _ := strings.Cut(after, "; owner=")
+		if !ok || enc != c.encoded {
+			t.Errorf("%s %q: route context %q, want key=%s", c.path, c.hdrs, v, c.encoded)
+			continue
+		}
+		if dec, err := url.PathUnescape(enc); err != nil || dec != c.key {
+			t.Errorf("%s: key=%s decodes to %q, %v; want %q", c.path, enc, dec, err, c.key)
+		}
+		if !strings.HasPrefix(v, "partition="+strconv.Itoa(p.Router("orders").Table().Partition(balancer.HashString(c.key)))+";") {
+			t.Errorf("%s: %q is not the partition of %q", c.path, v, c.key)
+		}
 	}
 }

@@ -18,7 +18,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	cf := config.NewProxyFlags(fs)
 	// The demo's file is optional: without -c it runs its embedded one.
 	fs.Lookup("c").Usage = "configuration `FILE` (YAML); optional: without it the demo runs its embedded demo/demo.yaml"
-	if err := parseFlags(fs, args, stderr, "Usage: keyway demo [-c FILE] [flags]\n\nRuns a proxy whose runner starts, for each replica set with a run section, as\nmany demo replica processes as it asks for (orders-0..2), each behind its own\nagent process, all on loopback and found by gossip, from an embedded\nconfiguration (demo/demo.yaml) or from -c FILE. keyway scale, restart and\nrepair act on those processes; they stop with the demo.\nEach demo replica answers with its name, the key and how often it saw that key.\nFault switches on each replica's own address (ADDR in keyway status): POST /_mode?v=500|hang|ok, POST /_ready?v=false|true.\n\n"); err != nil {
+	if err := parseFlags(fs, args, stderr, "Usage: keyway demo [-c FILE] [flags]\n\nRuns a proxy whose runner starts, for each replica set with a run section, as\nmany demo replica processes as it asks for (orders-0..2), each behind its own\nagent process, all on loopback and found by gossip, from an embedded\nconfiguration (demo/demo.yaml) or from -c FILE. keyway scale, restart and\nrepair act on those processes; they stop with the demo.\nEach demo replica answers with its name, the key keyway routed it by (its route\ncontext header) and how often it saw that key.\nFault switches on each replica's own address (ADDR in keyway status): POST /_mode?v=500|hang|ok, POST /_ready?v=false|true.\n\n"); err != nil {
 		return err
 	}
 	var cfg config.Config
