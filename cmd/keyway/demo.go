@@ -58,6 +58,14 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	return explainBind(d.Run(ctx), cf.File, proxyListeners(cfg))
 }
 
+// demoKeys are the keys the demo's banner suggests, by the way each is
+// sent. On the embedded demo's ring (three replicas) they land on three
+// different replicas, so that trying them shows keys spread out:
+// TestDemoKeysSpread checks it with the balancer's placement, and fails
+// if a change of the demo's ring moves them together. order-42 is on
+// orders-0, which the README's walk-through of ejection relies on.
+var demoKeys = struct{ header, other, path, query string }{"order-42", "order-6", "customer-8", "doc-4"}
+
 func printDemoHelp(w io.Writer, cfg config.Config, proxyAddr, adminAddr, tokenFile string) {
 	set := cfg.ReplicaSets[0]
 	var names []string
@@ -71,15 +79,16 @@ func printDemoHelp(w io.Writer, cfg config.Config, proxyAddr, adminAddr, tokenFi
 			fmt.Fprintf(w, "admin token for this run (for %s): %s\n", strings.Join(tokenCommands(), ", "), tokenFile)
 		}
 	}
+	k := demoKeys
 	fmt.Fprintf(w, `
 Try:
-  curl -s -H 'X-Key: order-42' -d 'hello' http://%[1]s/ingest      # same key, same replica, every time
-  curl -s -H 'X-Key: order-7'  -d 'hello' http://%[1]s/ingest      # another key, maybe another replica
-  curl -s -d 'hello' http://%[1]s/ingest/customer-9                # key from the path segment
-  curl -s 'http://%[1]s/ingest?key=doc-3'                         # key from the query
+  curl -s -H 'X-Key: %[2]s' -d 'hello' http://%[1]s/ingest      # same key, same replica, every time
+  curl -s -H 'X-Key: %[3]s'  -d 'hello' http://%[1]s/ingest      # another key, another replica
+  curl -s -d 'hello' http://%[1]s/ingest/%[4]s                # key from the path segment: a third replica
+  curl -s 'http://%[1]s/ingest?key=%[5]s'                          # key from the query
   curl -s -d 'hello' http://%[1]s/ingest                           # no key: round robin
-  curl -s -i http://%[1]s/ingest/a%%2Fb                              # non-canonical key: 400
-`, proxyAddr)
+  curl -s -i http://%[1]s/ingest/a%%2Fb                             # non-canonical key: 400
+`, proxyAddr, k.header, k.other, k.path, k.query)
 	if adminAddr != "" {
 		fmt.Fprintf(w, "  curl -s http://%s/metrics | grep -E '^keyway_(requests_total|rotation_replicas|gossip_members)'\n", adminAddr)
 		flags := ""
@@ -87,7 +96,7 @@ Try:
 			flags = " --admin " + adminAddr
 		}
 		fmt.Fprintf(w, "  go run ./cmd/keyway status%s   # sets, phases, replicas, request rates\n", flags)
-		fmt.Fprintf(w, "  go run ./cmd/keyway route%s --set %s --key order-42   # who owns a key, and why\n", flags, set.Name)
+		fmt.Fprintf(w, "  go run ./cmd/keyway route%s --set %s --key %s   # who owns a key, and why\n", flags, set.Name, k.header)
 		fmt.Fprintf(w, "  go run ./cmd/keyway jobs%s --set %s   # the replica processes this proxy runs\n", flags, set.Name)
 		if tokenFile != "" {
 			fmt.Fprintf(w, "  go run ./cmd/keyway scale%s --set %s --replicas %d --token-file %s   # starts %s-%d; scale back to %d stops it\n", flags, set.Name, set.Replicas+1, tokenFile, set.Name, set.Replicas, set.Replicas)
