@@ -26,12 +26,15 @@ import (
 // [balancer.Router.SetExcluded].
 //
 // Calls are serialized (never concurrent) and come from the goroutine of
-// [Checker.Run] or from a caller of [Checker.Reset]; never from inside
-// [Checker.SetTargets], [Checker.Observe] or [Checker.Snapshot], so the
-// Sink may take locks that are held around those calls (the Router's,
-// when SetTargets is called from a Router hook). It may block briefly; the
-// Checker's own lock is not held while it runs. The Checker clears every
-// reason it set once the replica is forgotten (see SetTargets).
+// [Checker.Run], from a caller of [Checker.Reset], or from the caller of
+// [Checker.Observe] whose failure made a replica's count reach
+// passive.consecutive_failures (the ejection is made before that Observe
+// returns); never from inside [Checker.SetTargets] or [Checker.Snapshot],
+// so the Sink may take locks that are held around those calls (the
+// Router's, when SetTargets is called from a Router hook), but not locks
+// held around Observe. It may block briefly; the Checker's own lock is
+// not held while it runs. The Checker clears every reason it set once the
+// replica is forgotten (see SetTargets).
 type Sink interface {
 	SetExcluded(set, replica string, reason balancer.Reason, excluded bool)
 }
@@ -131,8 +134,8 @@ type Checker struct {
 	obs atomic.Pointer[observeMap]
 
 	// applyMu serializes deciding and delivering transitions (Run's loop,
-	// Reset): Sink calls and events reach the Sink in the order they were
-	// decided. It is taken before mu, and mu is released before the Sink
+	// Reset, an ejection on the threshold in Observe): Sink calls and
+	// events reach the Sink in the order they were decided. It is taken before mu, and mu is released before the Sink
 	// is called, so a Sink may hold locks around SetTargets calls.
 	applyMu sync.Mutex
 

@@ -80,7 +80,9 @@ type PassiveConfig struct {
 	Enabled bool `yaml:"enabled"`
 	// ConsecutiveFailures is the number of counted failures in a row that
 	// eject a replica; any success (an answer below 500) resets the count.
-	// Default 5; 1 to 10000.
+	// The ejection is made on the failure that reaches it, before that
+	// request's answer is relayed: that request is the last one routed to
+	// the replica. Default 5; 1 to 10000.
 	ConsecutiveFailures int `yaml:"consecutive_failures"`
 	// Count lists the outcomes that count as failures, any of "connect"
 	// (the connection could not be made), "timeout" (no answer in time),
@@ -103,10 +105,11 @@ type PassiveConfig struct {
 	// is 1. A replica that should be ejected but would exceed the share
 	// stays in rotation, and that is counted.
 	MaxEjectedShare float64 `yaml:"max_ejected_share"`
-	// Interval is how often the sweeper evaluates the counters: a replica
-	// is ejected at most Interval after its last counted failure, and
-	// readmitted at most Interval after its ejection ends. Default 500ms;
-	// at least 10ms and at most BaseEjection.
+	// Interval is how often the sweeper runs: a replica is readmitted at
+	// most Interval after its ejection ends, and one that the share cap
+	// kept in is ejected at most Interval after there is room. (Ejection on
+	// ConsecutiveFailures does not wait for it.) Default 500ms; at least
+	// 10ms and at most BaseEjection.
 	Interval time.Duration `yaml:"interval"`
 }
 

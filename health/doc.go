@@ -28,15 +28,17 @@
 // on the request path: a map lookup in an immutable index and a few
 // atomics on the replica's counters, no lock, no allocation. Failures are
 // classified by error type (connect, timeout, reset) or status (5xx);
-// passive.count says which count. A sweeper ticking every
-// passive.interval ejects a replica that had passive.consecutive_failures
-// counted failures in a row, for passive.base_ejection, doubled on each
-// repeat up to passive.max_ejection; a successful request after its
-// readmission resets the backoff. No more than passive.max_ejected_share
-// of a set is held out by passive checks at once (ejections and holds
-// together; with two or more replicas at least one may go); a replica
-// kept in by that cap is counted, and ejected as soon as there is room if
-// it is still failing.
+// passive.count says which count. The failure that makes a replica's
+// count of counted failures in a row reach passive.consecutive_failures
+// ejects it before Observe returns, so that request is the last one
+// routed to it: for passive.base_ejection, doubled on each repeat up to
+// passive.max_ejection; a successful request after its readmission
+// resets the backoff. A sweeper ticking every passive.interval ends
+// ejections that are due. No more than passive.max_ejected_share of a set
+// is held out by passive checks at once (ejections and holds together;
+// with two or more replicas at least one may go); a replica kept in by
+// that cap is counted by the next sweep, and ejected by a sweep as soon
+// as there is room if it is still failing.
 //
 // # Supervision (balancer.ReasonFailed)
 //
@@ -55,13 +57,14 @@
 //
 // # Concurrency
 //
-// Observe, SetTargets and Snapshot may be called from any goroutine and
-// never call the Sink; SetTargets is cheap enough for a Router hook. Run
-// owns every goroutine: its loop schedules probes, ticks the sweeper,
-// forgets removed targets (clearing the reasons it set for them) and
-// delivers transitions, serialized, to the Sink and then to
-// Options.OnEvent. Reset delivers its own transitions from the caller's
-// goroutine, serialized with Run's.
+// Observe, SetTargets and Snapshot may be called from any goroutine;
+// SetTargets and Snapshot never call the Sink, and SetTargets is cheap
+// enough for a Router hook. Run owns every goroutine: its loop schedules
+// probes, ticks the sweeper, forgets removed targets (clearing the
+// reasons it set for them) and delivers transitions, serialized, to the
+// Sink and then to Options.OnEvent. Reset, and the Observe call that
+// ejects a replica on the threshold, deliver their own transitions from
+// the caller's goroutine, serialized with Run's.
 //
 // # Metrics
 //

@@ -23,10 +23,10 @@ func TestMetricsExposition(t *testing.T) {
 	f := newFixture(t, cfg)
 	f.c.SetTargets("s", targets("s", "a", "b"))
 	f.ejectCycle(t, "a") // a: ejection 1 (5xx), readmitted
-	// Both trip; b has the longer run of failures, so b is ejected and a,
-	// finding no room (1 of 2 may be out), is capped.
+	// Both trip; b first, so b is ejected and a, finding no room (1 of 2
+	// may be out), is capped.
+	f.fail("s", "b", 5)
 	f.fail("s", "a", 5)
-	f.fail("s", "b", 6)
 	f.sweepAfter(time.Second)
 	f.c.Observe("s", "a", 200, nil, 0) // a recovers: no longer a candidate
 	f.sweepAfter(10 * time.Second)     // b readmitted

@@ -115,7 +115,7 @@ func anyInChain(err error, f func(error) bool) bool {
 // a cache line so that replicas do not share one.
 type counters struct {
 	consec atomic.Int64  // counted failures in a row
-	trip   atomic.Uint32 // the kind that made consec reach the threshold, until the sweeper takes it
+	trip   atomic.Uint32 // the kind that made consec reach the threshold, until ejectOnThreshold or the sweeper takes it
 	ok     atomic.Bool   // a success since the sweeper last looked
 	_      [64 - 8 - 4 - 1]byte
 }
@@ -154,6 +154,12 @@ func (c *Checker) publishObserveLocked(s *setState) {
 // the steady state of successes, atomic loads only). Outcomes for
 // replicas that are not targets are ignored. d is not used yet.
 //
+// The one call whose failure makes the count reach
+// passive.consecutive_failures ejects the replica before it returns (see
+// ejectOnThreshold): it tells the Sink, so the caller's request is the
+// last one routed to the replica. That call takes the Checker's locks and
+// allocates; every other call is as above.
+//
 // Classification: an err with ConnectFailure() true (the proxy's
 // DialError), a *net.OpError from a dial or ECONNREFUSED → connect; else
 // an err with Timeout() true → timeout; any other err → reset; status >=
@@ -185,10 +191,90 @@ func (c *Checker) Observe(set, replica string, status int, err error, d time.Dur
 		return
 	}
 	if r.consec.Add(1) == c.threshold {
-		// Latched until the sweeper takes it: a success right after the
-		// N-th failure does not undo the trip.
+		// Latched until taken: a success right after the N-th failure
+		// does not undo the trip. Exactly one call sees the count reach
+		// the threshold, so only one request per run of failures goes on.
 		r.trip.Store(uint32(k))
+		c.ejectOnThreshold(set, replica, r)
 	}
+}
+
+// ejectOnThreshold ejects the replica whose counters r just tripped, at
+// once, as Envoy's outlier detection does: waiting for the next sweep let
+// more requests reach a replica already known to fail (issue 34). It
+// makes the sweeper's decision for this one replica, under the same
+// locks, and delivers it from the caller's goroutine as Reset does: the
+// Sink first, so the routing has changed when Observe returns, then the
+// event. A replica the share cap keeps in is marked and counted now, and
+// logged once the locks are released; a sweep ejects it when there is
+// room. A replica already out (requests that were in flight fail) is left
+// to the sweeper, which ignores the trip.
+func (c *Checker) ejectOnThreshold(set, name string, r *counters) {
+	if n := c.tripNow(set, name, r); n.k != kindNone {
+		c.logCapped(set, name, n)
+	}
+}
+
+// tripNow decides and delivers ejectOnThreshold's transition.
+func (c *Checker) tripNow(set, name string, r *counters) cappedNote {
+	c.applyMu.Lock()
+	defer c.applyMu.Unlock()
+	var st step
+	var n cappedNote
+	c.mu.Lock()
+	c.forgetGoneLocked(&st)
+	if s := c.sets[set]; s != nil {
+		// The same target, not one of the same name added since.
+		if rep := s.replicas[name]; rep != nil && rep.c == r {
+			n = c.tripLocked(s, rep, c.now(), &st)
+		}
+	}
+	c.mu.Unlock()
+	c.apply(&st)
+	return n
+}
+
+// cappedNote is what the share-cap warning says: the failure kind
+// (kindNone: nothing to log), the replicas of the set out and in all.
+type cappedNote struct {
+	k      kind
+	out, n int
+}
+
+// tripLocked ejects r for its latched trip if r is in rotation and not
+// already waiting for room under the share cap, and if there is room;
+// without room it marks r as capped and counts it, returning what to log.
+// c.mu is held.
+func (c *Checker) tripLocked(s *setState, r *replica, now time.Time, st *step) cappedNote {
+	if r.ejected || r.failed || r.capped != kindNone {
+		return cappedNote{}
+	}
+	k := kind(r.c.trip.Swap(0))
+	if k == kindNone {
+		return cappedNote{} // a sweep took it first
+	}
+	out := 0
+	for _, x := range s.replicas {
+		if x.ejected || x.failed {
+			out++
+		}
+	}
+	if out >= c.maxOut(len(s.replicas)) {
+		s.capped.Inc()
+		r.capped = k
+		return cappedNote{k, out, len(s.replicas)}
+	}
+	c.ejectLocked(r, k, now, st)
+	s.ejected.Set(float64(out + 1))
+	return cappedNote{}
+}
+
+// logCapped warns that a replica stays in rotation because of the share
+// cap (once per stretch of being capped).
+func (c *Checker) logCapped(set, replica string, n cappedNote) {
+	c.log.Warn("replica should be ejected, but the share cap keeps it in rotation",
+		zap.String("set", set), zap.String("replica", replica), zap.Stringer("reason", n.k),
+		zap.Int("out", n.out), zap.Int("replicas", n.n), zap.Float64("max_ejected_share", c.cfg.Passive.MaxEjectedShare))
 }
 
 // ejectionFor returns how long an ejection at backoff level lasts.
@@ -211,8 +297,10 @@ func (c *Checker) maxOut(n int) int {
 
 // sweep is one tick of the passive detector at time now: it ends
 // ejections and holds that are due, resets the backoff of readmitted
-// replicas that answered a request, and ejects replicas whose counters
-// tripped, within each set's share cap. Run calls it every
+// replicas that answered a request, and ejects, within each set's share
+// cap, replicas whose counters tripped but that are still in rotation:
+// those the share cap kept in, once there is room (ejectOnThreshold ejects
+// the others before their trip's Observe returns). Run calls it every
 // Passive.Interval; tests call it directly with their own clock.
 func (c *Checker) sweep(now time.Time) {
 	c.applyMu.Lock()
@@ -286,9 +374,7 @@ func (c *Checker) sweepSetLocked(s *setState, now time.Time, st *step) {
 		if out >= limit {
 			if r.capped == kindNone {
 				s.capped.Inc()
-				c.log.Warn("replica should be ejected, but the share cap keeps it in rotation",
-					zap.String("set", r.set), zap.String("replica", r.name), zap.Stringer("reason", k),
-					zap.Int("out", out), zap.Int("replicas", len(rs)), zap.Float64("max_ejected_share", c.cfg.Passive.MaxEjectedShare))
+				c.logCapped(r.set, r.name, cappedNote{k, out, len(rs)})
 			}
 			r.capped = k
 			continue

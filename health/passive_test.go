@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"slices"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -67,8 +68,8 @@ func (falseConnect) Error() string        { return "not a connect failure" }
 func (falseConnect) ConnectFailure() bool { return false }
 
 // The whole passive cycle with an injected clock: N consecutive 5xx eject
-// once; readmission after BaseEjection; a repeat doubles; a success after
-// readmission resets the backoff.
+// once, on the N-th (no sweep needed); readmission after BaseEjection; a
+// repeat doubles; a success after readmission resets the backoff.
 func TestPassiveEjectReadmitBackoff(t *testing.T) {
 	t.Parallel()
 	cfg := passiveConfig()
@@ -81,8 +82,8 @@ func TestPassiveEjectReadmitBackoff(t *testing.T) {
 	f.sweepAfter(time.Second)
 	callsEqual(t, f.sink.take()) // 4 < 5: nothing
 
+	t0 := f.clock.Add(time.Second)
 	f.fail("s", "a", 1)
-	t0 := f.sweepAfter(time.Second)
 	callsEqual(t, f.sink.take(), ej)
 	f.fail("s", "a", 20) // in-flight requests failing while ejected
 	f.sweepAfter(time.Second)
@@ -108,8 +109,8 @@ func TestPassiveEjectReadmitBackoff(t *testing.T) {
 	}
 
 	// Failing again without a success in between: twice as long.
+	t1 := f.clock.Add(time.Second)
 	f.fail("s", "a", 5)
-	t1 := f.sweepAfter(time.Second)
 	callsEqual(t, f.sink.take(), ej)
 	if ev := f.ev.take(); ev[0].Until.Sub(t1) != 20*time.Second || ev[0].Ejections != 2 {
 		t.Fatalf("second ejection: %+v, want 20s", ev)
@@ -120,8 +121,8 @@ func TestPassiveEjectReadmitBackoff(t *testing.T) {
 	callsEqual(t, f.sink.take(), back)
 
 	// Once more: 40s. Then a success after readmission resets it to 10s.
+	t2 := f.clock.Add(time.Second)
 	f.fail("s", "a", 5)
-	t2 := f.sweepAfter(time.Second)
 	if ev := f.ev.take(); len(ev) != 2 || ev[1].Until.Sub(t2) != 40*time.Second {
 		t.Fatalf("third ejection: %+v, want 40s", ev)
 	}
@@ -132,8 +133,8 @@ func TestPassiveEjectReadmitBackoff(t *testing.T) {
 	if h := f.c.Snapshot("s")[0]; h.NextEjection != 10*time.Second {
 		t.Fatalf("after a success, next ejection %s, want 10s", h.NextEjection)
 	}
+	t3 := f.clock.Add(time.Second)
 	f.fail("s", "a", 5)
-	t3 := f.sweepAfter(time.Second)
 	callsEqual(t, f.sink.take(), ej)
 	if ev := f.ev.take(); ev[len(ev)-1].Until.Sub(t3) != 10*time.Second {
 		t.Fatalf("after reset: %+v, want 10s", ev)
@@ -141,6 +142,107 @@ func TestPassiveEjectReadmitBackoff(t *testing.T) {
 	// b never failed: never touched.
 	if r := f.sink.reasons("s", "b"); r != 0 {
 		t.Fatalf("b excluded: %s", r)
+	}
+}
+
+// reentrantSink is a Sink that calls back into the Checker as the proxy's
+// does (a Router hook calls SetTargets, the admin API Snapshot): a Sink
+// call made while the Checker holds its own lock would deadlock.
+type reentrantSink struct {
+	*recSink
+	c  *Checker
+	ts []Target
+}
+
+func (s *reentrantSink) SetExcluded(set, replica string, reason balancer.Reason, excluded bool) {
+	s.c.SetTargets(set, s.ts)
+	s.c.Snapshot(set)
+	s.recSink.SetExcluded(set, replica, reason, excluded)
+}
+
+// Issue 34: the failure that makes the count reach
+// passive.consecutive_failures ejects the replica before its Observe
+// returns — Sink told, event delivered, metrics and snapshot updated, the
+// ejection timed from that moment — with no sweep and no Run, so that
+// request is the last one routed to the replica.
+func TestPassiveEjectOnThreshold(t *testing.T) {
+	t.Parallel()
+	for _, n := range []int{1, 3, 5} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			t.Parallel()
+			cfg := passiveConfig()
+			cfg.Passive.ConsecutiveFailures = n
+			f := newFixture(t, cfg)
+			ts := targets("s", "a", "b")
+			sink := &reentrantSink{recSink: f.sink, ts: ts}
+			c, err := NewChecker(cfg, sink, Options{Now: f.clock.Now, OnEvent: f.ev.add})
+			if err != nil {
+				t.Fatal(err)
+			}
+			sink.c, f.c = c, c
+			c.SetTargets("s", ts)
+
+			timeout := context.DeadlineExceeded
+			for range n - 1 {
+				c.Observe("s", "a", 0, timeout, time.Millisecond)
+			}
+			callsEqual(t, f.sink.take())
+			if h := c.Snapshot("s")[0]; h.ConsecutiveFailures != int64(n-1) || h.Excluded != "none" {
+				t.Fatalf("after %d failures: %+v", n-1, h)
+			}
+			now := f.clock.Add(time.Second)
+			c.Observe("s", "a", 0, timeout, time.Millisecond)
+			callsEqual(t, f.sink.take(), call{"s", "a", balancer.ReasonEjected, true})
+			ev := f.ev.take()
+			if len(ev) != 1 || ev[0].Kind != EventEjected || ev[0].Replica != "a" || ev[0].Reason != "timeout" ||
+				!ev[0].Time.Equal(now) || !ev[0].Until.Equal(now.Add(10*time.Second)) || ev[0].Ejections != 1 {
+				t.Fatalf("events = %+v", ev)
+			}
+			h := c.Snapshot("s")[0]
+			if h.Excluded != "ejected" || !h.EjectedUntil.Equal(now.Add(10*time.Second)) || h.LastReason != "timeout" ||
+				h.Ejections != 1 || h.EjectionsTotal != 1 || h.ConsecutiveFailures != 0 || h.NextEjection != 20*time.Second {
+				t.Fatalf("snapshot = %+v", h)
+			}
+			if v := testutil.ToFloat64(c.metrics.ejections.WithLabelValues("s", "a", "timeout")); v != 1 {
+				t.Fatalf("keyway_ejections_total = %v, want 1", v)
+			}
+			if v := testutil.ToFloat64(c.metrics.ejected.WithLabelValues("s")); v != 1 {
+				t.Fatalf("keyway_ejected_replicas = %v, want 1", v)
+			}
+
+			// A sweep has nothing left to do; requests that were in flight
+			// fail while a is out, and that ejects nothing more.
+			f.sweepAfter(time.Second)
+			for range 2 * n {
+				c.Observe("s", "a", 0, timeout, time.Millisecond)
+			}
+			f.sweepAfter(time.Second)
+			callsEqual(t, f.sink.take())
+			if ev := f.ev.take(); len(ev) != 0 {
+				t.Fatalf("events after the ejection: %+v", ev)
+			}
+		})
+	}
+}
+
+// Many requests failing at once: exactly one of them ejects the replica,
+// once.
+func TestPassiveEjectOnThresholdConcurrent(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, passiveConfig())
+	f.c.SetTargets("s", targets("s", "a", "b"))
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for range 50 {
+				f.c.Observe("s", "a", 502, nil, time.Millisecond)
+			}
+		})
+	}
+	wg.Wait()
+	callsEqual(t, f.sink.take(), call{"s", "a", balancer.ReasonEjected, true})
+	if ev := f.ev.take(); !slices.Equal(kinds(ev), []string{"ejected a"}) {
+		t.Fatalf("events = %+v", ev)
 	}
 }
 
@@ -154,8 +256,8 @@ func TestPassiveBackoffCap(t *testing.T) {
 	f.c.SetTargets("s", targets("s", "a", "b"))
 	var got []time.Duration
 	for range 5 {
+		now := f.clock.Add(100 * time.Millisecond)
 		f.fail("s", "a", 5)
-		now := f.sweepAfter(100 * time.Millisecond)
 		ev := f.ev.take()
 		got = append(got, ev[0].Until.Sub(now))
 		f.sweepAfter(ev[0].Until.Sub(now))
@@ -282,34 +384,33 @@ func TestMaxOut(t *testing.T) {
 	}
 }
 
-// With 4 targets all failing and max_ejected_share 0.5, 2 are ejected and
-// the other 2 counted as capped (once each, not per sweep); they take the
-// room as soon as it frees.
+// With 4 targets all failing and max_ejected_share 0.5, the first 2 to
+// reach the threshold are ejected at once and the other 2 counted as
+// capped, at once too (once each, not per sweep); when room frees, the
+// one of them with the longest run of failures takes it.
 func TestPassiveShareCap(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, passiveConfig())
-	all := []string{"a", "b", "c", "d"}
-	f.c.SetTargets("s", targets("s", all...))
-	// c and d fail more, so they are the worst and go first.
-	for _, r := range all {
+	f.c.SetTargets("s", targets("s", "a", "b", "c", "d"))
+	t0 := f.clock.Now()
+	f.fail("s", "a", 5)
+	f.clock.Add(time.Second)
+	for _, r := range []string{"b", "c", "d"} {
 		f.fail("s", r, 5)
 	}
-	f.fail("s", "c", 2)
-	f.fail("s", "d", 1)
-	f.sweepAfter(time.Second)
 	callsEqual(t, f.sink.take(),
-		call{"s", "c", balancer.ReasonEjected, true},
-		call{"s", "d", balancer.ReasonEjected, true})
+		call{"s", "a", balancer.ReasonEjected, true},
+		call{"s", "b", balancer.ReasonEjected, true})
 	if n := testutil.ToFloat64(f.c.metrics.capped.WithLabelValues("s")); n != 2 {
 		t.Fatalf("capped = %v, want 2", n)
 	}
 	if n := testutil.ToFloat64(f.c.metrics.ejected.WithLabelValues("s")); n != 2 {
 		t.Fatalf("ejected gauge = %v, want 2", n)
 	}
-	// a and b keep failing: still capped, not counted again.
+	// c and d keep failing, d more: still capped, not counted again.
 	for range 3 {
-		f.fail("s", "a", 5)
-		f.fail("s", "b", 5)
+		f.fail("s", "c", 5)
+		f.fail("s", "d", 6)
 		f.sweepAfter(time.Second)
 	}
 	callsEqual(t, f.sink.take())
@@ -317,19 +418,24 @@ func TestPassiveShareCap(t *testing.T) {
 		t.Fatalf("capped = %v after more sweeps, want 2", n)
 	}
 	snap := f.c.Snapshot("s")
-	if !snap[0].ShareCapped || !snap[1].ShareCapped || snap[2].ShareCapped {
+	if snap[0].ShareCapped || snap[1].ShareCapped || !snap[2].ShareCapped || !snap[3].ShareCapped {
 		t.Fatalf("snapshot share_capped: %+v", snap)
 	}
-	// b answers once: no longer a candidate. When c and d are readmitted,
-	// only a (still failing) takes the room.
-	f.c.Observe("s", "b", 200, nil, 0)
-	f.sweepAfter(10 * time.Second)
+	// a's ejection ends first: one room, which d (the longer run) takes.
+	f.sweepAfter(t0.Add(10 * time.Second).Sub(f.clock.Now()))
 	callsEqual(t, f.sink.take(),
-		call{"s", "c", balancer.ReasonEjected, false},
-		call{"s", "d", balancer.ReasonEjected, false},
-		call{"s", "a", balancer.ReasonEjected, true})
+		call{"s", "a", balancer.ReasonEjected, false},
+		call{"s", "d", balancer.ReasonEjected, true})
+	// c answers once: no longer a candidate. When b is readmitted, nobody
+	// takes the room.
+	f.c.Observe("s", "c", 200, nil, 0)
+	f.sweepAfter(time.Second)
+	callsEqual(t, f.sink.take(), call{"s", "b", balancer.ReasonEjected, false})
 	if n := testutil.ToFloat64(f.c.metrics.ejected.WithLabelValues("s")); n != 1 {
 		t.Fatalf("ejected gauge = %v, want 1", n)
+	}
+	if snap := f.c.Snapshot("s"); snap[2].ShareCapped {
+		t.Fatalf("c still share-capped after a success: %+v", snap[2])
 	}
 }
 

@@ -106,8 +106,9 @@ func bubbleChecker(t *testing.T, cfg Config, sink Sink, rt http.RoundTripper, ev
 	return c
 }
 
-// Passive checks through Run: the sweeper ejects within one tick and
-// readmits after the ejection.
+// Passive checks through Run: the fifth failure ejects before its
+// Observe returns, with no time passing; the sweeper readmits at its first
+// tick after the ejection.
 func TestRunPassive(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		sink := newRecSink(t)
@@ -116,14 +117,16 @@ func TestRunPassive(t *testing.T) {
 		stop := runBubble(t, c)
 		defer stop()
 		c.SetTargets("s", targets("s", "a", "b"))
-		for range 5 {
+		for range 4 {
 			c.Observe("s", "a", 500, nil, 0)
 		}
-		advance(500 * time.Millisecond) // one sweeper tick
-		callsEqual(t, sink.take(), call{"s", "a", balancer.ReasonEjected, true})
-		advance(9500 * time.Millisecond)
+		synctest.Wait()
 		callsEqual(t, sink.take())
-		advance(500 * time.Millisecond)
+		c.Observe("s", "a", 500, nil, 0)
+		callsEqual(t, sink.take(), call{"s", "a", balancer.ReasonEjected, true})
+		advance(9999 * time.Millisecond)
+		callsEqual(t, sink.take())
+		advance(time.Millisecond) // the tick at 10 s
 		callsEqual(t, sink.take(), call{"s", "a", balancer.ReasonEjected, false})
 		if !slices.Equal(kinds(ev.take()), []string{"ejected a", "readmitted a"}) {
 			t.Fatal("events")

@@ -16,8 +16,8 @@ func supervisionConfig() Config {
 	return cfg
 }
 
-// ejectCycle makes a fail, sweeps (ejecting it) and sweeps again once its
-// ejection is over, returning the events.
+// ejectCycle makes a fail (which ejects it on the threshold), sweeps, and
+// sweeps again once its ejection is over, returning the events.
 func (f *fixture) ejectCycle(t *testing.T, replica string) []Event {
 	t.Helper()
 	f.fail("s", replica, 5)
@@ -40,8 +40,8 @@ func TestSupervisionHoldUntilCooldown(t *testing.T) {
 	f.ejectCycle(t, "a")
 	f.sink.take()
 
+	t0 := f.clock.Add(time.Second)
 	f.fail("s", "a", 5)
-	t0 := f.sweepAfter(time.Second)
 	callsEqual(t, f.sink.take(), call{"s", "a", balancer.ReasonFailed, true})
 	ev := f.ev.take()
 	if len(ev) != 1 || ev[0].Kind != EventFailed || ev[0].Ejections != 3 || !ev[0].Until.Equal(t0.Add(30*time.Minute)) || ev[0].Reason != "5xx" {

@@ -237,9 +237,9 @@ replica_sets:
 		}
 	}
 
-	// The passive checker ejects orders-2 on its first 500 (its sweeper
-	// runs every passive.interval), and rates need a reading 1 s after the
-	// first: poll both with a deadline.
+	// The passive checker ejected orders-2 on its first 500, before it was
+	// relayed; rates need a reading 1 s after the first: poll with a
+	// deadline.
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		st = admin.SetStatus{}

@@ -23,10 +23,12 @@ import (
 // and candidate order are what the demo computes (the ring depends only
 // on the replicas' names and the hash configuration, so they hold on
 // every run), and the walk-through "See ejection and recovery" behaves as
-// written: 500s until five failures eject orders-0, its stand-in orders-2
-// in the meantime, orders-0 again once the ejection runs out, and the
-// same through the readiness switch. The ejection is shortened to 1 s
-// (the README's demo has 10 s) so that the test does not wait.
+// written: exactly as many 500s as the README shows (five, the demo's
+// health.passive.consecutive_failures) before orders-0 is ejected, its
+// stand-in orders-2 in the meantime, orders-0 again once the ejection
+// runs out, and the same through the readiness switch. The ejection is
+// shortened to 1 s (the README's demo has 10 s) so that the test does not
+// wait.
 func TestReadmeDemoExamples(t *testing.T) {
 	skipShort(t)
 	readme, err := os.ReadFile("../README.md")
@@ -114,7 +116,19 @@ func TestReadmeDemoExamples(t *testing.T) {
 		return code, body
 	}
 
-	// The 500 switch: five 500s relayed, then the stand-in.
+	// The 500 switch: the README's 500s relayed, as many as
+	// health.passive.consecutive_failures, then the stand-in. The request
+	// whose failure reaches the threshold ejects orders-0 before its 500 is
+	// relayed (issue 34: it used to take the next passive sweep, and a
+	// sixth request or more still reached orders-0).
+	loop := regexp.MustCompile(`(?m)^((?:500 )+)(?:200 ?)+$`).FindSubmatch(readme)
+	if loop == nil {
+		t.Fatal("README.md has no transcript of the 500 loop (a line of 500s then 200s)")
+	}
+	wantFives := strings.Count(string(loop[1]), "500")
+	if n := cfg.Health.Passive.ConsecutiveFailures; wantFives != n {
+		t.Errorf("the README's loop shows %d 500s; the demo's health.passive.consecutive_failures is %d", wantFives, n)
+	}
 	if got := fault("/_mode?v=500"); got != `{"mode":"500"}` {
 		t.Fatalf("POST /_mode?v=500 answered %s", got)
 	}
@@ -130,8 +144,9 @@ func TestReadmeDemoExamples(t *testing.T) {
 		}
 		return true
 	})
-	if fives < 5 {
-		t.Errorf("%d 500s before the ejection, want at least 5 (health.passive.consecutive_failures)", fives)
+	t.Logf("%d 500s before orders-2 answered", fives)
+	if fives != wantFives {
+		t.Errorf("%d 500s before the ejection, want %d as the README shows (health.passive.consecutive_failures)", fives, wantFives)
 	}
 	if got := fault("/_mode?v=ok"); got != `{"mode":"ok"}` {
 		t.Fatalf("POST /_mode?v=ok answered %s", got)

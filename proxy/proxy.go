@@ -31,9 +31,13 @@ import (
 // (no free pooled connection) or its pooled connections' (a stale one, or
 // a reused one the replica closed before answering: kind reused_closed)
 // are not reported.
-// It is called on the request path: it must be cheap, must not block and
-// must not retain anything. err is nil when the replica answered; status
-// is then its status code. A connect failure's err has a ConnectFailure()
+// It is called on the request path, holding no lock, before an answer is
+// relayed: it must be cheap and must not retain anything. It must not
+// block, with one exception: the call that takes the replica out of
+// rotation may do so at once, through the set's Router (SetExcluded), so
+// that the next request routes around it; health.Checker does on the
+// failure that reaches passive.consecutive_failures. err is nil when the
+// replica answered; status is then its status code. A connect failure's err has a ConnectFailure()
 // bool method returning true; a timeout's a Timeout() bool method.
 type Observer interface {
 	Observe(set, replica string, status int, err error, d time.Duration)
