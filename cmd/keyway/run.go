@@ -82,6 +82,7 @@ Usage:
   keyway restart --set S        rolling restart: one replica at a time, drained first, no request lost
                                 (--force: no wait for requests in flight; --ack: clear a failed restart's mark)
   keyway keys --sets S,... --out DIR  make the fleet's signing keys (credentials files, Secrets); --rotate, --add-set
+  keyway certs --out DIR        make throw-away TLS certificates for trying TLS (the files the examples name)
   keyway version                print the version
 
 Run 'keyway COMMAND --help' for a command's flags.
@@ -196,6 +197,8 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return runRestart(rest, stdout, stderr)
 	case "keys":
 		return runKeys(rest, stdout, stderr)
+	case "certs":
+		return runCerts(rest, stdout, stderr)
 	case "version", "--version", "-v":
 		fs := flag.NewFlagSet("version", flag.ContinueOnError)
 		if err := parseArgs(fs, rest, stderr, func() { fmt.Fprint(fs.Output(), versionUsage) }); err != nil {

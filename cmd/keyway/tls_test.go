@@ -5,26 +5,17 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"keyway/internal/testcerts"
 )
 
 // exampleCerts makes, in a new directory, the TLS files the examples name
 // (tls/tls.crt, tls/events.crt, tls/admin.crt and their keys,
-// tls/clients-ca.crt), and returns the directory.
+// tls/clients-ca.crt) as the examples say to: keyway certs --out tls. It
+// returns the directory.
 func exampleCerts(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
-	tlsDir := filepath.Join(dir, "tls")
-	if err := os.Mkdir(tlsDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	ca := testcerts.New(t)
-	ca.Issue(t, tlsDir, "tls", "orders.example.com", "*.orders.example.com", "localhost", "127.0.0.1")
-	ca.Issue(t, tlsDir, "events", "events.example.com")
-	ca.Issue(t, tlsDir, "admin", "localhost", "127.0.0.1")
-	if err := os.Rename(testcerts.New(t).File(t, tlsDir), filepath.Join(tlsDir, "clients-ca.crt")); err != nil {
-		t.Fatal(err)
+	if _, _, err := keywayCLI(t, "certs", "--out", filepath.Join(dir, "tls")); err != nil {
+		t.Fatalf("keyway certs: %v", err)
 	}
 	return dir
 }
@@ -50,7 +41,7 @@ func TestValidateTLSFiles(t *testing.T) {
 	if err != nil {
 		msg += err.Error()
 	}
-	if err == nil || !strings.Contains(msg, "tls.yaml:24: tls.certificates[1].key_file: tls/events.key: the private key does not match the certificate in tls.certificates[1].cert_file (tls/events.crt)") {
+	if err == nil || !strings.Contains(msg, "tls.yaml:25: tls.certificates[1].key_file: tls/events.key: the private key does not match the certificate in tls.certificates[1].cert_file (tls/events.crt)") {
 		t.Fatalf("validate with a mismatched key: %v\n%s", err, errOut)
 	}
 	// And a missing admin key.
