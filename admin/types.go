@@ -83,11 +83,20 @@ type SetStatus struct {
 	// Runtime is set when the run-time state changes what the file says
 	// about the set.
 	Runtime *SetRuntime `json:"runtime,omitempty"`
+	// Match is the set's match rule: the requests it takes.
+	Match SetMatch `json:"match"`
 	// Version is the version of the set's run-time record (0: it has
 	// none), also the ETag of GET /v1/replica_sets/{set}: send it back as
 	// If-Match with a write, which is then refused (409) if another write
 	// came first. A hybrid logical clock above 2^53: read it as an integer.
 	Version uint64 `json:"version"`
+}
+
+// SetMatch is a set's match rule: requests whose Host is Host (any host
+// when "") and whose path starts with PathPrefix.
+type SetMatch struct {
+	Host       string `json:"host"`
+	PathPrefix string `json:"path_prefix"`
 }
 
 // SetTraffic sums the traffic figures of a set's replicas (the rows of
@@ -114,6 +123,41 @@ type SetTraffic struct {
 	ShedTotal     uint64   `json:"shed_total"`
 	// RateNote explains null rates ("" when they are known).
 	RateNote string `json:"rate_note,omitempty"`
+	// Codes counts the answers the set's clients got by status class
+	// ("2xx", "4xx", …; the replicas' answers and keyway's own), and
+	// CodesPerSecond their rates (null without rates).
+	Codes          map[string]uint64  `json:"codes"`
+	CodesPerSecond map[string]float64 `json:"codes_per_second"`
+	// ClientErrorsTotal counts the 5xx answers clients got (a replica's or
+	// keyway's own), and ClientErrorsPerSecond their rate. Unlike
+	// ErrorsTotal, it leaves out failed exchanges that were retried.
+	ClientErrorsTotal     uint64   `json:"client_errors_total"`
+	ClientErrorsPerSecond *float64 `json:"client_errors_per_second"`
+	// FailedAttemptsTotal counts failed exchanges with the replicas
+	// (dial, stale_conn, timeout, …): each was retried on the next
+	// candidate or answered by keyway, so no client saw it as such.
+	FailedAttemptsTotal     uint64   `json:"failed_attempts_total"`
+	FailedAttemptsPerSecond *float64 `json:"failed_attempts_per_second"`
+	// P50LatencySeconds and P99LatencySeconds are the set's latency over
+	// the window, from the replicas' latency histograms added up (null
+	// without an answer in the window).
+	P50LatencySeconds *float64 `json:"p50_latency_seconds"`
+	P99LatencySeconds *float64 `json:"p99_latency_seconds"`
+	// History is the set's traffic over the last 15 minutes on this
+	// proxy, a point every 10 s, oldest first (kept in memory only).
+	History []TrafficPoint `json:"history"`
+}
+
+// TrafficPoint is one step of a set's history: the rates over the 10 s
+// before At.
+type TrafficPoint struct {
+	At time.Time `json:"at"`
+	// RequestsPerSecond counts the answers clients got (the replicas' and
+	// keyway's own), ClientErrorsPerSecond the 5xx among them.
+	RequestsPerSecond     float64 `json:"requests_per_second"`
+	ClientErrorsPerSecond float64 `json:"client_errors_per_second"`
+	// P99LatencySeconds is null without an answer from a replica.
+	P99LatencySeconds *float64 `json:"p99_latency_seconds"`
 }
 
 // ReplicaTraffic is what this proxy sent one replica. Totals count since
@@ -156,6 +200,12 @@ type ReplicaTraffic struct {
 	// (keyway_ejections_total).
 	Ejections      int    `json:"ejections"`
 	EjectionsTotal uint64 `json:"ejections_total"`
+	// Responses5xxPerSecond is the rate of its 5xx answers (clients got
+	// them), FailedAttemptsPerSecond of failed exchanges with it (retried
+	// on another candidate or answered by keyway): ErrorsPerSecond is
+	// their sum.
+	Responses5xxPerSecond   *float64 `json:"responses_5xx_per_second"`
+	FailedAttemptsPerSecond *float64 `json:"failed_attempts_per_second"`
 }
 
 // ReplicaStatus is one replica of a set. A plain value.
@@ -202,6 +252,18 @@ type ReplicaStatus struct {
 	// Health is the health checker's view (probe verdict, ejections), or
 	// nil when the checker does not track the replica.
 	Health any `json:"health,omitempty"`
+	// Why says, in a sentence, why the replica is out of rotation ("" when
+	// it is in), e.g. "ejected after 5 failures in a row (5xx)".
+	Why string `json:"why,omitempty"`
+	// BackAt is when it comes back on its own (the end of an ejection or
+	// of a supervision hold, if it then answers), and BackInSeconds how
+	// long that is from the answer; absent when it waits on something
+	// else (its agent, an operator).
+	BackAt        *time.Time `json:"back_at,omitempty"`
+	BackInSeconds *float64   `json:"back_in_seconds,omitempty"`
+	// HeldBy lists the proxies whose evidence holds it out of the fleet's
+	// rotation ("self" for this one; fleet.share), [] when none.
+	HeldBy []string `json:"held_by,omitempty"`
 }
 
 // RouteExplain says where a key goes and why. A plain value.
@@ -467,6 +529,10 @@ type FleetSet struct {
 	Held []FleetHeld `json:"held"`
 	// Peers are the other proxies serving the set and their digests.
 	Peers []FleetPeerDigest `json:"peers"`
+	// Why and Fix explain a disagreement (absent while the set agrees):
+	// its likely cause from what this proxy knows, and what to do.
+	Why string `json:"why,omitempty"`
+	Fix string `json:"fix,omitempty"`
 }
 
 // FleetHeld is a replica the fleet holds out.

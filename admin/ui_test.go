@@ -72,8 +72,10 @@ func TestUIPage(t *testing.T) {
 		if err != nil {
 			return err
 		}
+		// The SVG namespace (sparklines) is a name, not a fetch.
+		text := strings.ReplaceAll(string(b), `"http://www.w3.org/2000/svg"`, "")
 		for _, bad := range []string{"http://", "https://", "//fonts.", "@import"} {
-			if strings.Contains(string(b), bad) {
+			if strings.Contains(text, bad) {
 				t.Errorf("ui/%s contains %q: the dashboard must not load external assets", path, bad)
 			}
 		}

@@ -212,6 +212,73 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Fatalf("orders-2 back in rotation is still shown out: %v", err)
 	}
 
+	// A replica answering 500 is ejected on the threshold: its row says
+	// why and when it comes back, the set counts the 5xx its clients got,
+	// and the audit list says so in a sentence. The set shows its match
+	// rule and keeps a history.
+	key := ""
+	for _, k := range Keys(200) {
+		var re admin.RouteExplain
+		stacktest.GetJSON(t, "http://"+adminAddr+"/v1/route?set=orders&key="+k, &re)
+		if re.Pick == "orders-1" {
+			key = k
+			break
+		}
+	}
+	if key == "" {
+		t.Fatal("no key of 200 goes to orders-1")
+	}
+	modeSwitch := func(v string) {
+		t.Helper()
+		resp, err := http.Post("http://"+reps.Replicas[1].Addr+"/_mode?v="+v, "", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	modeSwitch("500")
+	for range 5 {
+		req, _ := http.NewRequest(http.MethodPost, "http://"+proxy+"/ingest", strings.NewReader("x"))
+		req.Header.Set("X-Key", key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	const ejectShown = `(() => {
+		const r = document.querySelector('.replica-row[data-replica="orders-1"]');
+		const card = document.querySelector('.set-card[data-set="orders"]');
+		const ev = [...document.querySelectorAll('#events .event-row[data-kind="ejected"]')];
+		return !!r && r.dataset.inRotation === 'false' && !!r.querySelector('.why') &&
+			r.querySelector('.why').innerText.includes('ejected after 5 failures in a row (5xx)') &&
+			/^back in \d/.test(r.querySelector('.back').innerText) &&
+			!!card.querySelector('.codes .pill[data-class="5xx"]') && !!card.querySelector('.codes .pill[data-class="2xx"]') &&
+			card.querySelector('.match').innerText.includes('any host /') && !!card.querySelector('.history') &&
+			ev.some((e) => e.innerText.includes('orders-1 ejected after failures (5xx)'));
+	})()`
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](ejectShown, chromedp.WithPollingInterval(100*time.Millisecond))); err != nil {
+		body, _ := chromedp.Run(bctx, chromedp.Text(`body`))
+		t.Fatalf("the ejected orders-1 is not explained: %v\npage text:\n%s", err, body)
+	}
+	ejRow, _ := chromedp.Run(ctx, chromedp.Text(`.replica-row[data-replica="orders-1"]`))
+	t.Logf("orders-1 ejected: %s", strings.Join(strings.Fields(ejRow), " "))
+	modeSwitch("ok")
+
+	// The audit list filtered to one set shows only its events.
+	if err := chromedp.Do(ctx, chromedp.SetValue(`#event-set`, "orders")); err != nil {
+		t.Fatalf("audit filter: %v", err)
+	}
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.getElementById('event-set').dispatchEvent(new Event('change'))`)); err != nil {
+		t.Fatalf("audit filter: %v", err)
+	}
+	const filtered = `(() => { const rows = [...document.querySelectorAll('#events .event-row')];
+		return rows.length > 0 && rows.every((r) => r.dataset.set === 'orders'); })()`
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](filtered, chromedp.WithPollingInterval(100*time.Millisecond))); err != nil {
+		t.Fatalf("the audit list filtered to orders shows other events: %v", err)
+	}
+
 	// Look a key up through the route form.
 	if err := chromedp.Do(ctx,
 		chromedp.SendKeys(`#route-form input[name=key]`, "order-42"),

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 	"time"
 
@@ -40,6 +41,38 @@ type TrafficReport struct {
 	// replica-reported pressure, the memory guard; docs/proxy.md).
 	ShedTotal     uint64
 	ShedPerSecond *float64
+	// Codes counts the answers the set's clients got, by status class
+	// ("1xx" … "5xx"): the replicas' answers and keyway's own. Classes
+	// not seen are left out. CodesPerSecond are their rates (nil with no
+	// rates).
+	Codes          map[string]uint64
+	CodesPerSecond map[string]float64
+	// ClientErrorsTotal counts the 5xx answers clients got (a replica's,
+	// or keyway's own); ClientErrorsPerSecond its rate.
+	ClientErrorsTotal     uint64
+	ClientErrorsPerSecond *float64
+	// FailedAttemptsTotal counts failed exchanges with the replicas: each
+	// was retried on the next candidate or answered by keyway (then
+	// counted in Codes), so no client saw it as such.
+	FailedAttemptsTotal     uint64
+	FailedAttemptsPerSecond *float64
+	// P50LatencySeconds and P99LatencySeconds are the set's latency over
+	// the window: the replicas' histograms added up (nil with no rates,
+	// or no answer in the window).
+	P50LatencySeconds *float64
+	P99LatencySeconds *float64
+}
+
+// TrafficPoint is one step of a set's traffic history: its rates over the
+// historyEvery before At. A plain value.
+type TrafficPoint struct {
+	At time.Time
+	// RequestsPerSecond counts the answers clients got, the replicas' and
+	// keyway's own; ClientErrorsPerSecond the 5xx among them.
+	RequestsPerSecond     float64
+	ClientErrorsPerSecond float64
+	// P99LatencySeconds is nil without an answer from a replica.
+	P99LatencySeconds *float64
 }
 
 // ReplicaTraffic is what this proxy sent one replica. A plain value.
@@ -71,6 +104,11 @@ type ReplicaTraffic struct {
 	// the buckets). nil with no rates, or no answer in the window.
 	MeanLatencySeconds *float64
 	P99LatencySeconds  *float64
+	// Responses5xxPerSecond is the rate of its 5xx answers (clients got
+	// them); FailedAttemptsPerSecond the rate of failed exchanges with it
+	// (retried on another candidate, or answered by keyway).
+	Responses5xxPerSecond   *float64
+	FailedAttemptsPerSecond *float64
 }
 
 // Traffic reports what this proxy sent each replica of a set (totals since
@@ -83,6 +121,13 @@ func (p *Proxy) Traffic(set string) (TrafficReport, bool) {
 		return TrafficReport{}, false
 	}
 	return p.traffic.read().report(set), true
+}
+
+// TrafficHistory returns a set's traffic over the last historyLen steps
+// of historyEvery (15 minutes), oldest first; nil for a set with none
+// yet. Safe for concurrent use.
+func (p *Proxy) TrafficHistory(set string) []TrafficPoint {
+	return p.traffic.historyOf(set)
 }
 
 // A rate compares two readings of the counters. Every read takes a fresh
@@ -98,12 +143,16 @@ const (
 	rateMinSpan = time.Second
 	rateMaxAge  = time.Minute
 	sampleEvery = time.Second
+	// The history: a point every historyEvery, the last historyLen kept.
+	historyEvery = 10 * time.Second
+	historyLen   = 90
 )
 
 // replicaSample is one replica's counters in one reading.
 type replicaSample struct {
-	requests  uint64 // answered, any status class
-	r5xx      uint64 // answered 5xx
+	requests  uint64    // answered, any status class
+	r5xx      uint64    // answered 5xx
+	classes   [6]uint64 // answered, by status class (1 … 5)
 	transport [errKinds]uint64
 	// The latency histogram: observations, their sum in seconds, and the
 	// cumulative count of each of latencyBuckets (nil: not read).
@@ -122,9 +171,10 @@ func (c *replicaSample) transportSum() uint64 {
 
 // setSample is one set's counters in one reading.
 type setSample struct {
-	local    uint64 // answered by keyway itself, any status class
-	shed     uint64 // of those, shed
-	replicas map[string]replicaSample
+	local        uint64    // answered by keyway itself, any status class
+	localClasses [6]uint64 // of those, by status class (1 … 5)
+	shed         uint64    // of those, shed
+	replicas     map[string]replicaSample
 }
 
 // trafficSample is one reading of every set's counters. It is never
@@ -143,14 +193,16 @@ func (c *counters) sample(at time.Time) trafficSample {
 	defer c.mu.Unlock()
 	for name, s := range c.sets {
 		ss := setSample{replicas: make(map[string]replicaSample, len(s.replicas))}
-		for i := 1; i < len(s.local); i++ {
-			ss.local += s.local[i].Load()
+		for i := 1; i < len(s.local) && i < len(ss.localClasses); i++ {
+			ss.localClasses[i] = s.local[i].Load()
+			ss.local += ss.localClasses[i]
 		}
 		ss.shed = s.shed.Load()
 		for rn, r := range s.replicas {
 			var rs replicaSample
-			for i := 1; i < len(r.requests); i++ {
-				rs.requests += r.requests[i].Load()
+			for i := 1; i < len(r.requests) && i < len(rs.classes); i++ {
+				rs.classes[i] = r.requests[i].Load()
+				rs.requests += rs.classes[i]
 			}
 			rs.r5xx = r.requests[5].Load()
 			for k := range r.upErrs {
@@ -189,6 +241,10 @@ type trafficSampler struct {
 
 	mu     sync.Mutex
 	stored []trafficSample // oldest first, at least sampleEvery apart
+	// The history: the reading its last points compare with, and the
+	// points of each set, oldest first.
+	histBase *trafficSample
+	history  map[string][]TrafficPoint
 }
 
 func newTrafficSampler(c *counters, now func() time.Time) *trafficSampler {
@@ -241,7 +297,58 @@ func (s *trafficSampler) read() *trafficReading {
 	if n := len(s.stored); n == 0 || now.Sub(s.stored[n-1].at) >= sampleEvery {
 		s.stored = append(s.stored, cur)
 	}
+	s.addHistory(cur)
 	return rd
+}
+
+// addHistory adds a point to every set's history once the last one is
+// historyEvery old. s.mu is held.
+func (s *trafficSampler) addHistory(cur trafficSample) {
+	if s.histBase != nil && cur.at.Sub(s.histBase.at) < historyEvery {
+		return
+	}
+	base := s.histBase
+	s.histBase = &cur
+	if base == nil {
+		return
+	}
+	if s.history == nil {
+		s.history = map[string][]TrafficPoint{}
+	}
+	rd := trafficReading{cur: cur, base: base}
+	span := rd.span()
+	for set := range s.history {
+		if _, ok := cur.sets[set]; !ok {
+			delete(s.history, set) // the set is gone
+		}
+	}
+	for set := range cur.sets {
+		r := rd.report(set)
+		pt := TrafficPoint{At: cur.at, P99LatencySeconds: r.P99LatencySeconds}
+		var answers float64
+		for _, v := range r.CodesPerSecond {
+			answers += v
+		}
+		pt.RequestsPerSecond = math.Round(answers*1000) / 1000
+		if r.ClientErrorsPerSecond != nil {
+			pt.ClientErrorsPerSecond = *r.ClientErrorsPerSecond
+		}
+		if span <= 0 {
+			continue
+		}
+		h := append(s.history[set], pt)
+		if len(h) > historyLen {
+			h = append(h[:0], h[len(h)-historyLen:]...)
+		}
+		s.history[set] = h
+	}
+}
+
+// historyOf returns a copy of a set's history.
+func (s *trafficSampler) historyOf(set string) []TrafficPoint {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.history[set])
 }
 
 // run stores a reading at every tick until ctx is done.
@@ -300,14 +407,15 @@ func errorsIncrease(cur, base *replicaSample) float64 {
 	return n
 }
 
-// latencyOver is the mean and the 99th percentile of the latencies
-// observed between the base and the current reading of a replica; nil when
-// none was, or the histogram was not read. A histogram that went down was
-// created again (the replica left the ring and came back): it counts from
-// 0, as increase does.
-func latencyOver(cur, base *replicaSample) (mean, p99 *float64) {
+// latencyDelta is the count, the sum and the per-bucket counts
+// (cumulative, the last being +Inf: every observation) of the latencies
+// observed between the base and the current reading of a replica; n is 0
+// when none was, or the histogram was not read. A histogram that went
+// down was created again (the replica left the ring and came back): it
+// counts from 0, as increase does.
+func latencyDelta(cur, base *replicaSample) (n uint64, sum float64, buckets []float64) {
 	if cur.latBuckets == nil {
-		return nil, nil
+		return 0, 0, nil
 	}
 	baseBuckets, baseCount, baseSum := base.latBuckets, base.latCount, base.latSum
 	if baseBuckets == nil || cur.latCount < baseCount {
@@ -319,21 +427,31 @@ func latencyOver(cur, base *replicaSample) (mean, p99 *float64) {
 			break
 		}
 	}
-	n := cur.latCount - baseCount
+	n = cur.latCount - baseCount
+	if n == 0 {
+		return 0, 0, nil
+	}
+	buckets = make([]float64, len(latencyBuckets)+1)
+	for i := range latencyBuckets {
+		buckets[i] = float64(cur.latBuckets[i])
+		if baseBuckets != nil {
+			buckets[i] -= float64(baseBuckets[i])
+		}
+	}
+	buckets[len(latencyBuckets)] = float64(n)
+	return n, cur.latSum - baseSum, buckets
+}
+
+// latencyOver is the mean and the 99th percentile of the latencies
+// observed between the base and the current reading of a replica; nil when
+// none was, or the histogram was not read.
+func latencyOver(cur, base *replicaSample) (mean, p99 *float64) {
+	n, sum, buckets := latencyDelta(cur, base)
 	if n == 0 {
 		return nil, nil
 	}
-	m := micros((cur.latSum - baseSum) / float64(n))
-	delta := func(i int) float64 {
-		if i == len(latencyBuckets) { // +Inf: every observation
-			return float64(n)
-		}
-		if baseBuckets == nil {
-			return float64(cur.latBuckets[i])
-		}
-		return float64(cur.latBuckets[i] - baseBuckets[i])
-	}
-	return m, micros(quantile(0.99, latencyBuckets, delta, float64(n)))
+	count := func(i int) float64 { return buckets[i] }
+	return micros(sum / float64(n)), micros(quantile(0.99, latencyBuckets, count, float64(n)))
 }
 
 // quantile estimates the q-quantile of observations counted in cumulative
@@ -379,8 +497,33 @@ func (rd *trafficReading) report(set string) TrafficReport {
 		ShedTotal:         cur.shed,
 	}
 	span := rd.span()
-	var reqs, errs float64
+	var reqs, errs, r5xx, failed float64
+	var classes [6]float64 // increases, by status class
+	var latN float64
+	var latBuckets []float64
+	for i := 1; i < len(cur.localClasses); i++ {
+		if n := cur.localClasses[i]; n > 0 {
+			if out.Codes == nil {
+				out.Codes = map[string]uint64{}
+			}
+			out.Codes[codeClasses[i]] += n
+		}
+		if span > 0 {
+			classes[i] += increase(cur.localClasses[i], rd.base.sets[set].localClasses[i])
+		}
+	}
+	out.ClientErrorsTotal = cur.localClasses[5]
 	for name, c := range cur.replicas {
+		for i := 1; i < len(c.classes); i++ {
+			if n := c.classes[i]; n > 0 {
+				if out.Codes == nil {
+					out.Codes = map[string]uint64{}
+				}
+				out.Codes[codeClasses[i]] += n
+			}
+		}
+		out.ClientErrorsTotal += c.r5xx
+		out.FailedAttemptsTotal += c.transportSum()
 		tr := ReplicaTraffic{
 			RequestsTotal:        c.requests,
 			Responses5xxTotal:    c.r5xx,
@@ -398,10 +541,26 @@ func (rd *trafficReading) report(set string) TrafficReport {
 		if span > 0 {
 			b := rd.base.replica(set, name)
 			r, e := increase(c.requests, b.requests), errorsIncrease(&c, &b)
+			r5 := increase(c.r5xx, b.r5xx)
 			tr.RequestsPerSecond, tr.ErrorsPerSecond = rate(r, span), rate(e, span)
+			tr.Responses5xxPerSecond, tr.FailedAttemptsPerSecond = rate(r5, span), rate(e-r5, span)
 			tr.MeanLatencySeconds, tr.P99LatencySeconds = latencyOver(&c, &b)
 			reqs += r
 			errs += e
+			r5xx += r5
+			failed += e - r5
+			for i := 1; i < len(c.classes); i++ {
+				classes[i] += increase(c.classes[i], b.classes[i])
+			}
+			if n, _, bk := latencyDelta(&c, &b); n > 0 {
+				if latBuckets == nil {
+					latBuckets = make([]float64, len(bk))
+				}
+				for i, v := range bk {
+					latBuckets[i] += v
+				}
+				latN += float64(n)
+			}
 		}
 		out.RequestsTotal += tr.RequestsTotal
 		out.ErrorsTotal += tr.ErrorsTotal
@@ -413,6 +572,20 @@ func (rd *trafficReading) report(set string) TrafficReport {
 		out.ErrorsPerSecond = rate(errs, span)
 		out.LocalAnswersPerSecond = rate(increase(cur.local, rd.base.sets[set].local), span)
 		out.ShedPerSecond = rate(increase(cur.shed, rd.base.sets[set].shed), span)
+		out.CodesPerSecond = map[string]float64{}
+		for i := 1; i < len(classes); i++ {
+			if classes[i] > 0 || out.Codes[codeClasses[i]] > 0 {
+				out.CodesPerSecond[codeClasses[i]] = *rate(classes[i], span)
+			}
+		}
+		localErrs := increase(cur.localClasses[5], rd.base.sets[set].localClasses[5])
+		out.ClientErrorsPerSecond = rate(r5xx+localErrs, span)
+		out.FailedAttemptsPerSecond = rate(failed, span)
+		if latN > 0 {
+			count := func(i int) float64 { return latBuckets[i] }
+			out.P50LatencySeconds = micros(quantile(0.5, latencyBuckets, count, latN))
+			out.P99LatencySeconds = micros(quantile(0.99, latencyBuckets, count, latN))
+		}
 	}
 	return out
 }

@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"fmt"
+	"maps"
 	"strings"
 	"sync"
 	"testing"
@@ -393,5 +394,89 @@ func TestTrafficLatency(t *testing.T) {
 	clk.advance(11 * time.Second)
 	if m, p := lat(); m != 0.004 || p != 0.004975 {
 		t.Errorf("after coming back: mean %v p99 %v, want 0.004 and 0.004975", m, p)
+	}
+}
+
+// The set's figures for the dashboard: answers by status class (the
+// replicas' and keyway's own), the 5xx clients got apart from the failed
+// attempts keyway retried, the set's p50 and p99 from the replicas'
+// histograms added up, and a history point every historyEvery.
+func TestTrafficSetFigures(t *testing.T) {
+	c := newCounters()
+	orders := c.addSet("orders")
+	clk := newFakeClock()
+	s := newTrafficSampler(c, clk.Now)
+	vec := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "l", Buckets: latencyBuckets}, []string{"replica"})
+	o0, o1 := c.bind("orders", "orders-0"), c.bind("orders", "orders-1")
+	h0, h1 := vec.WithLabelValues("orders-0"), vec.WithLabelValues("orders-1")
+	c.attachLatency(o0, h0)
+	c.attachLatency(o1, h1)
+	s.read()
+
+	o0.requests[2].Add(18)
+	o0.requests[4].Add(2)
+	o1.requests[5].Add(3)
+	o1.upErrs[errStale].Add(4) // retried: no client saw them
+	orders.local[5].Add(1)     // keyway's own 503
+	orders.local[4].Add(1)
+	for range 10 {
+		h0.Observe(0.002) // (1ms, 2.5ms]
+	}
+	for range 10 {
+		h1.Observe(0.2) // (100ms, 250ms]
+	}
+	clk.advance(2 * time.Second)
+	tr := s.read().report("orders")
+	wantCodes := map[string]uint64{"2xx": 18, "4xx": 3, "5xx": 4}
+	if !maps.Equal(tr.Codes, wantCodes) {
+		t.Errorf("codes %v, want %v", tr.Codes, wantCodes)
+	}
+	if want := map[string]float64{"2xx": 9, "4xx": 1.5, "5xx": 2}; !maps.Equal(tr.CodesPerSecond, want) {
+		t.Errorf("codes per second %v, want %v", tr.CodesPerSecond, want)
+	}
+	if tr.ClientErrorsTotal != 4 || fl(tr.ClientErrorsPerSecond) != 2 || tr.FailedAttemptsTotal != 4 || fl(tr.FailedAttemptsPerSecond) != 2 {
+		t.Errorf("client errors %d (%v/s), failed attempts %d (%v/s); want 4 (2/s) and 4 (2/s)",
+			tr.ClientErrorsTotal, fl(tr.ClientErrorsPerSecond), tr.FailedAttemptsTotal, fl(tr.FailedAttemptsPerSecond))
+	}
+	if r := tr.Replicas["orders-1"]; fl(r.Responses5xxPerSecond) != 1.5 || fl(r.FailedAttemptsPerSecond) != 2 || fl(r.ErrorsPerSecond) != 3.5 {
+		t.Errorf("orders-1: 5xx %v/s, failed attempts %v/s, errors %v/s; want 1.5, 2, 3.5",
+			fl(r.Responses5xxPerSecond), fl(r.FailedAttemptsPerSecond), fl(r.ErrorsPerSecond))
+	}
+	// 20 answers: the median at rank 10, the last of orders-0's ten in
+	// (1ms, 2.5ms]; the 99th at 19.8, in orders-1's (100ms, 250ms]:
+	// 100ms + 150ms × 9.8/10.
+	if p50, p99 := fl(tr.P50LatencySeconds), fl(tr.P99LatencySeconds); p50 != 0.0025 || p99 != 0.247 {
+		t.Errorf("set p50 %v p99 %v, want 0.0025 and 0.247", p50, p99)
+	}
+
+	// The history: a point once historyEvery has passed since the first
+	// reading, then every historyEvery; at most historyLen.
+	if h := s.historyOf("orders"); len(h) != 0 {
+		t.Fatalf("history after 2 s: %+v", h)
+	}
+	o0.requests[2].Add(100)
+	clk.advance(historyEvery)
+	s.read()
+	h := s.historyOf("orders")
+	if len(h) != 1 {
+		t.Fatalf("history after %v: %+v, want a point", historyEvery+2*time.Second, h)
+	}
+	// 125 answers (the classes' rates, each rounded to 0.001, added up)
+	// and 4 client 5xx since the first reading, 12 s before.
+	if p := h[0]; p.RequestsPerSecond != 10.416 || p.ClientErrorsPerSecond != 0.333 || fl(p.P99LatencySeconds) != 0.247 {
+		t.Errorf("history point %+v (p99 %v)", p, fl(p.P99LatencySeconds))
+	}
+	for range historyLen + 5 {
+		clk.advance(historyEvery)
+		s.read()
+	}
+	if h := s.historyOf("orders"); len(h) != historyLen || h[len(h)-1].RequestsPerSecond != 0 || h[len(h)-1].P99LatencySeconds != nil {
+		t.Errorf("history: %d points, last %+v; want %d, quiet", len(h), h[len(h)-1], historyLen)
+	}
+	c.forgetSet("orders")
+	clk.advance(historyEvery)
+	s.read()
+	if h := s.historyOf("orders"); h != nil {
+		t.Errorf("history of a removed set: %d points", len(h))
 	}
 }

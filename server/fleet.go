@@ -1,7 +1,11 @@
 package server
 
 import (
+	"fmt"
+	"strings"
 	"time"
+
+	"keyway/balancer"
 
 	"keyway/admin"
 )
@@ -44,7 +48,44 @@ func (v *view) Fleet() admin.FleetStatus {
 			}
 			set.Peers = append(set.Peers, pd)
 		}
+		if !set.Agree {
+			set.Why, set.Fix = v.disagreement(fs.Set, set.Held)
+		}
 		out.Sets = append(out.Sets, set)
 	}
 	return out
+}
+
+// disagreement explains why the other proxies route a set unlike this
+// one, from what this proxy knows: the replicas it holds out on its own
+// evidence, and the fleet's holds with a single voter.
+func (v *view) disagreement(set string, held []admin.FleetHeld) (why, fix string) {
+	solo := v.n.cfg.Fleet.SoloVoteMax
+	heldBy := map[string][]string{}
+	for _, h := range held {
+		heldBy[h.Replica] = h.Voters
+	}
+	var reasons []string
+	if r := v.n.p.Router(set); r != nil {
+		for _, m := range r.Table().Members() {
+			local := m.Excluded &^ balancer.ReasonFleet
+			if m.InRotation || local == 0 {
+				continue
+			}
+			voters := heldBy[m.Name]
+			switch {
+			case len(voters) == 0:
+				reasons = append(reasons, fmt.Sprintf("this proxy holds %s out on its own evidence (%s), which the others do not share", m.Name, local))
+			case len(voters) == 1 && solo > 0:
+				reasons = append(reasons, fmt.Sprintf("only %s has evidence against %s (%s): the fleet follows one proxy's vote for %s (fleet.solo_vote_max), then that proxy keeps it out alone",
+					voters[0], m.Name, local, solo))
+			}
+		}
+	}
+	if len(reasons) == 0 {
+		return "the proxies see different ring members or rotations: a membership change still spreading (it settles within seconds), or a configuration that differs between them",
+			"if it lasts, compare keyway status --set " + set + " on each proxy, and keyway route for a key"
+	}
+	return strings.Join(reasons, "; "),
+		"expected while only this proxy sends the replica traffic (the others have no evidence of their own); fix or restart the replica, then keyway repair --set " + set + ", or send traffic through every proxy"
 }

@@ -1,8 +1,10 @@
 package server
 
 import (
+	"fmt"
 	"keyway/runstate"
 	"math"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -106,6 +108,15 @@ func (v *view) set(name string, traffic bool) (admin.SetStatus, bool) {
 	for _, sc := range v.n.p.SetConfigs() {
 		if sc.Name == name {
 			st.Stopped = sc.Stopped
+			st.Match = admin.SetMatch{Host: sc.Match.Host, PathPrefix: sc.Match.PathPrefix}
+		}
+	}
+	held := map[string][]string{}
+	for _, fs := range v.n.p.FleetStatus() {
+		if fs.Set == name {
+			for _, h := range fs.Held {
+				held[h.Replica] = h.Voters
+			}
 		}
 	}
 	st.Source, st.Runtime = v.n.setRuntime(name)
@@ -149,6 +160,13 @@ func (v *view) set(name string, traffic bool) (admin.SetStatus, bool) {
 		if h, ok := hs[m.Name]; ok {
 			rs.Health = h
 		}
+		rs.HeldBy = held[m.Name]
+		if !m.InRotation {
+			rs.Why, rs.BackAt = v.why(name, m, hs[m.Name], held[m.Name], now)
+			if rs.BackAt != nil {
+				rs.BackInSeconds = seconds(rs.BackAt.Sub(now))
+			}
+		}
 		if traffic {
 			rs.Traffic = replicaTraffic(tr, m.Name, hs[m.Name])
 		}
@@ -160,9 +178,87 @@ func (v *view) set(name string, traffic bool) (admin.SetStatus, bool) {
 			LocalAnswersPerSecond: tr.LocalAnswersPerSecond, RequestsTotal: tr.RequestsTotal, ErrorsTotal: tr.ErrorsTotal,
 			LocalAnswersTotal: tr.LocalAnswersTotal, RateNote: tr.RateNote,
 			ShedPerSecond: tr.ShedPerSecond, ShedTotal: tr.ShedTotal,
+			Codes: tr.Codes, CodesPerSecond: tr.CodesPerSecond,
+			ClientErrorsTotal: tr.ClientErrorsTotal, ClientErrorsPerSecond: tr.ClientErrorsPerSecond,
+			FailedAttemptsTotal: tr.FailedAttemptsTotal, FailedAttemptsPerSecond: tr.FailedAttemptsPerSecond,
+			P50LatencySeconds: tr.P50LatencySeconds, P99LatencySeconds: tr.P99LatencySeconds,
+			History: []admin.TrafficPoint{},
+		}
+		if st.Traffic.Codes == nil {
+			st.Traffic.Codes = map[string]uint64{}
+		}
+		for _, pt := range v.n.p.TrafficHistory(name) {
+			st.Traffic.History = append(st.Traffic.History, admin.TrafficPoint{At: pt.At, RequestsPerSecond: pt.RequestsPerSecond,
+				ClientErrorsPerSecond: pt.ClientErrorsPerSecond, P99LatencySeconds: pt.P99LatencySeconds})
 		}
 	}
 	return st, true
+}
+
+// selfAs names this proxy's own vote "this proxy" ("self" in the API).
+func selfAs(voters []string) []string {
+	out := slices.Clone(voters)
+	for i, v := range out {
+		if v == "self" {
+			out[i] = "this proxy"
+		}
+	}
+	return out
+}
+
+// why says in a sentence why a replica is out of rotation on this proxy,
+// most telling reason first, and when it comes back on its own (nil when
+// it waits on its agent or an operator).
+func (v *view) why(set string, m balancer.Member, h health.ReplicaHealth, voters []string, now time.Time) (string, *time.Time) {
+	var parts []string
+	var back *time.Time
+	later := func(t time.Time) {
+		if !t.IsZero() && t.After(now) && (back == nil || t.After(*back)) {
+			back = &t
+		}
+	}
+	switch {
+	case m.Down:
+		parts = append(parts, "its agent is unreachable in gossip (down)")
+	case m.Slot < 0:
+		parts = append(parts, "not ready yet since it joined (it enters the ring once ready)")
+	case m.State == balancer.StateDraining && v.n.disc != nil && v.n.disc.OperatorHeld(set, m.Name):
+		parts = append(parts, "drained by an operator (keyway undrain to bring it back)")
+	case m.State != balancer.StateReady:
+		parts = append(parts, "its agent says "+m.State.String())
+	}
+	if m.Excluded&balancer.ReasonFailed != 0 {
+		parts = append(parts, fmt.Sprintf("held out after %d ejections in a short time", h.Ejections))
+		later(h.FailedUntil)
+	}
+	if m.Excluded&balancer.ReasonEjected != 0 {
+		what := "failed requests"
+		if h.LastReason != "" {
+			what = h.LastReason
+		}
+		parts = append(parts, fmt.Sprintf("ejected after %d failures in a row (%s)", v.n.cfg.Health.Passive.ConsecutiveFailures, what))
+		later(h.EjectedUntil)
+	}
+	if m.Excluded&balancer.ReasonRefused != 0 {
+		parts = append(parts, "refused a connection (out at once, until a probe or gossip says it is back)")
+	}
+	if m.Excluded&balancer.ReasonProbe != 0 {
+		p := fmt.Sprintf("failing health probes (%d in a row", h.ProbeFailures)
+		if h.LastProbeResult != "" {
+			p += ", last: " + h.LastProbeResult
+		}
+		parts = append(parts, p+")")
+	}
+	if m.Excluded&balancer.ReasonAdmin != 0 {
+		parts = append(parts, "drained on this proxy by an operator")
+	}
+	if m.Excluded&balancer.ReasonFleet != 0 {
+		parts = append(parts, "held out by the fleet on the evidence of "+strings.Join(selfAs(voters), ", "))
+	}
+	if len(parts) == 0 {
+		return m.OutReason(), nil
+	}
+	return strings.Join(parts, "; "), back
 }
 
 func (v *view) Members() []admin.MemberInfo {
@@ -223,10 +319,12 @@ func replicaTraffic(tr proxy.TrafficReport, name string, h health.ReplicaHealth)
 	if !ok {
 		if tr.WindowSeconds != nil {
 			out.RequestsPerSecond, out.ErrorsPerSecond = new(0.0), new(0.0)
+			out.Responses5xxPerSecond, out.FailedAttemptsPerSecond = new(0.0), new(0.0)
 		}
 		return out
 	}
 	out.RequestsPerSecond, out.ErrorsPerSecond = rt.RequestsPerSecond, rt.ErrorsPerSecond
+	out.Responses5xxPerSecond, out.FailedAttemptsPerSecond = rt.Responses5xxPerSecond, rt.FailedAttemptsPerSecond
 	out.MeanLatencySeconds, out.P99LatencySeconds = rt.MeanLatencySeconds, rt.P99LatencySeconds
 	out.RequestsTotal, out.Responses5xxTotal = rt.RequestsTotal, rt.Responses5xxTotal
 	out.TransportErrorsTotal, out.TransportErrors, out.ErrorsTotal = rt.TransportErrorsTotal, rt.TransportErrors, rt.ErrorsTotal

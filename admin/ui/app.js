@@ -55,14 +55,21 @@ function pct(x) {
   return (100 * (x || 0)).toFixed(1) + "%";
 }
 
+// RECENT_S is how long a past ejection is still mentioned: after it, the
+// health cell says nothing of it (keyway_ejections_total keeps the count).
+const RECENT_S = 300;
+
 function healthText(hl) {
   if (!hl) return "not tracked";
   const parts = [];
   if (hl.probe && hl.probe !== "off") parts.push("probe " + hl.probe);
   if (hl.excluded && hl.excluded !== "none") parts.push("excluded: " + hl.excluded);
-  if (hl.consecutive_failures) parts.push(hl.consecutive_failures + " consecutive failures");
-  parts.push((hl.ejections || 0) + " ejections");
-  return parts.join(" · ");
+  if (hl.consecutive_failures) parts.push(hl.consecutive_failures + " failures in a row");
+  const until = Date.parse(hl.ejected_until || "");
+  if (!isNaN(until) && until < Date.now() && Date.now() - until < RECENT_S * 1000) {
+    parts.push("was ejected" + (hl.last_reason ? " (" + hl.last_reason + ")" : "") + " until " + fmtTime(hl.ejected_until));
+  }
+  return parts.length ? parts.join(" · ") : "healthy";
 }
 
 function healthClass(hl) {
@@ -98,16 +105,23 @@ function rateCell(tr) {
     h("div", { class: "meta" }, (tr.requests_total || 0) + " total"));
 }
 
-// errorsCell is a replica's error rate (5xx answers and failed exchanges)
-// with the total and its split by kind below.
+// errorsCell is a replica's errors: the 5xx answers its clients got
+// (per second, total below), and apart from them the failed attempts
+// (dial, stale_conn, …) that keyway retried on the next candidate or
+// answered itself, which no client saw as such.
 function errorsCell(tr) {
   if (!tr) return h("td", { class: "num errors" }, "—");
-  const eps = tr.errors_per_second;
-  const kinds = errorKinds(tr);
+  const eps = tr.responses_5xx_per_second;
+  const failed = tr.failed_attempts_per_second;
+  const kinds = Object.entries(tr.transport_errors || {}).sort().map(([k, n]) => k + " " + n).join(" · ");
   return h("td", { class: "num errors" + (eps > 0 ? " bad-text" : ""), "data-rate": eps == null ? "" : String(eps),
-      "data-total": String(tr.errors_total || 0) },
+      "data-total": String(tr.responses_5xx_total || 0), "data-failed": failed == null ? "" : String(failed),
+      title: "5xx answers its clients got; below, failed exchanges keyway retried or answered itself (no client saw them as such)" },
     h("span", { class: "big" }, fmtRate(eps)), eps == null ? "" : "/s",
-    h("div", { class: "meta" }, (tr.errors_total || 0) + " total" + (kinds ? ": " + kinds : "")));
+    h("div", { class: "meta" }, (tr.responses_5xx_total || 0) + " 5xx total"),
+    (tr.transport_errors_total || 0) > 0
+      ? h("div", { class: "meta retried" }, fmtRate(failed) + "/s failed attempts, retried · " + tr.transport_errors_total + " total: " + kinds)
+      : null);
 }
 
 // fmtDuration prints a number of seconds as its two largest units.
@@ -180,6 +194,10 @@ function replicaRow(r) {
       since("state-since", "for ", r.state_seconds)),
     h("td", {}, rot,
       since("rotation-since", (r.in_rotation ? "in" : "out") + " for ", r.rotation_seconds),
+      r.why ? h("div", { class: "meta why" }, r.why) : null,
+      r.back_in_seconds != null ? h("div", { class: "meta back", "data-back": String(r.back_in_seconds) },
+        "back in " + fmtDuration(r.back_in_seconds) + " if it answers") : null,
+      (r.held_by || []).length ? h("div", { class: "meta held-by" }, "held out of the fleet's rotation by " + r.held_by.map((v) => v === "self" ? "this proxy" : v).join(", ")) : null,
       (r.fleet_inflight || 0) > 0 || !r.in_rotation
         ? h("div", { class: "meta inflight", "data-inflight": String(r.fleet_inflight || 0) },
           (r.fleet_inflight || 0) + " in flight" + ((r.fleet_proxies || 1) > 1 ? " on " + r.fleet_proxies + " proxies" : ""))
@@ -188,25 +206,94 @@ function replicaRow(r) {
     rateCell(r.traffic),
     errorsCell(r.traffic),
     latencyCell(r.traffic),
-    h("td", {}, h("span", { class: "pill " + healthClass(r.health) }, healthText(r.health)),
-      r.traffic && r.traffic.ejections_total > (r.traffic.ejections || 0)
-        ? h("div", { class: "meta" }, r.traffic.ejections_total + " ejections since start") : null));
+    h("td", { title: r.traffic ? (r.traffic.ejections_total || 0) + " ejections since this proxy started tracking it" : "" },
+      h("span", { class: "pill " + healthClass(r.health) }, healthText(r.health))));
 }
 
-// setRate is the set's total: requests/s its replicas answered, errors/s,
-// and answers keyway gave itself, over the window.
+// setRate is the set's total over the window: answers/s, the 5xx
+// clients got, answers keyway gave itself, sheds, and p50/p99 latency.
 function setRate(tr) {
   if (!tr) return null;
   if (tr.requests_per_second == null) {
     return h("span", { class: "set-rate muted", "data-rate": "", title: tr.rate_note || "" },
       "rate: measuring… (" + (tr.requests_total || 0) + " requests so far)");
   }
+  const cerr = tr.client_errors_per_second || 0;
   return h("span", { class: "set-rate", "data-rate": String(tr.requests_per_second), title: "over the last " + tr.window_seconds + " s" },
     h("strong", {}, fmtRate(tr.requests_per_second) + " req/s"),
-    h("span", { class: tr.errors_per_second > 0 ? "bad-text" : "muted" }, " · " + fmtRate(tr.errors_per_second) + " errors/s"),
+    h("span", { class: cerr > 0 ? "bad-text" : "muted" }, " · " + fmtRate(cerr) + " 5xx/s to clients"),
     tr.local_answers_per_second > 0 ? h("span", { class: "warn-text" }, " · " + fmtRate(tr.local_answers_per_second) + " answered by keyway/s") : null,
     tr.shed_per_second > 0 ? h("span", { class: "warn-text" }, " · " + fmtRate(tr.shed_per_second) + " shed/s (overload)") : null,
+    tr.p50_latency_seconds != null
+      ? h("span", { class: "set-latency", "data-p50": String(tr.p50_latency_seconds), "data-p99": String(tr.p99_latency_seconds) },
+        " · p50 " + fmtLatency(tr.p50_latency_seconds) + ", p99 " + fmtLatency(tr.p99_latency_seconds))
+      : null,
     h("span", { class: "muted" }, " · over " + Math.round(tr.window_seconds) + " s"));
+}
+
+// codesLine shows the answers clients got by status class, with the
+// failed attempts keyway retried apart.
+function codesLine(tr) {
+  if (!tr) return null;
+  const classes = ["1xx", "2xx", "3xx", "4xx", "5xx"].filter((c) => (tr.codes || {})[c] > 0);
+  const rates = tr.codes_per_second || {};
+  const cls = { "2xx": "ok", "3xx": "", "4xx": "warn", "5xx": "bad" };
+  return h("div", { class: "meta codes" }, "answers by status: ",
+    classes.length ? classes.map((c) => h("span", { class: "pill code " + (cls[c] || ""), "data-class": c },
+      c + " " + (rates[c] != null ? fmtRate(rates[c]) + "/s" : "") + " (" + tr.codes[c] + ")")) : "none yet",
+    (tr.failed_attempts_total || 0) > 0
+      ? h("span", { class: "muted retried" }, " · failed attempts, retried or answered by keyway: " +
+        fmtRate(tr.failed_attempts_per_second) + "/s (" + tr.failed_attempts_total + ")") : null);
+}
+
+// sparkline draws values (null: a gap) as an inline SVG polyline.
+function sparkline(values, cls, label, fmt) {
+  const W = 180, H = 28;
+  const ns = "http://www.w3.org/2000/svg";
+  const svg = document.createElementNS(ns, "svg");
+  svg.setAttribute("width", W);
+  svg.setAttribute("height", H);
+  svg.setAttribute("class", "spark " + cls);
+  svg.setAttribute("role", "img");
+  const nums = values.filter((v) => v != null);
+  const top = Math.max(...nums, 0);
+  const last = nums.length ? nums[nums.length - 1] : null;
+  svg.setAttribute("aria-label", label + ": last " + (last == null ? "—" : fmt(last)) + ", max " + fmt(top));
+  const title = document.createElementNS(ns, "title");
+  title.textContent = label + " over the last " + Math.round(values.length * 10 / 60) + " min (10 s steps): max " + fmt(top);
+  svg.append(title);
+  let d = "";
+  values.forEach((v, i) => {
+    if (v == null) return;
+    const x = values.length > 1 ? (i * (W - 2)) / (values.length - 1) + 1 : W / 2;
+    const y = H - 2 - (top > 0 ? (v / top) * (H - 4) : 0);
+    d += (d && values[i - 1] != null ? "L" : "M") + x.toFixed(1) + " " + y.toFixed(1);
+  });
+  const path = document.createElementNS(ns, "path");
+  path.setAttribute("d", d);
+  svg.append(path);
+  return svg;
+}
+
+// historyLine is the set's last 15 minutes: rate, 5xx to clients, p99.
+function historyLine(tr) {
+  const pts = (tr && tr.history) || [];
+  if (pts.length < 2) {
+    return h("div", { class: "meta history", "data-points": String(pts.length) }, "history: a point every 10 s, shown from the second one");
+  }
+  const fmtR = (x) => fmtRate(x) + "/s";
+  return h("div", { class: "history", "data-points": String(pts.length) },
+    h("span", { class: "spark-box" }, h("span", { class: "meta" }, "req/s "), sparkline(pts.map((p) => p.requests_per_second), "rate", "requests per second", fmtR)),
+    h("span", { class: "spark-box" }, h("span", { class: "meta" }, "5xx/s "), sparkline(pts.map((p) => p.client_errors_per_second), "errors", "5xx answers per second", fmtR)),
+    h("span", { class: "spark-box" }, h("span", { class: "meta" }, "p99 "), sparkline(pts.map((p) => p.p99_latency_seconds), "p99", "p99 latency", fmtLatency)),
+    h("span", { class: "meta" }, " last " + Math.round((Date.parse(pts[pts.length - 1].at) - Date.parse(pts[0].at)) / 60000) + " min"));
+}
+
+// matchLine is the set's match rule.
+function matchLine(s) {
+  const m = s.match || {};
+  return h("div", { class: "meta match", "data-host": m.host || "", "data-path": m.path_prefix || "" },
+    "takes requests for ", h("code", {}, (m.host || "any host") + " " + (m.path_prefix || "/") + "…"));
 }
 
 // restartLine shows a set's rolling restart (GET …/restart): its progress
@@ -291,7 +378,10 @@ function setCard(s) {
       h("span", { class: "count" }, s.ready + "/" + s.declared + " ready"),
       h("span", { class: "muted" }, s.in_rotation + " in rotation · failover " + s.failover),
       setRate(s.traffic)),
-    h("div", { class: "meta" }, "ring " + s.ring_size + " members, " + s.partitions + " partitions · fingerprint " + s.fingerprint + " · generation " + s.generation));
+    matchLine(s),
+    h("div", { class: "meta" }, "ring " + s.ring_size + " members, " + s.partitions + " partitions · fingerprint " + s.fingerprint + " · generation " + s.generation),
+    codesLine(s.traffic),
+    historyLine(s.traffic));
   const rt = runtimeLine(s);
   if (rt) card.append(rt);
   const rl = s.restart ? restartLine(s.name, s.restart) : null;
@@ -316,6 +406,59 @@ function eventDetails(ev) {
     .join("  ");
 }
 
+function list(x) {
+  return Array.isArray(x) ? (x.length ? x.join(", ") : "none") : String(x);
+}
+
+// SENTENCES says what each kind of audit event means, from its fields;
+// a kind without one is shown as its fields.
+const SENTENCES = {
+  member_join: (e) => (e.replica || e.member || e.node_name || "a member") + " joined gossip",
+  member_leave: (e) => (e.replica || e.member || "a member") + " left gossip",
+  member_dead: (e) => (e.replica || e.member || "a member") + " is dead in gossip (crash or partition)",
+  state_change: (e) => e.replica + ": " + (e.from || "?") + " → " + (e.to || "?"),
+  probe_down: (e) => e.replica + " failed its health probes" + (e.result ? " (" + e.result + ")" : ""),
+  probe_up: (e) => e.replica + " passes its health probes again",
+  ejected: (e) => e.replica + " ejected" + (e.reason ? " after failures (" + e.reason + ")" : "") + (e.duration ? " for " + e.duration : ""),
+  readmitted: (e) => e.replica + " back in rotation after its ejection",
+  failed: (e) => e.replica + " held out as failed (too many ejections)",
+  recovered: (e) => e.replica + " no longer held out as failed",
+  ring_rebuild: (e) => "ring rebuilt (" + (e.cause || "?") + "): " + (e.moved_partitions || 0) + " partitions moved" +
+    ((e.joined || []).length ? "; joined " + list(e.joined) : "") + ((e.left || []).length ? "; left " + list(e.left) : ""),
+  rotation_change: (e) => "rotation changed (" + (e.cause || "?") + "): " + (e.in_rotation != null ? e.in_rotation + " in rotation" : "") +
+    (e.diverted_partitions ? ", " + e.diverted_partitions + " partitions on stand-ins" : ""),
+  phase_change: (e) => "phase " + (e.from || "—") + " → " + e.to + (e.declared != null ? " (" + (e.in_rotation || 0) + " of " + e.declared + " in rotation)" : ""),
+  admin_action: (e) => (e.action || "admin action") + (e.replica ? " " + e.replica : "") + (e.by ? " by " + e.by : "") + (e.result ? ": " + e.result : ""),
+  config_reload: (e) => "configuration reload " + (e.result || "") + (e.error ? ": " + e.error : ""),
+  runtime_change: (e) => (e.action || "change") + " by " + (e.by || "?") + (e.via ? " via " + e.via : ""),
+  tls_reload: (e) => "TLS certificates of the " + (e.listener || "") + " listener " + (e.result || "reloaded"),
+  replica_process: (e) => e.replica + ": process " + (e.event || "") + (e.pid ? " (pid " + e.pid + ")" : "") + (e.exit ? ", " + e.exit : ""),
+  replica_job: (e) => e.replica + ": job " + (e.event || e.action || ""),
+  gossip_refused: (e) => "refused " + (e.what || "a message") + " from " + (e.from || "?") + ": " + (e.reason || "") + (e.detail ? " — " + e.detail : ""),
+  statefulset: (e) => "StatefulSet: " + (e.action || "") + (e.step ? " (" + e.step + ")" : "") + (e.from != null && e.to != null ? " " + e.from + " → " + e.to : "") + (e.pod ? " pod " + e.pod : ""),
+  fleet_hold: (e) => e.replica + " held out by the fleet on the evidence of " + list(e.voters || []),
+  fleet_release: (e) => e.replica + " let back by the fleet",
+  fleet_disagreement: (e) => (e.peer || "another proxy") + " routes this set differently" + (e.seconds ? " for " + e.seconds + " s" : ""),
+  fleet_agreement: (e) => (e.peer || "another proxy") + " routes this set like this proxy again",
+};
+
+function eventSentence(ev) {
+  const f = SENTENCES[ev.kind];
+  if (f) {
+    try {
+      const s = f(ev);
+      if (s && !s.includes("undefined")) return s;
+    } catch (e) { /* fall back to the fields */ }
+  }
+  return eventDetails(ev);
+}
+
+// eventFilter is the set the audit list shows ("" all); showGone whether
+// the events of sets this proxy no longer serves are unfolded.
+let eventFilter = "";
+let showGone = false;
+let knownSets = [];
+
 function fmtTime(ts) {
   const d = new Date(ts);
   return isNaN(d) ? String(ts || "") : d.toLocaleTimeString([], { hour12: false }) + "." + String(d.getMilliseconds()).padStart(3, "0");
@@ -329,21 +472,36 @@ function fmtDateTime(ts) {
 
 function renderEvents(evs) {
   const tb = document.getElementById("events");
-  if (!evs.length) {
-    tb.replaceChildren(h("tr", {}, h("td", { colspan: "4", class: "muted" }, "no audit events yet")));
-    return;
-  }
   // Newest first, whatever order the source keeps.
-  const newest = [...evs].sort((a, b) => (Date.parse(b.ts) || 0) - (Date.parse(a.ts) || 0)).slice(0, EVENTS);
-  tb.replaceChildren(...newest.map((ev) =>
-    h("tr", { class: "event-row" },
+  let newest = [...evs].sort((a, b) => (Date.parse(b.ts) || 0) - (Date.parse(a.ts) || 0));
+  if (eventFilter) newest = newest.filter((ev) => ev.set === eventFilter);
+  const gone = newest.filter((ev) => ev.set && !knownSets.includes(ev.set));
+  if (!showGone) newest = newest.filter((ev) => !ev.set || knownSets.includes(ev.set));
+  newest = newest.slice(0, EVENTS);
+  const rows = newest.map((ev) =>
+    h("tr", { class: "event-row", "data-kind": ev.kind || "", "data-set": ev.set || "" },
       h("td", {}, fmtTime(ev.ts)),
       h("td", {}, h("code", {}, ev.kind || "")),
       h("td", {}, ev.set || ""),
-      h("td", {}, h("code", {}, eventDetails(ev))))));
+      h("td", { title: eventDetails(ev) }, eventSentence(ev))));
+  if (gone.length && !showGone) {
+    const names = [...new Set(gone.map((ev) => ev.set))].sort();
+    rows.push(h("tr", { class: "events-gone" }, h("td", { colspan: "4", class: "muted" },
+      gone.length + " events of sets this proxy no longer serves (" + names.join(", ") + ") folded away ",
+      h("button", { type: "button", class: "show-gone" }, "show"))));
+  }
+  if (!rows.length) rows.push(h("tr", {}, h("td", { colspan: "4", class: "muted" }, eventFilter ? "no audit events of " + eventFilter : "no audit events yet")));
+  tb.replaceChildren(...rows);
 }
 
 function updateSetChoices(names) {
+  knownSets = names;
+  const filter = document.getElementById("event-set");
+  const want = ["", ...names];
+  if ([...filter.options].map((o) => o.value).join(",") !== want.join(",")) {
+    filter.replaceChildren(...want.map((n) => h("option", { value: n }, n || "all sets")));
+    filter.value = want.includes(eventFilter) ? eventFilter : "";
+  }
   const sel = document.querySelector("#route-form select[name=set]");
   const cur = sel.value;
   if ([...sel.options].map((o) => o.value).join(",") === names.join(",")) return;
@@ -365,7 +523,9 @@ function renderFleet(f) {
     const n = (s.peers || []).length;
     const agreement = n === 0 ? h("span", { class: "muted" }, "no other proxy serves it")
       : dis.length === 0 ? h("span", { class: "pill ok" }, "agrees with all " + n)
-      : h("span", { class: "pill bad" }, "disagrees with " + dis.map((p) => p.id + " for " + (p.disagreeing_seconds || 0).toFixed(1) + " s").join(", "));
+      : h("span", {}, h("span", { class: "pill bad" }, "disagrees with " + dis.map((p) => p.id + " for " + (p.disagreeing_seconds || 0).toFixed(1) + " s").join(", ")),
+        s.why ? h("div", { class: "meta fleet-why" }, "why: " + s.why) : null,
+        s.fix ? h("div", { class: "meta fleet-fix" }, "what to do: " + s.fix) : null);
     const held = (s.held || []).map((x) => x.replica + " (" + x.voters.join(", ") + ")").join("; ") || "—";
     return h("tr", { class: "fleet-row", "data-set": s.set, "data-agree": String(s.agree) },
       h("td", {}, h("strong", {}, s.set)), h("td", {}, h("code", {}, s.digest)), h("td", {}, agreement), h("td", {}, held));
@@ -409,7 +569,7 @@ async function refresh() {
     else errors.push(e.message);
   }
   try {
-    const ev = await getJSON("/v1/events?limit=" + 10 * EVENTS);
+    const ev = await getJSON("/v1/events?limit=" + (eventFilter || showGone ? 1000 : 10 * EVENTS));
     renderEvents(ev.events || []);
   } catch (e) {
     if (e.status === 501) renderEvents([]);
@@ -451,6 +611,16 @@ async function lookup(ev) {
 }
 
 document.getElementById("route-form").addEventListener("submit", lookup);
+document.getElementById("event-set").addEventListener("change", (ev) => {
+  eventFilter = ev.target.value;
+  refresh();
+});
+document.getElementById("events").addEventListener("click", (ev) => {
+  if (ev.target.closest("button.show-gone")) {
+    showGone = true;
+    refresh();
+  }
+});
 document.getElementById("sets").addEventListener("click", (ev) => {
   const b = ev.target.closest("button.restart-ack");
   if (b) ackRestart(b.dataset.set);
