@@ -27,14 +27,18 @@ failed), and on SIGINT or SIGTERM stops it only once drained: SIGTERM,
 then SIGKILL after supervise.stop_grace.
 
 Every configuration key is a flag (written with - or --); the file is
-optional. Example without a file:
+optional. Example without a file, for a proxy whose gossip is on this
+machine's loopback (gossip off loopback needs a key: gossip.key_file or
+KEYWAY_GOSSIP_KEY, and the fleet's credentials, docs/membership.md):
 
-  keyway agent --replica.set orders --replica.addr 127.0.0.1:9001 --gossip.join 127.0.0.1:7946
+  keyway agent --replica.set orders --replica.addr 127.0.0.1:9001 \
+    --gossip.bind_addr 127.0.0.1 --gossip.join 127.0.0.1:7946
 
 and supervising the replica:
 
   keyway agent --replica.set orders --replica.name orders-1 --replica.addr 127.0.0.1:9001 \
-    --gossip.join 127.0.0.1:7946 -- keyway replica --name orders-1 --listen 127.0.0.1:9001
+    --gossip.bind_addr 127.0.0.1 --gossip.join 127.0.0.1:7946 \
+    -- keyway replica --name orders-1 --listen 127.0.0.1:9001
 
 Flags:
 `

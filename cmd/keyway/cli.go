@@ -100,7 +100,9 @@ flight (this proxy's, and with other proxies "here/fleet"), the requests per
 second it answered and its errors per second (5xx answers and failed
 exchanges) over the last ~10 s, and its request and error totals. A rate
 is "-" until the proxy has two readings of its counters at least 1 s apart:
-run status again a second later (or keep the dashboard open).
+run status again a second later (or keep the dashboard open). Example:
+
+  keyway status --set orders
 
 `
 
@@ -362,6 +364,9 @@ its partition, the replica a request with that key is sent to (pick) or
 keyway's own answer when none may take it, and the failover candidates in
 order: the pick, the replicas a retry would go to, and why each one before
 them is skipped. KEY is taken as an X-Key header value would carry it.
+Example:
+
+  keyway route --set orders --key order-42
 
 `
 

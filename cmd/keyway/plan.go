@@ -22,7 +22,9 @@ ring's balance. The proxy computes it from the set's current ring with the
 placement code it routes with; nothing changes. --add and --remove may be
 repeated. The plan is about the ring (replicas that were ready once): who is
 out of rotation right now is not part of it, and weights are not used by
-placement.
+placement. Example, before a scale-out by one:
+
+  keyway plan --set orders --add orders-3
 
 `
 

@@ -386,7 +386,9 @@ the listening sockets, and once it has joined gossip and can route, this
 process stops accepting and drains as for SIGTERM. With systemd socket
 activation (LISTEN_FDS) keyway serves the sockets systemd passes: the
 one named proxy (FileDescriptorName=) or bound to listen, and the one
-named admin or bound to admin.listen. See docs/operations.md.
+named admin or bound to admin.listen. See docs/operations.md. Example:
+
+  keyway proxy -c examples/minimal.yaml
 
 `
 
