@@ -2,8 +2,8 @@
 # Screenshots of the dashboard with a degraded set, for docs/dashboard.md:
 # runs `keyway demo` on loopback, sends traffic through it, turns one demo
 # replica to answering 500 (its /_mode switch), and shoots /ui with
-# headless Chromium twice: while the replica is ejected, and on the audit
-# list. Needs Go, curl and chromium (Debian: apt-get install chromium).
+# headless Chromium twice: while that replica is ejected, and once another
+# one is recovering (its /_ready switch off). Needs Go, curl and chromium (Debian: apt-get install chromium).
 #
 #   scripts/dashboard-screenshots.sh [OUTDIR]     # default docs/img
 #
@@ -21,6 +21,7 @@ go build -o "$work/keyway" ./cmd/keyway
 "$work/keyway" demo --listen "127.0.0.1:$port" --admin-listen "$admin" --gossip-bind-port "$((port + 2))" >"$work/demo.log" 2>&1 &
 demo_pid=$!
 for _ in $(seq 100); do
+  kill -0 "$demo_pid" 2>/dev/null || { echo "keyway demo exited (port $port, $((port + 1)) or $((port + 2)) in use?):" >&2; cat "$work/demo.log" >&2; exit 1; }
   [ "$(curl -sf "http://$admin/v1/replica_sets/orders" 2>/dev/null | tr -d " \n" | grep -c '"in_rotation":3')" != 0 ] && break
   sleep 0.3
 done
@@ -42,5 +43,12 @@ shot() { # $1 file, $2 height
   echo "wrote $out/$1"
 }
 mkdir -p "$out"
-shot dashboard-degraded.png 1500
+shot dashboard-ejected.png 1500
+# Then orders-1 answers again, and orders-2 replays a checkpoint (its
+# readiness off: its agent says recovering).
 curl -s -X POST "http://$addr/_mode?v=ok" >/dev/null
+addr2=$(curl -s "http://$admin/v1/replica_sets/orders" | tr -d " \n" | grep -o '"name":"orders-2","addr":"[^"]*"' | sed 's/.*"addr":"//; s/"$//')
+curl -s -X POST "http://$addr2/_ready?v=false" >/dev/null
+traffic 12
+shot dashboard-recovering.png 1500
+curl -s -X POST "http://$addr2/_ready?v=true" >/dev/null

@@ -239,7 +239,7 @@ function codesLine(tr) {
   const rates = tr.codes_per_second || {};
   const cls = { "2xx": "ok", "3xx": "", "4xx": "warn", "5xx": "bad" };
   return h("div", { class: "meta codes" }, "answers by status: ",
-    classes.length ? classes.map((c) => h("span", { class: "pill code " + (cls[c] || ""), "data-class": c },
+    classes.length ? classes.map((c) => h("span", { class: "pill code " + (c === "2xx" || rates[c] > 0 ? cls[c] || "" : ""), "data-class": c },
       c + " " + (rates[c] != null ? fmtRate(rates[c]) + "/s" : "") + " (" + tr.codes[c] + ")")) : "none yet",
     (tr.failed_attempts_total || 0) > 0
       ? h("span", { class: "muted retried" }, " · failed attempts, retried or answered by keyway: " +
@@ -413,10 +413,10 @@ function list(x) {
 // SENTENCES says what each kind of audit event means, from its fields;
 // a kind without one is shown as its fields.
 const SENTENCES = {
-  member_join: (e) => (e.replica || e.member || e.node_name || "a member") + " joined gossip",
+  member_join: (e) => (e.replica || e.member || "a member") + (e.role ? " (" + e.role + ")" : "") + " joined gossip",
   member_leave: (e) => (e.replica || e.member || "a member") + " left gossip",
   member_dead: (e) => (e.replica || e.member || "a member") + " is dead in gossip (crash or partition)",
-  state_change: (e) => e.replica + ": " + (e.from || "?") + " → " + (e.to || "?"),
+  state_change: (e) => (e.replica || e.member) + ": " + (e.from || "?") + " → " + (e.state || "?"),
   probe_down: (e) => e.replica + " failed its health probes" + (e.result ? " (" + e.result + ")" : ""),
   probe_up: (e) => e.replica + " passes its health probes again",
   ejected: (e) => e.replica + " ejected" + (e.reason ? " after failures (" + e.reason + ")" : "") + (e.duration ? " for " + e.duration : ""),
@@ -434,9 +434,9 @@ const SENTENCES = {
   tls_reload: (e) => "TLS certificates of the " + (e.listener || "") + " listener " + (e.result || "reloaded"),
   replica_process: (e) => e.replica + ": process " + (e.event || "") + (e.pid ? " (pid " + e.pid + ")" : "") + (e.exit ? ", " + e.exit : ""),
   replica_job: (e) => e.replica + ": job " + (e.event || e.action || ""),
-  gossip_refused: (e) => "refused " + (e.what || "a message") + " from " + (e.from || "?") + ": " + (e.reason || "") + (e.detail ? " — " + e.detail : ""),
+  gossip_refused: (e) => "refused " + (e.what || "a message") + " from " + (e.member || "?") + ": " + (e.reason || "") + (e.detail ? " — " + e.detail : ""),
   statefulset: (e) => "StatefulSet: " + (e.action || "") + (e.step ? " (" + e.step + ")" : "") + (e.from != null && e.to != null ? " " + e.from + " → " + e.to : "") + (e.pod ? " pod " + e.pod : ""),
-  fleet_hold: (e) => e.replica + " held out by the fleet on the evidence of " + list(e.voters || []),
+  fleet_hold: (e) => e.replica + " held out by the fleet on the evidence of " + list((e.voters || []).map((v) => v === "self" ? "this proxy" : v)),
   fleet_release: (e) => e.replica + " let back by the fleet",
   fleet_disagreement: (e) => (e.peer || "another proxy") + " routes this set differently" + (e.seconds ? " for " + e.seconds + " s" : ""),
   fleet_agreement: (e) => (e.peer || "another proxy") + " routes this set like this proxy again",
