@@ -1,4 +1,4 @@
-.PHONY: test race vet bench demo build docker fuzz
+.PHONY: test test-all race vet bench demo build docker fuzz
 
 # What `keyway version` and the keyway_build_info metric report. Override
 # any of them: make build VERSION=v1.2.0. VERSION is the nearest tag (git
@@ -13,8 +13,10 @@ LDFLAGS := -X $(STAMP).version=$(VERSION) -X $(STAMP).commit=$(COMMIT) -X $(STAM
 
 test:            ## all tests (the README's test command)
 	go test ./...
-race:            ## all tests under the race detector, as CI runs them
-	go test -race -count=1 ./...
+test-all:        ## every test, the slow scenarios too (KEYWAY_SLOW_TESTS=1; CI runs these)
+	KEYWAY_SLOW_TESTS=1 go test -timeout 15m ./...
+race:            ## all tests under the race detector, slow scenarios included, as CI runs them
+	KEYWAY_SLOW_TESTS=1 go test -race -count=1 -timeout 15m ./...
 vet:
 	gofmt -l $$(git ls-files '*.go'); go vet ./...
 bench:           ## hot-path micro-benchmarks

@@ -15,6 +15,7 @@ import (
 	"keyway/agent"
 	"keyway/balancer"
 	"keyway/internal/poll"
+	"keyway/internal/slow"
 	"keyway/membership"
 )
 
@@ -395,6 +396,7 @@ func TestNoCommandNoSupervision(t *testing.T) {
 // replica's process: a rolling restart or a repair refuses at once when
 // it cannot restart a replica.
 func TestAgentAdvertisesSupervision(t *testing.T) {
+	slow.Skip(t)
 	p := startFakeProxy(t, "p1")
 	sup := startSupervising(t, superviseConfig(startReplica(t, "ok").addr, p.GossipAddr()), &children{exitOnTerm: true})
 	plain := startAgent(t, testConfig(startReplica(t, "ok").addr, p.GossipAddr()))

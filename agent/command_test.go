@@ -10,6 +10,7 @@ import (
 
 	"keyway/balancer"
 	"keyway/internal/poll"
+	"keyway/internal/slow"
 	"keyway/membership"
 )
 
@@ -17,6 +18,7 @@ import (
 // proxy to see, while its probes keep passing; undrain advertises ready
 // again. A command for another replica is ignored.
 func TestAdminDrainCommand(t *testing.T) {
+	slow.Skip(t)
 	p := startFakeProxy(t, "p1")
 	p.silent.Store(true)
 	rep := startReplica(t, "ok")

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"keyway/internal/slow"
 )
 
 // TestSmoke runs the harness for a few seconds against keyway and direct
@@ -22,6 +24,7 @@ import (
 // clients, so wrk, HAProxy, nginx and Caddy are not used even when
 // installed.
 func TestSmoke(t *testing.T) {
+	slow.Skip(t)
 	if testing.Short() {
 		t.Skip("builds keyway and runs load for a few seconds; skipped under -short")
 	}

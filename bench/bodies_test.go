@@ -15,6 +15,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"keyway/config"
+	"keyway/internal/slow"
 	"keyway/proxy"
 )
 
@@ -306,6 +307,7 @@ func TestBodiesSmoke(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds keyway and runs load for a few seconds; skipped under -short")
 	}
+	slow.Skip(t)
 	skipOffLinux(t)
 	repo, err := moduleRoot()
 	if err != nil {

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"keyway/internal/slow"
 )
 
 func TestReadCachegrind(t *testing.T) {
@@ -65,6 +67,7 @@ func TestInstructionsSmoke(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds keyway and runs it under valgrind; skipped under -short")
 	}
+	slow.Skip(t)
 	skipOffLinux(t)
 	if _, err := exec.LookPath("valgrind"); err != nil {
 		t.Skip("valgrind not installed")

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"keyway/internal/slow"
 )
 
 func TestParsePair(t *testing.T) {
@@ -125,6 +127,7 @@ func TestPairSmoke(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds keyway and runs load for a few seconds; skipped under -short")
 	}
+	slow.Skip(t)
 	skipOffLinux(t)
 	t.Run("at once", func(t *testing.T) { pairSmoke(t, 0, "A = keyway (A) and B = keyway (B) on CPU 0 at once") })
 	t.Run("in turns", func(t *testing.T) {

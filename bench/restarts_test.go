@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"keyway/config"
+	"keyway/internal/slow"
 )
 
 func TestParseCasesAndValidate(t *testing.T) {
@@ -330,6 +331,7 @@ func TestRestartsSmoke(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds keyway and runs load for about 20 seconds; skipped under -short")
 	}
+	slow.Skip(t)
 	skipOffLinux(t)
 	repo, err := moduleRoot()
 	if err != nil {

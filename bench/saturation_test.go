@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"keyway/config"
+	"keyway/internal/slow"
 )
 
 func TestSatPacerPhases(t *testing.T) {
@@ -247,6 +248,7 @@ func TestSaturationSmoke(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds keyway and runs load for a few seconds; skipped under -short")
 	}
+	slow.Skip(t)
 	skipOffLinux(t)
 	repo, err := moduleRoot()
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"keyway/internal/poll"
+	"keyway/internal/slow"
 )
 
 // readAccessLines parses the JSON lines of an access log file ("" when
@@ -67,6 +68,7 @@ func accessPost(t *testing.T, proxy, path string, hdr ...string) {
 // same name and loses none; the key is an HMAC with the configured secret
 // and its path segment is hidden; the last lines are written at exit.
 func TestAccessLogFileRotation(t *testing.T) {
+	slow.Skip(t)
 	skipShort(t)
 	dir := t.TempDir()
 	_, replica := StartReplicaProcess(t, "r0")

@@ -13,6 +13,7 @@ import (
 	"keyway/admin"
 	"keyway/config"
 	"keyway/demo"
+	"keyway/internal/slow"
 	"keyway/internal/stacktest"
 	"keyway/internal/testnet"
 )
@@ -132,6 +133,7 @@ func TestAdminAPIMatchesRouting(t *testing.T) {
 // address that refuses connections — and checks the set view's traffic
 // against what the clients saw.
 func TestAdminTrafficCounts(t *testing.T) {
+	slow.Skip(t)
 	var static strings.Builder
 	for i := range 2 {
 		name := fmt.Sprintf("orders-%d", i)

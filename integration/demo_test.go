@@ -13,6 +13,7 @@ import (
 
 	"keyway/admin"
 	"keyway/internal/poll"
+	"keyway/internal/slow"
 )
 
 // `keyway demo` runs its replicas as real processes through the local
@@ -22,6 +23,7 @@ import (
 // (killed more often than demo.yaml's max_restarts). When the demo stops,
 // every agent and replica process stops with it.
 func TestDemoScaleRestartRepair(t *testing.T) {
+	slow.Skip(t)
 	skipShort(t)
 	r := newReaper(t, "")
 	d := Start(t, "demo", "demo", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--gossip-bind-port", "0")

@@ -18,6 +18,7 @@ import (
 	"keyway/config"
 	"keyway/eventlog"
 	"keyway/health"
+	"keyway/internal/slow"
 	"keyway/internal/stacktest"
 	"keyway/membership"
 	"keyway/proxy"
@@ -294,6 +295,7 @@ func unknownMetrics(exprs map[string]string, reg registeredMetrics) (unknown []s
 }
 
 func TestGrafanaDashboardUsesOnlyKeywayMetrics(t *testing.T) {
+	slow.Skip(t)
 	raw, err := os.ReadFile(dashboardPath)
 	if err != nil {
 		t.Fatal(err)

@@ -18,6 +18,7 @@ import (
 	"keyway/balancer"
 	"keyway/config"
 	"keyway/internal/poll"
+	"keyway/internal/slow"
 	"keyway/internal/stacktest"
 	"keyway/membership"
 )
@@ -372,6 +373,7 @@ func lintExposition(t *testing.T, body string) map[string]bool {
 // shows and (b) compares the exposition of the deterministic families
 // with the expected one.
 func TestMetricsScenarioAndLint(t *testing.T) {
+	slow.Skip(t)
 	r0, r1 := stacktest.StartReplica(t, "orders-0"), stacktest.StartReplica(t, "orders-1")
 	st := startMetricsStack(t, fmt.Sprintf(`  - name: orders
     replicas: 2
@@ -462,6 +464,7 @@ func TestMetricsScenarioAndLint(t *testing.T) {
 // TestMetricsForgottenReplica: a gossip replica's series, on every family
 // that has a replica label, are deleted when it leaves for good.
 func TestMetricsForgottenReplica(t *testing.T) {
+	slow.Skip(t)
 	rep := stacktest.StartReplica(t, "users-0")
 	st := startMetricsStack(t, "  - {name: users, replicas: 1}\n")
 

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"keyway/internal/poll"
+	"keyway/internal/slow"
 	"keyway/internal/stacktest"
 	"keyway/membership"
 )
@@ -122,6 +123,7 @@ gossip:
 // a restart of the agents) makes the credentials required, and an
 // unsigned member is refused.
 func TestRollingUpgradeFromThePreviousVersion(t *testing.T) {
+	slow.Skip(t)
 	skipShort(t)
 	old := previousBinary(t)
 	t.Setenv("KEYWAY_ADMIN_TOKEN", "s3cret")

@@ -13,6 +13,7 @@ import (
 	"keyway/config"
 	"keyway/internal/gossipfault"
 	"keyway/internal/poll"
+	"keyway/internal/slow"
 	"keyway/internal/stacktest"
 	"keyway/membership"
 )
@@ -58,6 +59,7 @@ func readyz(admin string) int {
 // (they still answer on the data path), reports the isolation, and after
 // the heal routes by gossip again, agreeing with the other proxy.
 func TestCutProxyKeepsRoutingUnderLoad(t *testing.T) {
+	slow.Skip(t)
 	skipShort(t)
 	a := partitionProxy(t, nil, "", stacktest.Opts{})
 	for i := range 3 {

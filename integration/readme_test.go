@@ -14,6 +14,7 @@ import (
 	"keyway/config"
 	"keyway/demo"
 	"keyway/internal/poll"
+	"keyway/internal/slow"
 	"keyway/internal/stacktest"
 )
 
@@ -30,6 +31,7 @@ import (
 // shortened to 1 s (the README's demo has 10 s) so that the test does not
 // wait.
 func TestReadmeDemoExamples(t *testing.T) {
+	slow.Skip(t)
 	skipShort(t)
 	readme, err := os.ReadFile("../README.md")
 	if err != nil {

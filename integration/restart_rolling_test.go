@@ -11,12 +11,14 @@ import (
 
 	"keyway/admin"
 	"keyway/internal/poll"
+	"keyway/internal/slow"
 )
 
 // A rolling restart of a set of three supervised replicas, through two
 // proxies, under a steady load through both: every replica gets a new
 // process, no request fails, and every key is back on its owner.
 func TestRollingRestartUnderLoad(t *testing.T) {
+	slow.Skip(t)
 	skipShort(t)
 	t.Setenv("KEYWAY_ADMIN_TOKEN", "s3cret")
 	a := StartProxy(t, "proxy-a", nil, 3)

@@ -8,6 +8,7 @@ import (
 
 	"keyway/admin"
 	"keyway/internal/poll"
+	"keyway/internal/slow"
 )
 
 // A rolling restart survives the loss of the proxy that started it: the
@@ -15,6 +16,7 @@ import (
 // proxy takes the restart over and completes it, every proxy shows the
 // same progress, and every key ends on its owner.
 func TestRollingRestartSurvivesItsProxy(t *testing.T) {
+	slow.Skip(t)
 	skipShort(t)
 	t.Setenv("KEYWAY_ADMIN_TOKEN", "s3cret")
 	a := StartProxy(t, "proxy-a", nil, 3)

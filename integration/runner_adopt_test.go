@@ -13,6 +13,7 @@ import (
 
 	"keyway/admin"
 	"keyway/internal/poll"
+	"keyway/internal/slow"
 	"keyway/internal/testnet"
 )
 
@@ -103,6 +104,7 @@ func checkSameJobs(t *testing.T, stateDir, what string, before, after admin.Jobs
 // exactly one agent per replica. The runner's proxy joins another proxy
 // (which runs nothing), as a fleet's proxies do.
 func TestRunnerUpgradeAndRestartAdoptJobs(t *testing.T) {
+	slow.Skip(t)
 	skipShort(t)
 	b := StartProxyFile(t, "proxy-b", WriteFile(t, t.TempDir(), "b.yaml", runProxyYAML(nil, 0, 3, "")))
 	upgradeAndRestart(t, []string{b.Gossip})
@@ -111,6 +113,7 @@ func TestRunnerUpgradeAndRestartAdoptJobs(t *testing.T) {
 // The same with the runner's proxy alone: its agents join it, and it
 // joins nobody.
 func TestRunnerUpgradeAloneAdoptsJobs(t *testing.T) {
+	slow.Skip(t)
 	skipShort(t)
 	upgradeAndRestart(t, nil)
 }
@@ -177,6 +180,7 @@ func upgradeAndRestart(t *testing.T, join []string) {
 // replica. When the first dies (SIGKILL) the second takes the state
 // directory over and adopts the agents: the same processes.
 func TestRunnerOneRunnerPerStateDir(t *testing.T) {
+	slow.Skip(t)
 	skipShort(t)
 	dir := t.TempDir()
 	stateDir := filepath.Join(dir, "run")

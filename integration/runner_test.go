@@ -21,6 +21,7 @@ import (
 	"keyway/admin"
 	"keyway/internal/flock"
 	"keyway/internal/poll"
+	"keyway/internal/slow"
 )
 
 // The local runner's tests: proxies whose set "orders" has a run section
@@ -456,6 +457,7 @@ func post(t *testing.T, url string) {
 // ones under another state directory (two processes per replica name) or,
 // sharing A's directory, none (TestRunnerOneRunnerPerStateDir).
 func TestRunnerScaleUnderLoad(t *testing.T) {
+	slow.Skip(t)
 	skipShort(t)
 	t.Setenv("KEYWAY_ADMIN_TOKEN", "s3cret") // inherited by the proxies and the CLI
 	dir := t.TempDir()
@@ -596,6 +598,7 @@ func setPhase(adminAddr string) string {
 // the jobs answer and the set's replicas, while its agent stays. Once the
 // cause is gone, `keyway repair` starts it again, under the same agent.
 func TestRunnerCrashLoopFailsAndRepairRevives(t *testing.T) {
+	slow.Skip(t)
 	skipShort(t)
 	t.Setenv("KEYWAY_ADMIN_TOKEN", "s3cret")
 	dir := t.TempDir()

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"keyway/internal/poll"
+	"keyway/internal/slow"
 )
 
 // A plain SIGTERM under 1,000 keyed POSTs a second: the proxy stops
@@ -59,6 +60,7 @@ func TestSIGTERMUnderLoadAnswersWhatArrivedAndExits(t *testing.T) {
 // those sent in the gap once the new process serves. Then the new one is
 // upgraded (SIGUSR2): the sockets systemd passed pass on too.
 func TestSocketActivationRestartUnderLoad(t *testing.T) {
+	slow.Skip(t)
 	skipShort(t)
 	var static string
 	for i := range 3 {

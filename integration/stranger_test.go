@@ -8,6 +8,7 @@ import (
 
 	"keyway/admin"
 	"keyway/internal/poll"
+	"keyway/internal/slow"
 	"keyway/internal/stacktest"
 	"keyway/membership"
 )
@@ -17,6 +18,7 @@ import (
 // claiming orders-1 with its own replica's address. It never joins, it
 // never gets a key of orders-1, and the proxy counts its attempts.
 func TestStrangerWithoutTheKeyNeverJoins(t *testing.T) {
+	slow.Skip(t)
 	skipShort(t)
 	t.Setenv(membership.KeyEnv, base64.StdEncoding.EncodeToString([]byte("keyway-integration-gossip-key-32")))
 	px, _ := cluster(t, 3)

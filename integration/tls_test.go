@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"keyway/internal/poll"
+	"keyway/internal/slow"
 	"keyway/internal/testcerts"
 )
 
@@ -160,6 +161,7 @@ func replaceFile(t *testing.T, path string, data []byte) {
 // working; a broken pair on disk is refused and the old certificate
 // stays; SIGHUP applies min_version 1.3 and client certificates.
 func TestTLS(t *testing.T) {
+	slow.Skip(t)
 	skipShort(t)
 	dir := t.TempDir()
 	ca, clients := testcerts.New(t), testcerts.New(t)

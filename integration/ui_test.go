@@ -14,6 +14,7 @@ import (
 	"keyway/admin"
 	"keyway/config"
 	"keyway/demo"
+	"keyway/internal/slow"
 	"keyway/internal/stacktest"
 
 	"github.com/chromedp/chromedp"
@@ -29,6 +30,7 @@ const chromiumPath = "/usr/bin/chromium"
 // replica out of rotation shows its share hatched and served by stand-ins,
 // and a full-page screenshot is saved.
 func TestDashboardInBrowser(t *testing.T) {
+	slow.Skip(t)
 	if _, err := os.Stat(chromiumPath); err != nil {
 		t.Skipf("browser test skipped: %s not found (install Debian's chromium: apt-get install -y chromium; .ci/run does this in CI)", chromiumPath)
 	}

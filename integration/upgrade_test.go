@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"keyway/internal/poll"
+	"keyway/internal/slow"
 	"keyway/internal/stacktest"
 	"keyway/internal/testnet"
 )
@@ -75,6 +76,7 @@ func watchAgreement(t *testing.T, adminAddr, peer string, stop <-chan struct{}) 
 // before, during and after; the old process exits once drained; another
 // proxy of the cluster sees no disagreement and takes nothing over.
 func TestUpgradeUnderLoadLosesNothing(t *testing.T) {
+	slow.Skip(t)
 	skipShort(t)
 	b := StartProxyWith(t, "proxy-b", nil, 3, fleetYAML)
 	for i := range 3 {

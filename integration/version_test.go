@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"keyway/internal/slow"
 )
 
 // versionLine is `keyway version`'s line: version, commit, optional build
@@ -16,6 +18,7 @@ var versionLine = regexp.MustCompile(`^keyway (\S+) commit (\S+)(?: built (\S+))
 // make build stamps the version, the commit and the build date: a wrong
 // -X symbol would be ignored by the linker without a word.
 func TestVersionStampedByMakeBuild(t *testing.T) {
+	slow.Skip(t)
 	skipShort(t)
 	for _, tool := range []string{"make", "git"} {
 		if _, err := exec.LookPath(tool); err != nil {

@@ -12,6 +12,7 @@ import (
 	"keyway/balancer"
 	"keyway/internal/gossipfault"
 	"keyway/internal/poll"
+	"keyway/internal/slow"
 	"keyway/membership"
 )
 
@@ -95,6 +96,7 @@ func deadReplicas(n *membership.Node) int {
 // ever fed as down; the isolation is reported and ends when the network
 // heals.
 func TestCutProxyKeepsReplicas(t *testing.T) {
+	slow.Skip(t)
 	seed := startNode(t, testConfig(), replicaMeta("r0"), nil)
 	cfg := testConfig()
 	cfg.Join = []string{seed.GossipAddr()}

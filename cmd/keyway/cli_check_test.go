@@ -16,12 +16,14 @@ import (
 	"keyway/admin"
 	"keyway/config"
 	"keyway/internal/poll"
+	"keyway/internal/slow"
 	"keyway/internal/stacktest"
 )
 
 // The CLI clients pointed at the proxy listener instead of the admin API
 // fail, saying so, instead of reading an answer as "no replica sets".
 func TestCLIProxyListenerIsNotTheAdminAPI(t *testing.T) {
+	slow.Skip(t)
 	// A proxy whose only set is under /ingest answers /v1/... with its own
 	// JSON error (404, no set matches).
 	cfg, err := config.LoadBytes("ingest.yaml", []byte(`listen: 127.0.0.1:0

@@ -21,6 +21,7 @@ import (
 
 	"keyway/config"
 	"keyway/demo"
+	"keyway/internal/slow"
 	"keyway/internal/stacktest"
 )
 
@@ -201,6 +202,7 @@ func TestDemoRoutesKeysConsistently(t *testing.T) {
 // TestBinaryDemo builds the real binary, runs `keyway demo`, sends a
 // request and stops it with SIGTERM: the README's first command.
 func TestBinaryDemo(t *testing.T) {
+	slow.Skip(t)
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}

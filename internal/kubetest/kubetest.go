@@ -6,7 +6,8 @@
 // locally.
 //
 // Start skips the test when the binaries are absent, unless
-// KUBE_TEST_REQUIRE=1 (CI sets it after building them).
+// KUBE_TEST_REQUIRE=1 (CI sets it after building them). They are slow
+// scenarios: they run only with KEYWAY_SLOW_TESTS=1 (package internal/slow).
 package kubetest
 
 import (
@@ -36,6 +37,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"keyway/internal/slow"
 )
 
 // Version is the Kubernetes version the control plane is built at; it
@@ -81,6 +84,7 @@ const KeywayUser = "keyway"
 // there.
 func Start(t testing.TB) *Cluster {
 	t.Helper()
+	slow.Skip(t) // a control plane takes seconds to start; CI runs these
 	bin := Bin()
 	etcd, err := exec.LookPath("etcd")
 	missing := err != nil
