@@ -60,6 +60,9 @@ type RebuildInfo struct {
 	Moved      int           `json:"moved_partitions"`    // partitions whose ring owner changed (all of them when the ring was or becomes empty)
 	Diverted   int           `json:"diverted_partitions"` // partitions whose chosen replica (Pick) changed, by ring or by rotation
 	Duration   time.Duration `json:"duration_ns"`
+	// Fingerprint is the ring's shape (hash, partitions, load): with the
+	// ring's member names it places every partition (PlanChange).
+	Fingerprint string `json:"fingerprint"`
 }
 
 // Router is the single writer of one replica set's routing tables. Inputs
@@ -343,7 +346,7 @@ func (r *Router[B]) rebuild(cause string) {
 		ringNames = ringNames[:maxRingMembers]
 	}
 
-	info := RebuildInfo{Set: r.cfg.Set, Cause: cause}
+	info := RebuildInfo{Set: r.cfg.Set, Cause: cause, Fingerprint: r.cfg.Hash.Fingerprint()}
 	oldRing := r.ring
 	if r.forceRing || !slices.Equal(ringNames, oldRing.names) {
 		r.forceRing = false

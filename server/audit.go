@@ -72,11 +72,26 @@ func (p phaseObserver) SetRemoved(set string) { p.RemoveSet(set) }
 // tableAudit records ring rebuilds and rotation changes.
 type tableAudit struct{ l *eventlog.Log }
 
-func (a tableAudit) TableChanged(set string, _ int, _ []balancer.Member, info balancer.RebuildInfo) {
+// TableChanged records a ring rebuild or a rotation change with what
+// places every key at that moment: the ring's fingerprint (its shape),
+// its members (sorted, as the ring is built from them) and those in
+// rotation, so that a reader of the trail can work out any partition's
+// owner and pick with the balancer's own code (keyway audit).
+func (a tableAudit) TableChanged(set string, _ int, ms []balancer.Member, info balancer.RebuildInfo) {
 	kind := eventlog.KindRotationChange
+	members, rotation := []string{}, []string{}
+	for _, m := range ms {
+		if m.Slot >= 0 {
+			members = append(members, m.Name)
+			if m.InRotation {
+				rotation = append(rotation, m.Name)
+			}
+		}
+	}
 	fields := map[string]any{
 		"generation": info.Generation, "cause": info.Cause, "ring_size": info.RingSize,
 		"in_rotation": info.InRotation, "diverted_partitions": info.Diverted,
+		"fingerprint": info.Fingerprint, "members": members, "rotation": rotation,
 	}
 	if info.RingBuilt {
 		kind = eventlog.KindRingRebuild

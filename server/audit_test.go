@@ -1,6 +1,8 @@
 package server
 
 import (
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -72,5 +74,64 @@ func TestProcessAudit(t *testing.T) {
 		if s != want[i] {
 			t.Errorf("event %d:\n got %s\nwant %s", i, s, want[i])
 		}
+	}
+}
+
+// A ring rebuild or rotation change records what places every key at
+// that moment (the fingerprint, the ring members and those in rotation),
+// and from the recorded fields alone the balancer's code finds each
+// partition's owner and pick as the table did. It logs what those fields
+// add to an event, for 3 and for 100 replicas.
+func TestTableAuditRecordsPlacement(t *testing.T) {
+	for _, n := range []int{3, 100} {
+		l, err := eventlog.New(eventlog.DefaultConfig(), "proxy-a", eventlog.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := balancer.NewRouter(balancer.RouterConfig{Set: "orders", Hash: balancer.DefaultHashConfig()}, balancer.Hooks[struct{}]{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		reps := make([]balancer.Replica, n)
+		for i := range reps {
+			reps[i] = balancer.Replica{Name: fmt.Sprintf("orders-%d", i), Addr: fmt.Sprintf("10.0.0.%d:8080", i+1), State: balancer.StateReady}
+		}
+		r.SetReplicas("gossip", reps)
+		r.SetExcluded("orders-1", balancer.ReasonEjected, true)
+		r.Flush()
+		tbl := r.Table()
+		info := balancer.RebuildInfo{Set: "orders", Generation: tbl.Generation(), Cause: "replicas", RingSize: tbl.Len(),
+			InRotation: len(tbl.Rotation()), RingBuilt: true, Moved: 7919, Fingerprint: tbl.Fingerprint()}
+		tableAudit{l: l}.TableChanged("orders", n, tbl.Members(), info)
+		evs := l.Recent(time.Time{}, []string{eventlog.KindRingRebuild}, 0)
+		if len(evs) != 1 {
+			t.Fatalf("%d ring_rebuild events, want 1", len(evs))
+		}
+		e := evs[0]
+		members, _ := e.Fields["members"].([]string)
+		rotation, _ := e.Fields["rotation"].([]string)
+		fp, _ := e.Fields["fingerprint"].(string)
+		if len(members) != n || len(rotation) != n-1 || slices.Contains(rotation, "orders-1") || fp != tbl.Fingerprint() {
+			t.Fatalf("recorded members %d, rotation %v, fingerprint %q", len(members), rotation, fp)
+		}
+		for p := 0; p < 7919; p += 13 {
+			got, err := balancer.PlaceRecorded(fp, members, rotation, balancer.FailoverNext, p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var want balancer.Placed
+			if s, ok := tbl.Pick(uint64(p)); ok {
+				want.Pick = tbl.Replica(s).Name
+			}
+			if got.Pick != want.Pick {
+				t.Fatalf("partition %d: recorded pick %q, the table's %q", p, got.Pick, want.Pick)
+			}
+		}
+		full, _ := e.MarshalJSON()
+		for _, k := range []string{"members", "rotation", "fingerprint"} {
+			delete(e.Fields, k)
+		}
+		bare, _ := e.MarshalJSON()
+		t.Logf("%d replicas: the ring_rebuild event is %d bytes, %d without members, rotation and fingerprint (+%d)", n, len(full), len(bare), len(full)-len(bare))
 	}
 }
