@@ -253,6 +253,11 @@ func fieldDocs() map[string]string {
 		"audit.retain":         "files kept per node, the oldest deleted; at least 1",
 		"audit.buffer":         "events queued for the writer; beyond, new events are dropped and counted, never blocking routing",
 		"audit.memory":         "most recent events kept in memory for the admin API",
+		"audit.sink":           "object storage the events are also written to, s3://BUCKET/PREFIX: segments under PREFIX/SET/run-RUN/events-NNNNNN.jsonl; credentials and endpoint from the AWS_* environment (AWS_ENDPOINT_URL for S3-compatible servers) or workload identity; empty: off",
+		"audit.segment_bytes":  "a set's segment is uploaded once it reaches this many bytes",
+		"audit.segment_age":    "or once its first event is this old: a crash loses at most this much",
+		"audit.spool_bytes":    "segments kept while the store is unreachable, uploaded in order when it is back; beyond, dropped and counted",
+		"audit.path_style":     "address objects as ENDPOINT/BUCKET/KEY, as SeaweedFS and MinIO on host:port need",
 
 		"replica_sets":                                   "the replica sets; at least one is required. A request goes to the matching set with the longest host, then the longest path prefix",
 		"replica_sets[].name":                            "required, unique; 1 to 63 of a-z, 0-9, '-', '_' (used in metrics, logs and gossip)",

@@ -157,7 +157,8 @@ func fullConfig() Config {
 	c.Health.Active = health.ActiveConfig{Enabled: true, Path: "/ready", Interval: 2 * time.Second, Timeout: 500 * time.Millisecond, Rise: 1, Fall: 2, ExpectStatus: "200,204", Concurrency: 4}
 	c.Health.Passive = health.PassiveConfig{ConsecutiveFailures: 3, Count: []string{"connect", "5xx"}, BaseEjection: 5 * time.Second, MaxEjection: time.Minute, MaxEjectedShare: 0.25, Interval: 250 * time.Millisecond}
 	c.Health.Supervision = health.SupervisionConfig{MaxEjections: 3, Window: 5 * time.Minute, Cooldown: 10 * time.Minute}
-	c.Audit = eventlog.Config{Dir: "/var/lib/keyway/audit", MaxFileBytes: 1 << 20, Retain: 3, Buffer: 128, Memory: 50}
+	c.Audit = eventlog.Config{Dir: "/var/lib/keyway/audit", MaxFileBytes: 1 << 20, Retain: 3, Buffer: 128, Memory: 50,
+		SegmentBytes: 1 << 20, SegmentAge: 10 * time.Second, SpoolBytes: 64 << 20}
 	return c
 }
 

@@ -3,6 +3,8 @@ package eventlog
 import (
 	"errors"
 	"fmt"
+	"net/url"
+	"time"
 )
 
 // Limits enforced by [Config.Validate].
@@ -38,6 +40,25 @@ type Config struct {
 	// [Log.Recent] (the admin API's GET /v1/events). Default 1000; 0 keeps
 	// none; at most 1048576.
 	Memory int `yaml:"memory"`
+	// Sink is an object-storage address, s3://BUCKET/PREFIX, that the
+	// events are also written to, as segments under
+	// PREFIX/SET/run-RUN/events-NNNNNN.jsonl (package eventlog/objstore).
+	// Credentials and endpoint come from the standard AWS_* environment
+	// (AWS_ENDPOINT_URL for an S3-compatible server) or the pod's
+	// workload identity. Default "": off.
+	Sink string `yaml:"sink"`
+	// SegmentBytes and SegmentAge cut a set's segment when it reaches
+	// that size or its first event that age, whichever comes first: a
+	// crash loses at most SegmentAge of events. Defaults 1 MiB and 10s.
+	SegmentBytes int64         `yaml:"segment_bytes"`
+	SegmentAge   time.Duration `yaml:"segment_age"`
+	// SpoolBytes bounds the segments kept while the store is unreachable
+	// (uploaded in order once it is back; beyond, dropped and counted).
+	// Default 64 MiB.
+	SpoolBytes int64 `yaml:"spool_bytes"`
+	// PathStyle addresses objects as ENDPOINT/BUCKET/KEY, which SeaweedFS
+	// and MinIO on host:port need. Default false (BUCKET.ENDPOINT/KEY).
+	PathStyle bool `yaml:"path_style"`
 }
 
 // DefaultConfig returns the configuration used when the YAML omits a
@@ -48,6 +69,9 @@ func DefaultConfig() Config {
 		Retain:       10,
 		Buffer:       4096,
 		Memory:       1000,
+		SegmentBytes: 1 << 20,
+		SegmentAge:   10 * time.Second,
+		SpoolBytes:   64 << 20,
 	}
 }
 
@@ -67,6 +91,20 @@ func (c Config) Validate() error {
 	}
 	if c.Memory < 0 || c.Memory > maxQueue {
 		errs = append(errs, fmt.Errorf("memory: must be between 0 and %d, got %d", maxQueue, c.Memory))
+	}
+	if c.Sink != "" {
+		if u, err := url.Parse(c.Sink); err != nil || u.Scheme != "s3" || u.Host == "" || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+			errs = append(errs, fmt.Errorf("sink: %q is not an object-storage address: write s3://BUCKET/PREFIX, e.g. s3://audit/keyway, or leave it empty", c.Sink))
+		}
+	}
+	if c.SegmentBytes < 1024 || c.SegmentBytes > 1<<30 {
+		errs = append(errs, fmt.Errorf("segment_bytes: must be between 1024 and 1073741824, got %d", c.SegmentBytes))
+	}
+	if c.SegmentAge < 100*time.Millisecond || c.SegmentAge > time.Hour {
+		errs = append(errs, fmt.Errorf("segment_age: must be between 100ms and 1h, got %s", c.SegmentAge))
+	}
+	if c.SpoolBytes < c.SegmentBytes {
+		errs = append(errs, fmt.Errorf("spool_bytes: must hold a segment (segment_bytes %d), got %d", c.SegmentBytes, c.SpoolBytes))
 	}
 	return errors.Join(errs...)
 }

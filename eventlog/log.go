@@ -29,6 +29,15 @@ type Options struct {
 	// Now is the clock: event times and warning rate limits. If nil,
 	// time.Now is used.
 	Now func() time.Time
+	// Sink, when not nil, gets every event's line (its JSON, without
+	// newline) as well, from Emit: it must copy the line and never block
+	// (the object-storage sink, eventlog/objstore).
+	Sink LineSink
+}
+
+// LineSink takes events' lines, by the set they concern ("" for none).
+type LineSink interface {
+	Write(set string, line []byte) bool
 }
 
 // Log is one node's audit trail: the events in memory for [Log.Recent]
@@ -60,6 +69,9 @@ type Log struct {
 	count int
 	warn  limiter                       // queue-full warnings
 	kinds map[string]prometheus.Counter // keyway_audit_events_total by kind
+
+	sink    LineSink // nil: none
+	sinkBuf []byte   // the line given to sink, reused (the sink copies it)
 }
 
 // New validates cfg and returns a Log for node (the name written in every
@@ -83,6 +95,7 @@ func New(cfg Config, node string, opts Options) (*Log, error) {
 		ring:   make([]Event, cfg.Memory),
 		warn:   newLimiter(),
 		kinds:  map[string]prometheus.Counter{},
+		sink:   opts.Sink,
 	}
 	if l.log == nil {
 		l.log = zap.NewNop()
@@ -155,6 +168,12 @@ func (l *Log) Emit(e Event) {
 			}
 			warn, suppressed = l.warn.allow(dropQueueFull, now)
 		}
+	}
+	if l.sink != nil {
+		// Under mu too: the sink sees the events in Recent's order.
+		b, _ := appendEvent(l.sinkBuf[:0], &e, nil)
+		l.sinkBuf = b
+		l.sink.Write(e.Set, b)
 	}
 	c := l.kinds[e.Kind]
 	if c == nil {

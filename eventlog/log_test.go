@@ -192,3 +192,37 @@ func TestRunTwice(t *testing.T) {
 		t.Errorf("second Run = %v, want an already-running error", err)
 	}
 }
+
+type lineRecorder struct {
+	sets  []string
+	lines []string
+}
+
+func (r *lineRecorder) Write(set string, line []byte) bool {
+	r.sets = append(r.sets, set)
+	r.lines = append(r.lines, string(line))
+	return true
+}
+
+// Options.Sink gets every event's line, as the file would have it, in
+// Recent's order.
+func TestLogSink(t *testing.T) {
+	rec := &lineRecorder{}
+	l, err := New(DefaultConfig(), "proxy-a", Options{Sink: rec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Record(KindPhaseChange, "orders", "", map[string]any{"from": "Created", "to": "Running"})
+	l.Record(KindConfigReload, "", "", map[string]any{"result": "success"})
+	l.Record(KindEjected, "users", "users-1", map[string]any{"reason": "5xx"})
+	evs := l.Recent(time.Time{}, nil, 0)
+	if len(rec.lines) != 3 || len(evs) != 3 {
+		t.Fatalf("sink got %d lines, memory %d events", len(rec.lines), len(evs))
+	}
+	for i, e := range evs {
+		b, _ := e.MarshalJSON()
+		if rec.lines[i] != string(b) || rec.sets[i] != e.Set {
+			t.Errorf("line %d: %q for set %q, want %q for %q", i, rec.lines[i], rec.sets[i], b, e.Set)
+		}
+	}
+}

@@ -1,17 +1,21 @@
 package server
 
 import (
+	"context"
+	"fmt"
 	"net"
 	"os"
 	"strconv"
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"keyway/balancer"
 	"keyway/config"
 	"keyway/eventlog"
+	"keyway/eventlog/objstore"
 	"keyway/fleetauth"
 	"keyway/health"
 	"keyway/membership"
@@ -270,4 +274,39 @@ func auditTLS(l *eventlog.Log) func(tlsconfig.Event) {
 		}
 		l.Record(eventlog.KindTLSReload, "", "", fields)
 	}
+}
+
+// newAuditSink makes the object-storage sink of audit.sink: this process's
+// run, named by its start time and node, on the bucket through the
+// standard AWS configuration. A configuration the SDK cannot load is
+// logged and leaves the sink off (nil): the audit trail is best effort,
+// and never keeps the proxy from serving. Credentials are looked up at
+// the first upload; a missing one is logged there, once per outage.
+func newAuditSink(cfg config.Config, log *zap.Logger, reg prometheus.Registerer) (*objstore.Sink, error) {
+	bucket, prefix, err := objstore.ParseURL(cfg.Audit.Sink)
+	if err != nil {
+		return nil, fmt.Errorf("audit.sink: %w", err)
+	}
+	store, err := objstore.NewS3(context.Background(), bucket, cfg.Audit.PathStyle)
+	if err != nil {
+		log.Warn("audit sink off: the object storage configuration did not load", zap.Error(err))
+		return nil, nil
+	}
+	sc := objstore.DefaultSinkConfig()
+	sc.Prefix, sc.Run = prefix, objstore.RunID(time.Now(), auditNode(cfg))
+	sc.SegmentBytes, sc.SegmentAge, sc.SpoolBytes = int(cfg.Audit.SegmentBytes), cfg.Audit.SegmentAge, int(cfg.Audit.SpoolBytes)
+	sink := objstore.NewSink(sc, store, log)
+	reg.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "keyway", Subsystem: "audit_sink", Name: "dropped_events_total",
+			Help: "Audit events the object-storage sink dropped: its queue or its spool (audit.spool_bytes) was full."},
+			func() float64 { return float64(sink.Dropped()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "keyway", Subsystem: "audit_sink", Name: "segments_uploaded_total",
+			Help: "Segments of audit events the object-storage sink uploaded."},
+			func() float64 { return float64(sink.Uploaded()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "keyway", Subsystem: "audit_sink", Name: "spooled_bytes",
+			Help: "Bytes of audit segments waiting for the object store (it is slow or unreachable)."},
+			func() float64 { return float64(sink.Spooled()) }),
+	)
+	log.Info("audit events also go to object storage", zap.String("bucket", bucket), zap.String("prefix", prefix), zap.String("run", sc.Run))
+	return sink, nil
 }

@@ -20,6 +20,7 @@ import (
 	"keyway/balancer"
 	"keyway/config"
 	"keyway/eventlog"
+	"keyway/eventlog/objstore"
 	"keyway/health"
 	"keyway/internal/buildinfo"
 	"keyway/kube/backend"
@@ -87,9 +88,10 @@ type Options struct {
 // one place. Build it with NewProxy, run it once with Run; Reload applies a
 // changed configuration file while it runs. Safe for concurrent use.
 type ProxyNode struct {
-	cfg  config.Config
-	logs *logging.Loggers
-	log  *zap.Logger
+	auditSink *objstore.Sink // nil without audit.sink
+	cfg       config.Config
+	logs      *logging.Loggers
+	log       *zap.Logger
 
 	// The components, in the order NewProxy builds them. Run starts them
 	// in this order and stops them in reverse.
@@ -158,7 +160,16 @@ func NewProxy(cfg config.Config, opts Options) (_ *ProxyNode, err error) {
 	if err := logs.Register(n.reg); err != nil {
 		return nil, err
 	}
-	n.audit, err = eventlog.New(cfg.Audit, auditNode(cfg), eventlog.Options{Logger: n.log.Named("audit"), Registerer: n.reg})
+	auditOpts := eventlog.Options{Logger: n.log.Named("audit"), Registerer: n.reg}
+	if cfg.Audit.Sink != "" {
+		if n.auditSink, err = newAuditSink(cfg, n.log.Named("audit.sink"), n.reg); err != nil {
+			return nil, err
+		}
+		if n.auditSink != nil {
+			auditOpts.Sink = n.auditSink
+		}
+	}
+	n.audit, err = eventlog.New(cfg.Audit, auditNode(cfg), auditOpts)
 	if err != nil {
 		return nil, err
 	}
@@ -318,7 +329,18 @@ func (n *ProxyNode) Run(ctx context.Context) error {
 	auditCtx, stopAudit := context.WithCancel(context.Background())
 	auditDone := make(chan error, 1)
 	go func() { auditDone <- n.audit.Run(auditCtx) }()
-	defer func() { stopAudit(); <-auditDone }()
+	// The object-storage sink stops after the trail, with its last
+	// events: it uploads them within audit.segment_age... or its final
+	// timeout.
+	sinkCtx, stopSink := context.WithCancel(context.Background())
+	sinkDone := make(chan struct{})
+	go func() {
+		defer close(sinkDone)
+		if n.auditSink != nil {
+			n.auditSink.Run(sinkCtx)
+		}
+	}()
+	defer func() { stopAudit(); <-auditDone; stopSink(); <-sinkDone }()
 
 	g, front := errgroup.WithContext(ctx)
 	back, stopBack := context.WithCancel(context.WithoutCancel(front))

@@ -34,9 +34,8 @@ func TestSinkOnS3(t *testing.T) {
 	var want []string
 	write := func(from, to int) {
 		for i := from; i < to; i++ {
-			line := fmt.Sprintf(`{"seq":%d}`, i)
-			want = append(want, line)
-			s.Write("orders", []byte(line))
+			want = append(want, fmt.Sprintf(`{"seq":%d,"i":%d}`, i+1, i))
+			s.Write("orders", []byte(fmt.Sprintf(`{"i":%d}`, i)))
 		}
 	}
 	write(0, 100)

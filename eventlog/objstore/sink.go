@@ -2,6 +2,7 @@ package objstore
 
 import (
 	"context"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -128,17 +129,21 @@ func (s *Sink) Run(ctx context.Context) {
 			backoff, retryAt = 0, time.Time{}
 		}
 	}
+	seqs := map[string]uint64{}
+	take := func(l sinkLine) {
+		if g := seg.Add(l.set, numbered(l.line, &seqs, l.set), time.Now()); g != nil {
+			push(g)
+		}
+	}
 	tick := time.NewTicker(min(s.cfg.SegmentAge/4, 250*time.Millisecond) + time.Millisecond)
 	defer tick.Stop()
 	for {
 		select {
 		case l := <-s.in:
-			if g := seg.Add(l.set, l.line, time.Now()); g != nil {
-				push(g)
-			}
+			take(l)
 		case <-tick.C:
 		case <-ctx.Done():
-			s.drain(seg, push)
+			s.drain(take)
 			for _, g := range seg.Flush() {
 				push(g)
 			}
@@ -160,15 +165,31 @@ func (s *Sink) Run(ctx context.Context) {
 }
 
 // drain takes the events queued before the stop.
-func (s *Sink) drain(seg *Segmenter, push func(*Segment)) {
+func (s *Sink) drain(take func(sinkLine)) {
 	for {
 		select {
 		case l := <-s.in:
-			if g := seg.Add(l.set, l.line, time.Now()); g != nil {
-				push(g)
-			}
+			take(l)
 		default:
 			return
 		}
 	}
+}
+
+// numbered puts the event's sequence number within its set's run first in
+// its JSON object ({"seq":N,...}), so that a reader finds every event of
+// a run in order and sees a gap (an event dropped) for what it is. A line
+// that is not an object is left as it is.
+func numbered(line []byte, seqs *map[string]uint64, set string) []byte {
+	if len(line) < 2 || line[0] != '{' {
+		return line
+	}
+	(*seqs)[set]++
+	out := make([]byte, 0, len(line)+24)
+	out = append(out, `{"seq":`...)
+	out = strconv.AppendUint(out, (*seqs)[set], 10)
+	if line[1] != '}' {
+		out = append(out, ',')
+	}
+	return append(out, line[1:]...)
 }

@@ -88,9 +88,9 @@ func TestSinkUploadsInOrder(t *testing.T) {
 	want := map[string][]string{}
 	for i := range 300 {
 		set := []string{"orders", "users", ""}[i%3]
-		line := fmt.Sprintf(`{"seq":%d,"set":%q}`, i, set)
-		want[set] = append(want[set], line)
-		if !s.Write(set, []byte(line)) {
+		// The sink numbers each set's events from 1, first in the object.
+		want[set] = append(want[set], fmt.Sprintf(`{"seq":%d,"i":%d,"set":%q}`, len(want[set])+1, i, set))
+		if !s.Write(set, []byte(fmt.Sprintf(`{"i":%d,"set":%q}`, i, set))) {
 			t.Fatalf("event %d dropped", i)
 		}
 	}
@@ -98,8 +98,8 @@ func TestSinkUploadsInOrder(t *testing.T) {
 		return len(store.lines("keyway", "orders")) == 100 && len(store.lines("keyway", "users")) == 100 && len(store.lines("keyway", "")) == 100
 	})
 	// The last segment of a set is cut by age, not left open.
-	s.Write("orders", []byte(`{"seq":300}`))
-	want["orders"] = append(want["orders"], `{"seq":300}`)
+	s.Write("orders", []byte(`{}`))
+	want["orders"] = append(want["orders"], `{"seq":101}`)
 	stop()
 	for set, w := range want {
 		if got := store.lines("keyway", set); strings.Join(got, "\n") != strings.Join(w, "\n") {
@@ -120,9 +120,8 @@ func TestSinkSpoolsThroughAnOutage(t *testing.T) {
 	store.setDown(true)
 	var want []string
 	for i := range 200 {
-		line := fmt.Sprintf(`{"seq":%d}`, i)
-		want = append(want, line)
-		s.Write("orders", []byte(line))
+		want = append(want, fmt.Sprintf(`{"seq":%d,"i":%d}`, i+1, i))
+		s.Write("orders", []byte(fmt.Sprintf(`{"i":%d}`, i)))
 	}
 	poll.Until(t, 10*time.Second, "segments spooled and attempts failing", func() bool {
 		store.mu.Lock()
@@ -161,4 +160,18 @@ func TestSinkDropsWhenFull(t *testing.T) {
 		return s.Dropped() > 0 && logs.FilterMessageSnippet("dropp").Len() > 0
 	})
 	stop()
+}
+
+func TestNumbered(t *testing.T) {
+	seqs := map[string]uint64{}
+	for _, c := range []struct{ set, in, want string }{
+		{"a", `{"ts":"x"}`, `{"seq":1,"ts":"x"}`},
+		{"a", `{}`, `{"seq":2}`},
+		{"b", `{"k":1}`, `{"seq":1,"k":1}`},
+		{"a", `not json`, `not json`},
+	} {
+		if got := string(numbered([]byte(c.in), &seqs, c.set)); got != c.want {
+			t.Errorf("numbered(%s) = %s, want %s", c.in, got, c.want)
+		}
+	}
 }
