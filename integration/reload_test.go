@@ -130,11 +130,12 @@ func TestReload100UnderTraffic(t *testing.T) {
 					firstBad.CompareAndSwap(nil, err.Error())
 					continue
 				}
-				_, _ = io.Copy(io.Discard, resp.Body)
+				body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 				resp.Body.Close()
 				if resp.StatusCode != 200 {
 					bad.Add(1)
-					firstBad.CompareAndSwap(nil, fmt.Sprintf("status %d", resp.StatusCode))
+					// keyway's JSON body says why it answered itself.
+					firstBad.CompareAndSwap(nil, fmt.Sprintf("status %d for %s at %s: %s", resp.StatusCode, path, time.Now().UTC().Format(time.RFC3339Nano), body))
 					continue
 				}
 				ok.Add(1)
