@@ -6,7 +6,7 @@
 # script does nothing when they are already there. It prints the directory.
 #
 #   scripts/kube-testserver.sh            # build (about 10 minutes the first time)
-#   KUBE_TEST_BIN=$(scripts/kube-testserver.sh) go test ./integration -run Kube
+#   KUBE_TEST_BIN=$(scripts/kube-testserver.sh) KEYWAY_SLOW_TESTS=1 go test ./integration -run Kube
 #
 # etcd comes from Debian (apt-get install etcd-server); .ci/run installs it.
 set -euo pipefail
