@@ -201,7 +201,7 @@ func (c *Checker) Observe(set, replica string, status int, err error, d time.Dur
 
 // ejectOnThreshold ejects the replica whose counters r just tripped, at
 // once, as Envoy's outlier detection does: waiting for the next sweep let
-// more requests reach a replica already known to fail (issue 34). It
+// more requests reach a replica already known to fail. It
 // makes the sweeper's decision for this one replica, under the same
 // locks, and delivers it from the caller's goroutine as Reset does: the
 // Sink first, so the routing has changed when Observe returns, then the

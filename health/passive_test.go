@@ -160,7 +160,7 @@ func (s *reentrantSink) SetExcluded(set, replica string, reason balancer.Reason,
 	s.recSink.SetExcluded(set, replica, reason, excluded)
 }
 
-// Issue 34: the failure that makes the count reach
+// The failure that makes the count reach
 // passive.consecutive_failures ejects the replica before its Observe
 // returns — Sink told, event delivered, metrics and snapshot updated, the
 // ejection timed from that moment — with no sweep and no Run, so that

@@ -340,7 +340,7 @@ func TestHealthFiveHundredsEjectAndReadmitWithoutRingRebuild(t *testing.T) {
 		t.Fatalf("%s served %d requests for 3 sends", victim.Name, got)
 	}
 	// The third 500 ejected the replica before it was relayed, without
-	// waiting for a passive sweep (issue 34): it is out already, and the
+	// waiting for a passive sweep: it is out already, and the
 	// very next request for one of its keys goes to a stand-in.
 	if got := Metric(px.Admin, "keyway_ejections_total", ejections); got != 1 {
 		t.Fatalf("keyway_ejections_total%v = %v once the third 500 was relayed, want 1", ejections, got)

@@ -320,6 +320,27 @@ func scaleSet(t *testing.T, p *ProxyProc, n int) {
 	cli(t, "scale", "--admin", p.Admin, "--set", "orders", "--replicas", fmt.Sprint(n))
 }
 
+// kubeStack starts a control plane with keyway's namespace and RBAC,
+// a StatefulSet orders of 3 when orders3, two proxies from proxyYAML
+// (given the kubeconfig and the gossip seeds) and the test kubelet.
+func kubeStack(t *testing.T, orders3, unsupervised bool, proxyYAML func(kubeconfig string, join []string) string) (*kubetest.Cluster, *ProxyProc, *ProxyProc, *kubelet) {
+	t.Helper()
+	c := kubetest.Start(t)
+	t.Setenv("KEYWAY_ADMIN_TOKEN", "s3cret") // inherited by the proxies and the CLI
+	c.Namespace(t, kubeNS)
+	keywayRBAC(t, c)
+	if orders3 {
+		if _, err := c.Admin.AppsV1().StatefulSets(kubeNS).Create(context.Background(), kubetest.StatefulSet("orders", 3), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kc := c.Kubeconfig(t, c.KeywayToken)
+	a := StartProxyFile(t, "proxy-a", WriteFile(t, t.TempDir(), "a.yaml", proxyYAML(kc, nil)))
+	b := StartProxyFile(t, "proxy-b", WriteFile(t, t.TempDir(), "b.yaml", proxyYAML(kc, []string{a.Gossip})))
+	kl := startKubelet(t, c, []string{a.Gossip, b.Gossip}, unsupervised)
+	return c, a, b, kl
+}
+
 // kubectlScale writes the scale subresource as kubectl scale does, as the
 // cluster's admin.
 func kubectlScale(t *testing.T, c *kubetest.Cluster, n int) {
@@ -349,18 +370,7 @@ func ringSize(t *testing.T, p *ProxyProc) float64 {
 // stand-in after the scale-in: the leaving pods retired (drained and left
 // for good) before spec.replicas went down.
 func TestKubernetesScale(t *testing.T) {
-	c := kubetest.Start(t)
-	t.Setenv("KEYWAY_ADMIN_TOKEN", "s3cret") // inherited by the proxies and the CLI
-	c.Namespace(t, kubeNS)
-	keywayRBAC(t, c)
-	ctx := context.Background()
-	if _, err := c.Admin.AppsV1().StatefulSets(kubeNS).Create(ctx, kubetest.StatefulSet("orders", 3), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	kc := c.Kubeconfig(t, c.KeywayToken)
-	a := StartProxyFile(t, "proxy-a", WriteFile(t, t.TempDir(), "a.yaml", kubeProxyYAML(kc, nil)))
-	b := StartProxyFile(t, "proxy-b", WriteFile(t, t.TempDir(), "b.yaml", kubeProxyYAML(kc, []string{a.Gossip})))
-	startKubelet(t, c, []string{a.Gossip, b.Gossip}, false)
+	c, a, b, _ := kubeStack(t, true, false, kubeProxyYAML)
 
 	a.WaitRotation(t, 3, 60*time.Second)
 	b.WaitRotation(t, 3, 60*time.Second)
@@ -478,18 +488,8 @@ func podUIDs(t *testing.T, c *kubetest.Cluster) map[string]types.UID {
 // the same name: no request fails. keyway repair deletes a pod in
 // CrashLoopBackOff, and it comes back.
 func TestKubernetesRestartRepair(t *testing.T) {
-	c := kubetest.Start(t)
-	t.Setenv("KEYWAY_ADMIN_TOKEN", "s3cret")
-	c.Namespace(t, kubeNS)
-	keywayRBAC(t, c)
+	c, a, b, kl := kubeStack(t, true, true, kubeProxyYAML)
 	ctx := context.Background()
-	if _, err := c.Admin.AppsV1().StatefulSets(kubeNS).Create(ctx, kubetest.StatefulSet("orders", 3), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	kc := c.Kubeconfig(t, c.KeywayToken)
-	a := StartProxyFile(t, "proxy-a", WriteFile(t, t.TempDir(), "a.yaml", kubeProxyYAML(kc, nil)))
-	b := StartProxyFile(t, "proxy-b", WriteFile(t, t.TempDir(), "b.yaml", kubeProxyYAML(kc, []string{a.Gossip})))
-	kl := startKubelet(t, c, []string{a.Gossip, b.Gossip}, true)
 	a.WaitRotation(t, 3, 60*time.Second)
 	b.WaitRotation(t, 3, 60*time.Second)
 	cl := NewClient()
@@ -580,15 +580,8 @@ func ordersTemplate(replicas int) string {
 // way is refused. Deleting the set (stopped first) deletes what keyway
 // created; a StatefulSet keyway did not create stays.
 func TestKubernetesCreateDelete(t *testing.T) {
-	c := kubetest.Start(t)
-	t.Setenv("KEYWAY_ADMIN_TOKEN", "s3cret")
-	c.Namespace(t, kubeNS)
-	keywayRBAC(t, c)
+	c, a, b, _ := kubeStack(t, false, false, func(kc string, join []string) string { return kubeProxyYAMLSets(kc, join, "") })
 	ctx := context.Background()
-	kc := c.Kubeconfig(t, c.KeywayToken)
-	a := StartProxyFile(t, "proxy-a", WriteFile(t, t.TempDir(), "a.yaml", kubeProxyYAMLSets(kc, nil, "")))
-	b := StartProxyFile(t, "proxy-b", WriteFile(t, t.TempDir(), "b.yaml", kubeProxyYAMLSets(kc, []string{a.Gossip}, "")))
-	startKubelet(t, c, []string{a.Gossip, b.Gossip}, false)
 	dir := t.TempDir()
 
 	out := cli(t, "create", "--admin", a.Admin, "-f", WriteFile(t, dir, "orders.json", ordersTemplate(2)))

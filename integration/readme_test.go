@@ -121,8 +121,8 @@ func TestReadmeDemoExamples(t *testing.T) {
 	// The 500 switch: the README's 500s relayed, as many as
 	// health.passive.consecutive_failures, then the stand-in. The request
 	// whose failure reaches the threshold ejects orders-0 before its 500 is
-	// relayed (issue 34: it used to take the next passive sweep, and a
-	// sixth request or more still reached orders-0).
+	// relayed (waiting for the next passive sweep would let a sixth
+	// request or more reach orders-0, unlike the README's transcript).
 	loop := regexp.MustCompile(`(?m)^((?:500 )+)(?:200 ?)+$`).FindSubmatch(readme)
 	if loop == nil {
 		t.Fatal("README.md has no transcript of the 500 loop (a line of 500s then 200s)")
