@@ -256,7 +256,7 @@ func fieldDocs() map[string]string {
 		"audit.sink":           "object storage the events are also written to, s3://BUCKET/PREFIX: segments under PREFIX/SET/run-RUN/events-NNNNNN.jsonl; credentials and endpoint from the AWS_* environment (AWS_ENDPOINT_URL for S3-compatible servers) or workload identity; empty: off",
 		"audit.segment_bytes":  "a set's segment is uploaded once it reaches this many bytes",
 		"audit.segment_age":    "or once its first event is this old: a crash loses at most this much",
-		"audit.spool_bytes":    "segments kept while the store is unreachable, uploaded in order when it is back; beyond, dropped and counted",
+		"audit.spool_bytes":    "segments kept while the store is unreachable, uploaded in order when it is back; beyond, dropped and counted. With audit.dir they are files in DIR/NODE/spool, uploaded first by the node's next process after a stop or a crash; without, in memory",
 		"audit.path_style":     "address objects as ENDPOINT/BUCKET/KEY, as SeaweedFS and MinIO on host:port need",
 
 		"replica_sets":                                   "the replica sets; at least one is required. A request goes to the matching set with the longest host, then the longest path prefix",

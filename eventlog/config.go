@@ -54,7 +54,10 @@ type Config struct {
 	SegmentAge   time.Duration `yaml:"segment_age"`
 	// SpoolBytes bounds the segments kept while the store is unreachable
 	// (uploaded in order once it is back; beyond, dropped and counted).
-	// Default 64 MiB.
+	// With Dir set they are files in DIR/NODE/spool, and this bounds
+	// their bytes: the segments not uploaded at a stop or a crash are
+	// uploaded first by the node's next process. Without Dir they are in
+	// memory and lost with the process. Default 64 MiB.
 	SpoolBytes int64 `yaml:"spool_bytes"`
 	// PathStyle addresses objects as ENDPOINT/BUCKET/KEY, which SeaweedFS
 	// and MinIO on host:port need. Default false (BUCKET.ENDPOINT/KEY).

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -281,7 +282,10 @@ func auditTLS(l *eventlog.Log) func(tlsconfig.Event) {
 // standard AWS configuration. A configuration the SDK cannot load is
 // logged and leaves the sink off (nil): the audit trail is best effort,
 // and never keeps the proxy from serving. Credentials are looked up at
-// the first upload; a missing one is logged there, once per outage.
+// the first upload; a missing one is logged there, once per outage. With
+// audit.dir, the spool is in DIR/NODE/spool, so that the segments not
+// uploaded survive a restart; a directory that cannot be created is
+// logged and the spool is in memory.
 func newAuditSink(cfg config.Config, log *zap.Logger, reg prometheus.Registerer) (*objstore.Sink, error) {
 	bucket, prefix, err := objstore.ParseURL(cfg.Audit.Sink)
 	if err != nil {
@@ -292,9 +296,18 @@ func newAuditSink(cfg config.Config, log *zap.Logger, reg prometheus.Registerer)
 		log.Warn("audit sink off: the object storage configuration did not load", zap.Error(err))
 		return nil, nil
 	}
+	node := auditNode(cfg)
 	sc := objstore.DefaultSinkConfig()
-	sc.Prefix, sc.Run = prefix, objstore.RunID(time.Now(), auditNode(cfg))
+	sc.Prefix, sc.Run = prefix, objstore.RunID(time.Now(), node)
 	sc.SegmentBytes, sc.SegmentAge, sc.SpoolBytes = int(cfg.Audit.SegmentBytes), cfg.Audit.SegmentAge, int(cfg.Audit.SpoolBytes)
+	if cfg.Audit.Dir != "" {
+		dir := filepath.Join(eventlog.NodeDir(cfg.Audit.Dir, node), "spool")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			log.Warn("audit sink: the spool directory cannot be created; spooling in memory", zap.String("dir", dir), zap.Error(err))
+		} else {
+			sc.SpoolDir = dir
+		}
+	}
 	sink := objstore.NewSink(sc, store, log)
 	reg.MustRegister(
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "keyway", Subsystem: "audit_sink", Name: "dropped_events_total",
@@ -307,6 +320,7 @@ func newAuditSink(cfg config.Config, log *zap.Logger, reg prometheus.Registerer)
 			Help: "Bytes of audit segments waiting for the object store (it is slow or unreachable)."},
 			func() float64 { return float64(sink.Spooled()) }),
 	)
-	log.Info("audit events also go to object storage", zap.String("bucket", bucket), zap.String("prefix", prefix), zap.String("run", sc.Run))
+	log.Info("audit events also go to object storage", zap.String("bucket", bucket), zap.String("prefix", prefix), zap.String("run", sc.Run),
+		zap.String("spool_dir", sc.SpoolDir))
 	return sink, nil
 }

@@ -92,7 +92,9 @@ func (s *Segmenter) NextDue() time.Time {
 // bound on their bytes: while the store is unreachable they wait here,
 // and are uploaded in the order they were cut once it is back. A segment
 // that does not fit is refused (the caller counts and logs the drop): the
-// ones already spooled keep their order.
+// ones already spooled keep their order. It keeps them in memory, so they
+// do not outlive the process (the sink's spool in a directory does). Not
+// safe for concurrent use.
 type Spool struct {
 	MaxBytes int
 
@@ -131,3 +133,13 @@ func (p *Spool) Pop() {
 // Len and Bytes say what is spooled.
 func (p *Spool) Len() int   { return len(p.queue) }
 func (p *Spool) Bytes() int { return p.bytes }
+
+// put and oldest make Spool the sink's spooler in memory.
+func (p *Spool) put(g *Segment) error {
+	if !p.Push(g) {
+		return errSpoolFull
+	}
+	return nil
+}
+
+func (p *Spool) oldest() (*Segment, error) { return p.Peek(), nil }

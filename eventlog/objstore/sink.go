@@ -2,6 +2,7 @@ package objstore
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -22,6 +23,14 @@ type SinkConfig struct {
 	// dropped, counted and logged.
 	SpoolBytes int
 	Queue      int
+	// SpoolDir, when not "", keeps the spool in files in that directory
+	// (created if needed) rather than in memory: the segments cut and
+	// not uploaded survive a stop or a crash, and the next Run on the
+	// same directory uploads them first, in order, under their keys.
+	// SpoolBytes bounds the files' bytes. One process per directory. A
+	// directory that cannot be opened is logged, and the spool is in
+	// memory. Default "": in memory.
+	SpoolDir string
 	// PutTimeout bounds one upload; FinalTimeout the uploads at shutdown.
 	PutTimeout, FinalTimeout time.Duration
 }
@@ -42,7 +51,9 @@ type sinkLine struct {
 // Sink uploads a node's audit events to a Store as segments, in order,
 // from one goroutine (Run). Write never blocks: an event that finds the
 // queue full is dropped and counted, and so is a segment that finds the
-// spool full while the store is unreachable. Safe for concurrent use.
+// spool full while the store is unreachable. The spool is in memory, or
+// in SpoolDir's files, which the next Run on it uploads first. Safe for
+// concurrent use.
 type Sink struct {
 	cfg   SinkConfig
 	store Store
@@ -89,24 +100,42 @@ func (s *Sink) Spooled() int64   { return s.spooled.Load() }
 // segments and uploads what it can within FinalTimeout.
 func (s *Sink) Run(ctx context.Context) {
 	seg := &Segmenter{Prefix: s.cfg.Prefix, Run: s.cfg.Run, MaxBytes: s.cfg.SegmentBytes, MaxAge: s.cfg.SegmentAge}
-	spool := &Spool{MaxBytes: s.cfg.SpoolBytes}
+	spool := s.openSpool()
+	s.spooled.Store(int64(spool.Bytes()))
 	var (
 		retryAt time.Time
 		backoff time.Duration
 		failing bool
 	)
 	push := func(g *Segment) {
-		if !spool.Push(g) {
+		switch err := spool.put(g); {
+		case errors.Is(err, errSpoolFull):
 			s.droppedEvents.Add(uint64(g.Events))
 			s.log.Warn("audit sink: spool full while the store is unreachable; segment dropped",
 				zap.String("key", g.Key), zap.Int("events", g.Events), zap.Int("spool_bytes", s.cfg.SpoolBytes))
+		case err != nil:
+			s.droppedEvents.Add(uint64(g.Events))
+			s.log.Warn("audit sink: segment dropped: it could not be written to the spool",
+				zap.String("key", g.Key), zap.Int("events", g.Events), zap.Error(err))
 		}
 		s.spooled.Store(int64(spool.Bytes()))
 	}
 	upload := func(ctx context.Context, now time.Time) {
-		for g := spool.Peek(); g != nil && !now.Before(retryAt); g = spool.Peek() {
+		for !now.Before(retryAt) {
+			g, err := spool.oldest()
+			if g == nil {
+				return
+			}
+			if err != nil {
+				s.droppedEvents.Add(uint64(g.Events))
+				s.log.Warn("audit sink: spooled segment dropped: it could not be read back", zap.String("key", g.Key),
+					zap.Int("events", g.Events), zap.Error(err))
+				spool.Pop()
+				s.spooled.Store(int64(spool.Bytes()))
+				continue
+			}
 			pctx, cancel := context.WithTimeout(ctx, s.cfg.PutTimeout)
-			err := s.store.Put(pctx, g.Key, g.Body)
+			err = s.store.Put(pctx, g.Key, g.Body)
 			cancel()
 			if err != nil {
 				backoff = min(max(2*backoff, 500*time.Millisecond), 30*time.Second)
@@ -152,6 +181,11 @@ func (s *Sink) Run(ctx context.Context) {
 			retryAt = time.Time{}
 			upload(fctx, time.Now())
 			if n := spool.Len(); n > 0 {
+				if _, ok := spool.(*dirSpool); ok {
+					s.log.Warn("audit sink: stopping with segments not uploaded; the next run uploads them from the spool directory",
+						zap.Int("segments", n), zap.String("dir", s.cfg.SpoolDir))
+					return
+				}
 				s.log.Warn("audit sink: stopping with segments not uploaded", zap.Int("segments", n))
 			}
 			return
@@ -162,6 +196,22 @@ func (s *Sink) Run(ctx context.Context) {
 		}
 		upload(ctx, now)
 	}
+}
+
+// openSpool opens the spool in SpoolDir, or in memory without one or
+// when the directory is unusable: the audit trail is best effort and
+// never stops the sink.
+func (s *Sink) openSpool() spooler {
+	if s.cfg.SpoolDir == "" {
+		return &Spool{MaxBytes: s.cfg.SpoolBytes}
+	}
+	d, dropped, err := openDirSpool(s.cfg.SpoolDir, s.cfg.SpoolBytes, s.log)
+	if err != nil {
+		s.log.Warn("audit sink: the spool directory is unusable; spooling in memory", zap.String("dir", s.cfg.SpoolDir), zap.Error(err))
+		return &Spool{MaxBytes: s.cfg.SpoolBytes}
+	}
+	s.droppedEvents.Add(uint64(dropped))
+	return d
 }
 
 // drain takes the events queued before the stop.
