@@ -166,31 +166,57 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q := r.URL.Query()
-	var since time.Time
-	if v := q.Get("since"); v != "" {
-		t, err := time.Parse(time.RFC3339Nano, v)
-		if err != nil {
-			s.fail(w, http.StatusBadRequest, fmt.Sprintf("bad query parameter since: %q is not an RFC 3339 time (e.g. 2026-01-02T15:04:05Z)", v))
+	eq := EventQuery{Partition: -1, Limit: defaultEventLimit, Replica: q.Get("replica"), Key: q.Get("key")}
+	for name, dst := range map[string]*time.Time{"since": &eq.Since, "until": &eq.Until} {
+		if v := q.Get(name); v != "" {
+			t, err := time.Parse(time.RFC3339Nano, v)
+			if err != nil {
+				s.fail(w, http.StatusBadRequest, fmt.Sprintf("bad query parameter %s: %q is not an RFC 3339 time (e.g. 2026-01-02T15:04:05Z)", name, v))
+				return
+			}
+			*dst = t
+		}
+	}
+	eq.Kinds = splitParam(q.Get("kind"))
+	for _, set := range splitParam(q.Get("set")) {
+		if set == "-" {
+			set = "" // the events of no set
+		}
+		eq.Sets = append(eq.Sets, set)
+	}
+	if v := q.Get("partition"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			s.fail(w, http.StatusBadRequest, fmt.Sprintf("bad query parameter partition: %q is not a partition (0 or more)", v))
 			return
 		}
-		since = t
+		eq.Partition = n
 	}
-	var kinds []string
-	for _, k := range strings.Split(q.Get("kind"), ",") {
-		if k = strings.TrimSpace(k); k != "" {
-			kinds = append(kinds, k)
-		}
-	}
-	limit := defaultEventLimit
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 {
 			s.fail(w, http.StatusBadRequest, fmt.Sprintf("bad query parameter limit: %q is not a positive integer", v))
 			return
 		}
-		limit = n
+		eq.Limit = n
 	}
-	s.reply(w, EventList{Events: nonNil(s.opts.Events.Events(since, kinds, limit))})
+	evs, err := s.opts.Events.Events(eq)
+	if err != nil {
+		s.fail(w, http.StatusBadRequest, "bad query: "+strings.ReplaceAll(err.Error(), "\n", "; "))
+		return
+	}
+	s.reply(w, EventList{Events: nonNil(evs)})
+}
+
+// splitParam splits a comma-separated query parameter, dropping blanks.
+func splitParam(v string) []string {
+	var out []string
+	for _, k := range strings.Split(v, ",") {
+		if k = strings.TrimSpace(k); k != "" {
+			out = append(out, k)
+		}
+	}
+	return out
 }
 
 func (s *Server) getConfig(w http.ResponseWriter, r *http.Request) {

@@ -2,6 +2,7 @@ package admin
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -20,6 +21,7 @@ type fakeView struct {
 	since  time.Time
 	kinds  []string
 	limit  int
+	query  EventQuery
 	events []any
 }
 
@@ -52,11 +54,14 @@ func (f *fakeView) Route(set, key string) (RouteExplain, error) {
 
 func (f *fakeView) Members() []MemberInfo { return nil }
 
-func (f *fakeView) Events(since time.Time, kinds []string, limit int) []any {
+func (f *fakeView) Events(q EventQuery) ([]any, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.since, f.kinds, f.limit = since, kinds, limit
-	return f.events
+	f.since, f.kinds, f.limit, f.query = q.Since, q.Kinds, q.Limit, q
+	if q.Partition >= 0 && len(q.Sets) != 1 {
+		return nil, errors.New("set: a partition is one set's")
+	}
+	return f.events, nil
 }
 
 func (f *fakeView) Config() any { return map[string]any{"listen": ":8080"} }
@@ -190,7 +195,27 @@ func TestAPIEvents(t *testing.T) {
 	if code != 200 || !v.since.Equal(want) || !slices.Equal(v.kinds, []string{"ring_rebuild", "phase_change"}) || v.limit != 7 {
 		t.Fatalf("query: %d since %v kinds %q limit %d", code, v.since, v.kinds, v.limit)
 	}
+	if v.query.Partition != -1 || v.query.Sets != nil || v.query.Replica != "" || v.query.Key != "" || !v.query.Until.IsZero() {
+		t.Fatalf("unset filters: %+v", v.query)
+	}
 	v.mu.Unlock()
+
+	code, _ = call(t, "GET", base+"/v1/events?set=orders,-&replica=orders-1&until=2026-01-02T04:00:00Z")
+	v.mu.Lock()
+	if code != 200 || !slices.Equal(v.query.Sets, []string{"orders", ""}) || v.query.Replica != "orders-1" || !v.query.Until.Equal(want.Add(55*time.Minute+55*time.Second)) {
+		t.Fatalf("set, replica, until: %d %+v", code, v.query)
+	}
+	v.mu.Unlock()
+	code, _ = call(t, "GET", base+"/v1/events?set=orders&partition=17")
+	v.mu.Lock()
+	if code != 200 || v.query.Partition != 17 {
+		t.Fatalf("partition: %d %+v", code, v.query)
+	}
+	v.mu.Unlock()
+	code, body = call(t, "GET", base+"/v1/events?partition=17")
+	if msg, _ := body["error"].(string); code != 400 || !strings.Contains(msg, "set: a partition is one set's") {
+		t.Fatalf("partition without set: %d %v", code, body)
+	}
 
 	v.mu.Lock()
 	v.events = nil
@@ -201,7 +226,7 @@ func TestAPIEvents(t *testing.T) {
 	}
 
 	for _, c := range []struct{ q, param string }{
-		{"since=yesterday", "since"}, {"limit=0", "limit"}, {"limit=x", "limit"}, {"limit=-3", "limit"},
+		{"since=yesterday", "since"}, {"until=soon", "until"}, {"partition=-1", "partition"}, {"partition=x", "partition"}, {"limit=0", "limit"}, {"limit=x", "limit"}, {"limit=-3", "limit"},
 	} {
 		code, body := call(t, "GET", base+"/v1/events?"+c.q)
 		msg, _ := body["error"].(string)

@@ -35,12 +35,33 @@ type MemberLister interface {
 	Members() []MemberInfo
 }
 
-// EventSource returns recent audit events, newest first: those at or after
-// since (zero: no bound), of the given kinds (empty: all), at most limit
-// (0: no bound). Each element must encode as one JSON object. Safe for
-// concurrent use.
+// EventQuery selects audit events (GET /v1/events): the zero value
+// (with Partition -1) selects every event.
+type EventQuery struct {
+	// Since and Until bound the times (zero: no bound; Until exclusive).
+	Since, Until time.Time
+	// Kinds keeps these kinds (empty: all).
+	Kinds []string
+	// Sets keeps these sets ("" the events of none; empty: all).
+	Sets []string
+	// Replica keeps the events of a replica, and the ring and rotation
+	// changes that moved it.
+	Replica string
+	// Partition (≥ 0) or Key keep what concerns one partition of the one
+	// set of Sets: the changes that moved it, the events of the replicas
+	// that owned or took it, the set's own events.
+	Partition int
+	Key       string
+	// Limit keeps the newest Limit (0: all).
+	Limit int
+}
+
+// EventSource returns recent audit events, oldest first, that q selects.
+// Each element must encode as one JSON object. A query it cannot answer
+// (a partition without its set) is an error naming the parameter. Safe
+// for concurrent use.
 type EventSource interface {
-	Events(since time.Time, kinds []string, limit int) []any
+	Events(q EventQuery) ([]any, error)
 }
 
 // FleetSource reports how this proxy's routing compares with the other

@@ -63,6 +63,9 @@ type RebuildInfo struct {
 	// Fingerprint is the ring's shape (hash, partitions, load): with the
 	// ring's member names it places every partition (PlanChange).
 	Fingerprint string `json:"fingerprint"`
+	// Failover is the set's failover at that moment: with the ring and
+	// the replicas in rotation it says which replica took each partition.
+	Failover Failover `json:"failover"`
 }
 
 // Router is the single writer of one replica set's routing tables. Inputs
@@ -346,7 +349,7 @@ func (r *Router[B]) rebuild(cause string) {
 		ringNames = ringNames[:maxRingMembers]
 	}
 
-	info := RebuildInfo{Set: r.cfg.Set, Cause: cause, Fingerprint: r.cfg.Hash.Fingerprint()}
+	info := RebuildInfo{Set: r.cfg.Set, Cause: cause, Fingerprint: r.cfg.Hash.Fingerprint(), Failover: r.cfg.Failover}
 	oldRing := r.ring
 	if r.forceRing || !slices.Equal(ringNames, oldRing.names) {
 		r.forceRing = false

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -280,6 +281,28 @@ func TestDashboardInBrowser(t *testing.T) {
 	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](filtered, chromedp.WithPollingInterval(100*time.Millisecond))); err != nil {
 		t.Fatalf("the audit list filtered to orders shows other events: %v", err)
 	}
+
+	// Following the key that went to orders-1: only what concerns its
+	// partition is listed (its owner's ejection among it), each row saying
+	// where the partition's keys went (the set's events before its first
+	// ring have no placement to say).
+	var keyRoute admin.RouteExplain
+	stacktest.GetJSON(t, "http://"+adminAddr+"/v1/route?set=orders&key="+key, &keyRoute)
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`(() => { const i = document.getElementById('event-key'); i.value = `+strconv.Quote(key)+`;
+		return i.dispatchEvent(new Event('change')); })()`)); err != nil {
+		t.Fatalf("audit key filter: %v", err)
+	}
+	followed := fmt.Sprintf(`(() => { const rows = [...document.querySelectorAll('#events .event-row')];
+		return rows.length > 0 && rows.every((r) => r.dataset.partition === '%d' || (r.dataset.partition === '' && !r.dataset.replica)) &&
+			rows.some((r) => r.dataset.kind === 'ejected' && r.dataset.replica === 'orders-1') &&
+			rows.every((r) => !r.dataset.replica || r.dataset.replica === 'orders-1' || r.querySelector('.placement').innerText.includes(r.dataset.replica)) &&
+			!!document.querySelector('#events .placement'); })()`, keyRoute.Partition)
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](followed, chromedp.WithPollingInterval(100*time.Millisecond))); err != nil {
+		body, _ := chromedp.Run(bctx, chromedp.Text(`#events`))
+		t.Fatalf("the audit list following key %s (partition %d) is wrong: %v\n%s", key, keyRoute.Partition, err, body)
+	}
+	evText, _ := chromedp.Run(ctx, chromedp.Text(`#events`))
+	t.Logf("audit list following key %s: %s", key, strings.Join(strings.Fields(evText), " "))
 
 	// Look a key up through the route form.
 	if err := chromedp.Do(ctx,

@@ -97,6 +97,7 @@ func (a tableAudit) TableChanged(set string, _ int, ms []balancer.Member, info b
 		"generation": info.Generation, "cause": info.Cause, "ring_size": info.RingSize,
 		"in_rotation": info.InRotation, "diverted_partitions": info.Diverted,
 		"fingerprint": info.Fingerprint, "members": members, "rotation": rotation,
+		"failover": info.Failover.String(),
 	}
 	if info.RingBuilt {
 		kind = eventlog.KindRingRebuild

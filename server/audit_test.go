@@ -3,13 +3,16 @@ package server
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"go.uber.org/zap"
 
+	"keyway/admin"
 	"keyway/balancer"
 	"keyway/eventlog"
+	"keyway/eventlog/query"
 	"keyway/membership"
 )
 
@@ -101,7 +104,7 @@ func TestTableAuditRecordsPlacement(t *testing.T) {
 		r.Flush()
 		tbl := r.Table()
 		info := balancer.RebuildInfo{Set: "orders", Generation: tbl.Generation(), Cause: "replicas", RingSize: tbl.Len(),
-			InRotation: len(tbl.Rotation()), RingBuilt: true, Moved: 7919, Fingerprint: tbl.Fingerprint()}
+			InRotation: len(tbl.Rotation()), RingBuilt: true, Moved: 7919, Fingerprint: tbl.Fingerprint(), Failover: balancer.FailoverNext}
 		tableAudit{l: l}.TableChanged("orders", n, tbl.Members(), info)
 		evs := l.Recent(time.Time{}, []string{eventlog.KindRingRebuild}, 0)
 		if len(evs) != 1 {
@@ -127,6 +130,44 @@ func TestTableAuditRecordsPlacement(t *testing.T) {
 				t.Fatalf("partition %d: recorded pick %q, the table's %q", p, got.Pick, want.Pick)
 			}
 		}
+		if e.Fields["failover"] != "next" {
+			t.Fatalf("recorded failover %v, want next", e.Fields["failover"])
+		}
+
+		// GET /v1/events?set=orders&key=K follows the key's partition
+		// through the memory, as keyway audit does through the trail.
+		l.Record(eventlog.KindEjected, "orders", "orders-1", nil)
+		v := &view{n: &ProxyNode{audit: l}}
+		for _, key := range []string{"order-1", "order-2", "order-3", "order-4"} {
+			got, err := v.Events(admin.EventQuery{Sets: []string{"orders"}, Partition: -1, Key: key})
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := balancer.HashString(key)
+			p := tbl.Partition(h)
+			owner, pick := "", ""
+			if s, ok := tbl.Pick(uint64(p)); ok {
+				pick = tbl.Replica(s).Name
+			}
+			pl, _ := balancer.PlaceRecorded(fp, members, members, balancer.FailoverNext, p)
+			owner = pl.Owner
+			want := 1 // the ring rebuild
+			if owner == "orders-1" || pick == "orders-1" {
+				want = 2 // and the ejection of its owner
+			}
+			if len(got) != want {
+				t.Fatalf("key %s (partition %d, owner %s, pick %s): %d events, want %d", key, p, owner, pick, len(got), want)
+			}
+			ev := got[0].(eventlog.Event)
+			placed, _ := ev.Fields["placement"].(*query.Placement)
+			if placed == nil || placed.Partition != p || placed.Pick != pick || placed.Owner != owner {
+				t.Fatalf("key %s: placement %+v, want partition %d owner %s pick %s", key, placed, p, owner, pick)
+			}
+		}
+		if _, err := v.Events(admin.EventQuery{Partition: 3}); err == nil || !strings.Contains(err.Error(), "set:") {
+			t.Fatalf("a partition without its set: %v", err)
+		}
+
 		full, _ := e.MarshalJSON()
 		for _, k := range []string{"members", "rotation", "fingerprint"} {
 			delete(e.Fields, k)

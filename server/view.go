@@ -3,6 +3,7 @@ package server
 import (
 	"fmt"
 	"keyway/runstate"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"keyway/admin"
 	"keyway/balancer"
 	"keyway/config"
+	"keyway/eventlog/query"
 	"keyway/health"
 	"keyway/membership"
 	"keyway/proxy"
@@ -285,13 +287,40 @@ func (v *view) Members() []admin.MemberInfo {
 	return out
 }
 
-func (v *view) Events(since time.Time, kinds []string, limit int) []any {
-	evs := v.n.audit.Recent(since, kinds, limit)
-	out := make([]any, len(evs))
-	for i, e := range evs {
+// Events answers GET /v1/events from the in-memory trail, with the
+// filters of keyway audit: a partition or a key is followed through the
+// ring and rotation changes the memory holds, and each event kept carries
+// its placement.
+func (v *view) Events(q admin.EventQuery) ([]any, error) {
+	f := query.Filter{Since: q.Since, Until: q.Until, Kinds: q.Kinds, Sets: q.Sets, Replica: q.Replica, Partition: q.Partition, Key: q.Key}
+	if err := f.Validate(); err != nil {
+		return nil, err
+	}
+	var ms []query.Match
+	if len(q.Sets) == 0 && q.Replica == "" && q.Partition < 0 && q.Key == "" && q.Until.IsZero() {
+		for _, e := range v.n.audit.Recent(q.Since, q.Kinds, q.Limit) {
+			ms = append(ms, query.Match{Event: e})
+		}
+	} else {
+		// A partition's placement needs the ring changes before the
+		// window: the whole memory is read, in order.
+		ms = f.Events(v.n.audit.Recent(time.Time{}, nil, 0))
+		if q.Limit > 0 && len(ms) > q.Limit {
+			ms = ms[len(ms)-q.Limit:]
+		}
+	}
+	out := make([]any, len(ms))
+	for i, m := range ms {
+		e := m.Event
+		if m.Placement != nil {
+			fields := make(map[string]any, len(e.Fields)+1)
+			maps.Copy(fields, e.Fields)
+			fields["placement"] = m.Placement
+			e.Fields = fields
+		}
 		out[i] = e
 	}
-	return out
+	return out, nil
 }
 
 // Config returns the redacted effective configuration under its YAML key

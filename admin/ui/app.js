@@ -453,9 +453,16 @@ function eventSentence(ev) {
   return eventDetails(ev);
 }
 
-// eventFilter is the set the audit list shows ("" all); showGone whether
-// the events of sets this proxy no longer serves are unfolded.
+// eventFilter is the set the audit list shows ("" all); eventKind,
+// eventReplica, eventKey (a key, or a partition number) and eventSince
+// (seconds back, "" for any time) the other filters, which the API applies
+// (GET /v1/events, as keyway audit does); showGone whether the events of
+// sets this proxy no longer serves are unfolded.
 let eventFilter = "";
+let eventKind = "";
+let eventReplica = "";
+let eventKey = "";
+let eventSince = "";
 let showGone = false;
 let knownSets = [];
 
@@ -470,27 +477,57 @@ function fmtDateTime(ts) {
   return isNaN(d) ? String(ts || "") : d.toLocaleString([], { hour12: false });
 }
 
+// eventsURL asks the API for the events the filters keep.
+function eventsURL() {
+  const q = new URLSearchParams();
+  const filtered = eventFilter || eventKind || eventReplica || eventKey || eventSince;
+  q.set("limit", String(filtered || showGone ? 1000 : 10 * EVENTS));
+  if (eventFilter) q.set("set", eventFilter);
+  if (eventKind) q.set("kind", eventKind);
+  if (eventReplica) q.set("replica", eventReplica);
+  if (eventKey) q.set(/^\d+$/.test(eventKey) ? "partition" : "key", eventKey);
+  if (eventSince) q.set("since", new Date(Date.now() - Number(eventSince) * 1000).toISOString());
+  return "/v1/events?" + q.toString();
+}
+
+// placementText says where a followed partition's keys went after an event.
+function placementText(p) {
+  const pick = p.pick || "none (503)";
+  if (p.in_force) return "partition " + p.partition + ": owner " + p.owner + ", taken by " + pick + " (in force then)";
+  if (p.moved && (p.was_owner || p.was_pick)) {
+    return "partition " + p.partition + " moved: " + (p.was_owner !== p.owner ? "owner " + p.was_owner + " → " + p.owner + ", " : "") +
+      "taken by " + (p.was_pick || "none") + " → " + pick;
+  }
+  return "partition " + p.partition + ": taken by " + pick;
+}
+
+function renderEventsError(msg) {
+  document.getElementById("events").replaceChildren(h("tr", {}, h("td", { colspan: "4", class: "skipped" }, msg)));
+}
+
 function renderEvents(evs) {
   const tb = document.getElementById("events");
   // Newest first, whatever order the source keeps.
   let newest = [...evs].sort((a, b) => (Date.parse(b.ts) || 0) - (Date.parse(a.ts) || 0));
-  if (eventFilter) newest = newest.filter((ev) => ev.set === eventFilter);
   const gone = newest.filter((ev) => ev.set && !knownSets.includes(ev.set));
   if (!showGone) newest = newest.filter((ev) => !ev.set || knownSets.includes(ev.set));
   newest = newest.slice(0, EVENTS);
   const rows = newest.map((ev) =>
-    h("tr", { class: "event-row", "data-kind": ev.kind || "", "data-set": ev.set || "" },
+    h("tr", { class: "event-row", "data-kind": ev.kind || "", "data-set": ev.set || "", "data-replica": ev.replica || "",
+      "data-partition": ev.placement ? String(ev.placement.partition) : "" },
       h("td", {}, fmtTime(ev.ts)),
       h("td", {}, h("code", {}, ev.kind || "")),
       h("td", {}, ev.set || ""),
-      h("td", { title: eventDetails(ev) }, eventSentence(ev))));
+      h("td", { title: eventDetails(ev) }, eventSentence(ev),
+        ev.placement ? h("div", { class: "placement" + (ev.placement.moved ? " moved" : "") }, placementText(ev.placement)) : null)));
   if (gone.length && !showGone) {
     const names = [...new Set(gone.map((ev) => ev.set))].sort();
     rows.push(h("tr", { class: "events-gone" }, h("td", { colspan: "4", class: "muted" },
       gone.length + " events of sets this proxy no longer serves (" + names.join(", ") + ") folded away ",
       h("button", { type: "button", class: "show-gone" }, "show"))));
   }
-  if (!rows.length) rows.push(h("tr", {}, h("td", { colspan: "4", class: "muted" }, eventFilter ? "no audit events of " + eventFilter : "no audit events yet")));
+  const filtered = eventFilter || eventKind || eventReplica || eventKey || eventSince;
+  if (!rows.length) rows.push(h("tr", {}, h("td", { colspan: "4", class: "muted" }, filtered ? "no audit events match" : "no audit events yet")));
   tb.replaceChildren(...rows);
 }
 
@@ -569,10 +606,11 @@ async function refresh() {
     else errors.push(e.message);
   }
   try {
-    const ev = await getJSON("/v1/events?limit=" + (eventFilter || showGone ? 1000 : 10 * EVENTS));
-    renderEvents(ev.events || []);
+    if (eventKey && !eventFilter) renderEventsError("choose a set: a key or a partition is one set's");
+    else renderEvents((await getJSON(eventsURL())).events || []);
   } catch (e) {
     if (e.status === 501) renderEvents([]);
+    else if (e.status === 400) renderEventsError(e.message);
     else errors.push(e.message);
   }
   showError(errors.join("; "));
@@ -613,6 +651,28 @@ async function lookup(ev) {
 document.getElementById("route-form").addEventListener("submit", lookup);
 document.getElementById("event-set").addEventListener("change", (ev) => {
   eventFilter = ev.target.value;
+  refresh();
+});
+document.getElementById("event-kind").replaceChildren(
+  h("option", { value: "" }, "all kinds"), ...Object.keys(SENTENCES).sort().map((k) => h("option", { value: k }, k)));
+document.getElementById("event-kind").addEventListener("change", (ev) => {
+  eventKind = ev.target.value;
+  refresh();
+});
+document.getElementById("event-since").addEventListener("change", (ev) => {
+  eventSince = ev.target.value;
+  refresh();
+});
+for (const [id, set] of [["event-replica", (v) => { eventReplica = v; }], ["event-key", (v) => { eventKey = v; }]]) {
+  document.getElementById(id).addEventListener("change", (ev) => {
+    set(ev.target.value.trim());
+    refresh();
+  });
+}
+document.getElementById("event-filter").addEventListener("submit", (ev) => {
+  ev.preventDefault();
+  eventReplica = document.getElementById("event-replica").value.trim();
+  eventKey = document.getElementById("event-key").value.trim();
   refresh();
 });
 document.getElementById("events").addEventListener("click", (ev) => {

@@ -137,6 +137,11 @@ func TestUsageExamplesRun(t *testing.T) {
 				r.run(t)
 			case "certs":
 				r.run(t) // in an empty directory
+			case "audit":
+				// A trail of two proxies' runs, where the proxies'
+				// environment says it is.
+				r.env = []string{"KEYWAY_AUDIT_SINK=" + writeSampleTrail(t).dir}
+				r.run(t)
 			case "proxy":
 				r.dir = root // -c examples/...
 				r.env = []string{"KEYWAY_LISTEN=127.0.0.1:0", "KEYWAY_ADMIN_LISTEN=127.0.0.1:0"}

@@ -81,6 +81,8 @@ Usage:
   keyway repair --set S         restart a set's replicas that gave up, lift every proxy's holds
   keyway restart --set S        rolling restart: one replica at a time, drained first, no request lost
                                 (--force: no wait for requests in flight; --ack: clear a failed restart's mark)
+  keyway audit --set S --key K  what happened to a key's partition, across every proxy's runs (audit trail)
+                                (audit sets, audit runs SET; --from s3://BUCKET/PREFIX or a directory)
   keyway keys --sets S,... --out DIR  make the fleet's signing keys (credentials files, Secrets); --rotate, --add-set
   keyway certs --out DIR        make throw-away TLS certificates for trying TLS (the files the examples name)
   keyway version                print the version
@@ -197,6 +199,8 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return runRestart(rest, stdout, stderr)
 	case "keys":
 		return runKeys(rest, stdout, stderr)
+	case "audit":
+		return runAudit(ctx, rest, stdout, stderr)
 	case "certs":
 		return runCerts(rest, stdout, stderr)
 	case "version", "--version", "-v":

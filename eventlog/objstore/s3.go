@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/config"
@@ -15,6 +16,16 @@ type Store interface {
 	// Put writes body at key; an error means it was not written (the
 	// sink tries again).
 	Put(ctx context.Context, key string, body []byte) error
+}
+
+// Reader reads the layout back: keyway audit's source.
+type Reader interface {
+	// ListDirs returns the names one level under prefix, sorted.
+	ListDirs(ctx context.Context, prefix string) ([]string, error)
+	// List returns the keys under prefix, sorted.
+	List(ctx context.Context, prefix string) ([]string, error)
+	// Get reads one object.
+	Get(ctx context.Context, key string) ([]byte, error)
 }
 
 // S3 is a Store on an S3 bucket, through the official AWS SDK for Go v2.
@@ -67,6 +78,27 @@ func (s *S3) List(ctx context.Context, prefix string) ([]string, error) {
 		}
 		for _, o := range page.Contents {
 			out = append(out, aws.ToString(o.Key))
+		}
+	}
+	return out, nil
+}
+
+// ListDirs returns the names one level under prefix ("" for the bucket's
+// top): listing PREFIX/ yields the sets, listing PREFIX/SET/ their runs
+// (run-RUN), with the delimiter "/" and no index.
+func (s *S3) ListDirs(ctx context.Context, prefix string) ([]string, error) {
+	if prefix != "" && !strings.HasSuffix(prefix, "/") {
+		prefix += "/"
+	}
+	var out []string
+	p := s3.NewListObjectsV2Paginator(s.client, &s3.ListObjectsV2Input{Bucket: aws.String(s.bucket), Prefix: aws.String(prefix), Delimiter: aws.String("/")})
+	for p.HasMorePages() {
+		page, err := p.NextPage(ctx)
+		if err != nil {
+			return out, fmt.Errorf("listing s3://%s/%s: %w", s.bucket, prefix, err)
+		}
+		for _, c := range page.CommonPrefixes {
+			out = append(out, strings.TrimSuffix(strings.TrimPrefix(aws.ToString(c.Prefix), prefix), "/"))
 		}
 	}
 	return out, nil
